@@ -1,0 +1,51 @@
+# leader_election: PGXS build.
+#
+#   make                 build the extension and the client (src/client)
+#   make install         install both (root, or a writable PostgreSQL tree)
+#   make installcheck    regression, isolation and TAP tests, each against a
+#                        throwaway server of its own (run as a non-root user)
+#   test/run.sh          the whole suite from scratch; see README.md
+
+EXTENSION    = leader_election
+EXTVERSION   = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(EXTENSION).control)
+MODULE_big   = leader_election
+# Every .c file in src/ belongs to the extension; the client lives in src/client.
+OBJS         = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c)))
+PGFILEDESC   = "leader_election - fenced leases inside PostgreSQL"
+
+# The install script of the current version is generated from src/sql/NN_*.sql.
+SQL_PARTS    = $(sort $(wildcard src/sql/*.sql))
+DATA_built   = $(EXTENSION)--$(EXTVERSION).sql
+DATA         = $(filter-out $(DATA_built),$(wildcard $(EXTENSION)--*--*.sql))
+
+# Tests are picked up by file name: sql/NAME.sql, test/specs/NAME.spec, test/t/*.pl.
+REGRESS      = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
+REGRESS_OPTS = --temp-instance=tmp_check --temp-config=test/regress.conf --load-extension=plpgsql
+ISOLATION    = $(patsubst test/specs/%.spec,%,$(sort $(wildcard test/specs/*.spec)))
+ISOLATION_OPTS = --inputdir=test --outputdir=test/results --temp-instance=tmp_check_iso --temp-config=test/regress.conf
+TAP_TESTS    = 1
+PROVE_TESTS  = $(sort $(wildcard test/t/*.pl))
+
+PG_CONFIG   ?= pg_config
+# -Wextra as CI demands; PostgreSQL's own headers trip -Wunused-parameter (PG_FUNCTION_ARGS, inline helpers)
+PG_CFLAGS   += -Wall -Wextra -Werror -Wno-unused-parameter
+
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+$(EXTENSION)--$(EXTVERSION).sql: $(SQL_PARTS)
+	cat $^ > $@
+
+$(OBJS): src/leader_election.h src/compat.h
+
+# The three kinds of tests one at a time (PGXS's installcheck runs them all
+# and stops at the first failing kind).
+.PHONY: installcheck-regress installcheck-isolation installcheck-tap
+installcheck-regress: all
+	$(pg_regress_installcheck) $(REGRESS_OPTS) $(REGRESS)
+installcheck-isolation: all
+	$(pg_isolation_regress_installcheck) $(ISOLATION_OPTS) $(ISOLATION)
+installcheck-tap: all
+	$(prove_installcheck)
+
+EXTRA_CLEAN = test/results tmp_check_iso

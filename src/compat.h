@@ -1,0 +1,38 @@
+/*-------------------------------------------------------------------------
+ *
+ * compat.h
+ *		Every PostgreSQL-version-specific definition of leader_election.
+ *
+ * The extension targets PostgreSQL 15 first; code elsewhere must not test
+ * PG_VERSION_NUM itself but use the wrappers below, so that supporting
+ * 13 to 18 stays a change to this one file.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef LE_COMPAT_H
+#define LE_COMPAT_H
+
+#include "postgres.h"
+
+#include "access/xlog.h"
+#include "utils/guc.h"
+#include "utils/timestamp.h"
+
+#if PG_VERSION_NUM < 150000
+#error "leader_election requires PostgreSQL 15 or later"
+#endif
+
+/* Timeline new WAL is written on; only meaningful outside recovery. */
+#define le_current_timeline()	GetWALInsertionTimeLine()
+
+/* Reserve the GUC prefix so typos in leader_election.* settings are caught. */
+#define le_reserve_guc_prefix(prefix)	MarkGUCPrefixReserved(prefix)
+
+/* True when an interval is +/-infinity (such intervals exist from 17 on). */
+#if PG_VERSION_NUM >= 170000
+#define le_interval_is_finite(iv)	(!INTERVAL_NOT_FINITE(iv))
+#else
+#define le_interval_is_finite(iv)	true
+#endif
+
+#endif							/* LE_COMPAT_H */

@@ -1,0 +1,106 @@
+/*-------------------------------------------------------------------------
+ *
+ * leader_election.h
+ *		Declarations shared by the C files of the leader_election extension.
+ *
+ * lease_store.c owns the lease row format, the token rules and the fence
+ * lock; every other file goes through the functions declared here instead
+ * of touching the tables or the lock tag itself.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef LEADER_ELECTION_H
+#define LEADER_ELECTION_H
+
+#include "postgres.h"
+
+#include "datatype/timestamp.h"
+#include "fmgr.h"
+#include "storage/lockdefs.h"
+#include "utils/elog.h"
+
+/*
+ * SQLSTATEs of our own, in class "LE" so they never collide with
+ * PostgreSQL's.  Documented in README.md; never renumber one.
+ */
+#define ERRCODE_LE_STALE_FENCING_TOKEN	MAKE_SQLSTATE('L','E','0','0','1')
+#define ERRCODE_LE_LEASE_NOT_HELD		MAKE_SQLSTATE('L','E','0','0','2')
+
+/* Limits on user input, in bytes; documented in README.md. */
+#define LE_MAX_KEY_LEN			200
+#define LE_MAX_OWNER_LEN		200
+
+/*
+ * Fence lock modes: writers of protected data share the lock; whatever
+ * changes the token or frees the lease excludes them.
+ */
+#define LE_FENCE_WRITER_LOCKMODE	ShareLock
+#define LE_FENCE_CHANGE_LOCKMODE	ExclusiveLock
+
+/* NOTIFY channel on which grants and releases are announced. */
+#define LE_NOTIFY_CHANNEL		"leader_election"
+
+/*
+ * A lease row as lease_store.c reads and writes it.  A free lease has
+ * holder == NULL; fencing_token is the last token issued (0: never).
+ */
+typedef struct LeaseRow
+{
+	int64		lease_id;
+	char	   *lease_key;
+	char	   *holder;			/* NULL when released */
+	char	   *holder_role;	/* role that acquired, NULL when released */
+	int64		fencing_token;
+	int32		token_timeline;
+	TimestampTz acquired_at;	/* valid only when holder != NULL */
+	TimestampTz renewed_at;
+	TimestampTz expires_at;
+	int64		transitions;
+} LeaseRow;
+
+/* GUC variables (leader_election.c). */
+extern int	le_lock_timeout_ms;
+extern int	le_max_ttl_s;
+extern int	le_history_retention_s;
+
+/* Argument checks shared by every SQL-callable function (lease_store.c). */
+extern char *le_check_key(FunctionCallInfo fcinfo, int argno);
+extern char *le_check_owner(FunctionCallInfo fcinfo, int argno);
+extern int64 le_check_token(FunctionCallInfo fcinfo, int argno);
+extern int64 le_check_ttl(FunctionCallInfo fcinfo, int argno);
+extern void le_check_writable(const char *action);
+
+/*
+ * Access to the lease tables.  le_store_begin() connects SPI as the
+ * extension owner and bounds lock waits by leader_election.lock_timeout;
+ * le_store_end() undoes both.  Everything in between may raise ERROR.
+ */
+typedef struct LeaseStoreState
+{
+	Oid			save_userid;
+	int			save_sec_context;
+	int			save_nestlevel;
+	Oid			caller;
+	char	   *caller_name;
+	const char *lease_key;		/* for error context */
+	MemoryContext caller_cxt;	/* where rows read are allocated */
+	ErrorContextCallback errcallback;
+} LeaseStoreState;
+
+extern void le_store_begin(LeaseStoreState *st, Oid fn_oid, const char *lease_key);
+extern void le_store_end(LeaseStoreState *st);
+extern bool le_store_read(LeaseStoreState *st, const char *key, bool for_update, LeaseRow *row);
+extern void le_store_create(LeaseStoreState *st, const char *key);
+extern void le_store_write(LeaseStoreState *st, const LeaseRow *row);
+extern void le_store_history_open(LeaseStoreState *st, const LeaseRow *row);
+extern void le_store_history_close(LeaseStoreState *st, int64 lease_id, int64 token,
+								   TimestampTz ended_at, const char *reason);
+extern int64 le_store_prune_history(LeaseStoreState *st, int64 lease_id);
+
+/* Token rule and fence lock (lease_store.c). */
+extern int64 le_next_token(const LeaseRow *row, int32 *timeline);
+extern void le_fence_lock(int64 lease_id, LOCKMODE mode);
+extern bool le_lease_is_valid(const LeaseRow *row, TimestampTz now);
+extern void le_notify(const char *event, const LeaseRow *row);
+
+#endif							/* LEADER_ELECTION_H */

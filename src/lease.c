@@ -1,0 +1,295 @@
+/*-------------------------------------------------------------------------
+ *
+ * lease.c
+ *		SQL-callable lease API: le_acquire, le_renew, le_release,
+ *		le_force_release and le_prune_history.
+ *
+ * Every function judges expiry by the server clock at the moment of the
+ * decision (GetCurrentTimestamp() after all lock waits, never the
+ * transaction start time), and decides on the latest committed version of
+ * the lease row, locked FOR UPDATE.  See lease_store.c for the locking rules
+ * and the token rule.
+ *
+ * A refused acquire (the lease is validly held by someone else) is the bulk
+ * of the traffic when followers poll, so it is answered from a plain read:
+ * no row lock, no transaction id, no WAL, no commit flush.  Every call that
+ * does change a lease forces a synchronous commit, because an acknowledged
+ * grant or renewal that a crash loses lets a token be issued twice or a new
+ * owner in while the old one still believes it holds the lease.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "funcapi.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "leader_election.h"
+
+PG_FUNCTION_INFO_V1(le_acquire);
+PG_FUNCTION_INFO_V1(le_renew);
+PG_FUNCTION_INFO_V1(le_release);
+PG_FUNCTION_INFO_V1(le_force_release);
+PG_FUNCTION_INFO_V1(le_prune_history);
+
+/* Does the row's current period belong to this owner id and role? */
+static bool
+le_is_ours(const LeaseRow *row, const char *owner, const LeaseStoreState *st)
+{
+	return row->holder != NULL &&
+		strcmp(row->holder, owner) == 0 &&
+		row->holder_role != NULL &&
+		strcmp(row->holder_role, st->caller_name) == 0;
+}
+
+/* Build le_acquire's result row. */
+static Datum
+le_acquire_result(FunctionCallInfo fcinfo, bool acquired, const LeaseRow *row)
+{
+	TupleDesc	tupdesc;
+	Datum		values[4];
+	bool		nulls[4] = {false, false, false, false};
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	tupdesc = BlessTupleDesc(tupdesc);
+
+	values[0] = BoolGetDatum(acquired);
+	values[1] = Int64GetDatum(row->fencing_token);
+	nulls[1] = !acquired;
+	if (row->holder)
+	{
+		values[2] = CStringGetTextDatum(row->holder);
+		values[3] = TimestampTzGetDatum(row->expires_at);
+	}
+	else
+		nulls[2] = nulls[3] = true;
+
+	return HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls));
+}
+
+/* End the current ownership period of a row in the history. */
+static void
+le_close_period(LeaseStoreState *st, const LeaseRow *row, TimestampTz now,
+				const char *reason)
+{
+	/* A period that lapsed before it was ended is recorded as expired. */
+	if (row->expires_at <= now)
+		le_store_history_close(st, row->lease_id, row->fencing_token,
+							   row->expires_at, "expired");
+	else
+		le_store_history_close(st, row->lease_id, row->fencing_token, now, reason);
+}
+
+/*
+ * le_acquire(lease_key, owner_id, ttl) -> (acquired, fencing_token, holder,
+ * expires_at).  Grants a free or expired lease with a new, higher token;
+ * extends a lease this owner and role validly hold, keeping their token;
+ * otherwise reports the current holder.
+ */
+Datum
+le_acquire(PG_FUNCTION_ARGS)
+{
+	char	   *key = le_check_key(fcinfo, 0);
+	char	   *owner = le_check_owner(fcinfo, 1);
+	int64		ttl = le_check_ttl(fcinfo, 2);
+	LeaseStoreState st;
+	LeaseRow	row;
+	TimestampTz now;
+	bool		found;
+	bool		fenced = false;
+	Datum		result;
+
+	le_check_writable("acquire");
+	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
+
+	/* Fast path: refusals only read. */
+	found = le_store_read(&st, key, false, &row);
+	if (found && le_lease_is_valid(&row, GetCurrentTimestamp()) &&
+		!le_is_ours(&row, owner, &st))
+	{
+		le_store_end(&st);
+		PG_RETURN_DATUM(le_acquire_result(fcinfo, false, &row));
+	}
+
+	if (!found)
+		le_store_create(&st, key);
+	else if (!le_is_ours(&row, owner, &st))
+	{
+		/* Likely a new period: fence lock first, then the row lock. */
+		le_fence_lock(row.lease_id, LE_FENCE_CHANGE_LOCKMODE);
+		fenced = true;
+	}
+
+	if (!le_store_read(&st, key, true, &row))
+		elog(ERROR, "leader_election: lease row \"%s\" vanished", key);
+	now = GetCurrentTimestamp();
+
+	if (le_lease_is_valid(&row, now))
+	{
+		if (!le_is_ours(&row, owner, &st))
+		{
+			/* Lost a race to another candidate. */
+			le_store_end(&st);
+			PG_RETURN_DATUM(le_acquire_result(fcinfo, false, &row));
+		}
+		/* The valid holder again (e.g. a retry after a lost reply). */
+		row.renewed_at = now;
+		row.expires_at = now + ttl;
+		le_store_write(&st, &row);
+	}
+	else
+	{
+		if (!fenced)
+		{
+			le_fence_lock(row.lease_id, LE_FENCE_CHANGE_LOCKMODE);
+			now = GetCurrentTimestamp();
+		}
+		if (row.holder != NULL)
+			le_close_period(&st, &row, now, "expired");
+
+		row.fencing_token = le_next_token(&row, &row.token_timeline);
+		row.holder = owner;
+		row.holder_role = st.caller_name;
+		row.acquired_at = now;
+		row.renewed_at = now;
+		row.expires_at = now + ttl;
+		row.transitions++;
+		le_store_write(&st, &row);
+		le_store_history_open(&st, &row);
+		(void) le_store_prune_history(&st, row.lease_id);
+		le_notify("acquired", &row);
+	}
+
+	ForceSyncCommit();
+	result = le_acquire_result(fcinfo, true, &row);
+	le_store_end(&st);
+	PG_RETURN_DATUM(result);
+}
+
+/*
+ * le_renew(lease_key, owner_id, fencing_token, ttl) -> new expiry, or NULL
+ * when this owner, role and token do not hold a valid lease.
+ */
+Datum
+le_renew(PG_FUNCTION_ARGS)
+{
+	char	   *key = le_check_key(fcinfo, 0);
+	char	   *owner = le_check_owner(fcinfo, 1);
+	int64		token = le_check_token(fcinfo, 2);
+	int64		ttl = le_check_ttl(fcinfo, 3);
+	LeaseStoreState st;
+	LeaseRow	row;
+	TimestampTz now;
+
+	le_check_writable("renew");
+	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
+
+	if (!le_store_read(&st, key, true, &row))
+	{
+		le_store_end(&st);
+		PG_RETURN_NULL();
+	}
+	now = GetCurrentTimestamp();
+	if (!le_is_ours(&row, owner, &st) || row.fencing_token != token ||
+		!le_lease_is_valid(&row, now))
+	{
+		le_store_end(&st);
+		PG_RETURN_NULL();
+	}
+
+	row.renewed_at = now;
+	row.expires_at = now + ttl;
+	le_store_write(&st, &row);
+	ForceSyncCommit();
+	le_store_end(&st);
+	PG_RETURN_TIMESTAMPTZ(row.expires_at);
+}
+
+/*
+ * Free a lease: the work shared by le_release (only for its holder, role and
+ * token) and le_force_release (owner == NULL: whoever holds it).
+ */
+static bool
+le_free_lease(FunctionCallInfo fcinfo, const char *key, const char *owner,
+			  int64 token, const char *reason)
+{
+	LeaseStoreState st;
+	LeaseRow	row;
+	TimestampTz now;
+
+	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
+
+	/* Not ours (or nothing to free): answer from a plain read. */
+	if (!le_store_read(&st, key, false, &row) || row.holder == NULL ||
+		(owner != NULL && (!le_is_ours(&row, owner, &st) || row.fencing_token != token)))
+	{
+		le_store_end(&st);
+		return false;
+	}
+
+	/* Freeing ends the token's validity: exclude fenced writers first. */
+	le_fence_lock(row.lease_id, LE_FENCE_CHANGE_LOCKMODE);
+	if (!le_store_read(&st, key, true, &row) || row.holder == NULL ||
+		(owner != NULL && (!le_is_ours(&row, owner, &st) || row.fencing_token != token)))
+	{
+		le_store_end(&st);
+		return false;
+	}
+
+	now = GetCurrentTimestamp();
+	le_close_period(&st, &row, now, reason);
+	row.holder = NULL;
+	row.holder_role = NULL;
+	row.expires_at = 0;
+	le_store_write(&st, &row);
+	le_notify(reason, &row);
+	ForceSyncCommit();
+	le_store_end(&st);
+	return true;
+}
+
+/*
+ * le_release(lease_key, owner_id, fencing_token) -> true when this owner,
+ * role and token held the lease (valid or lapsed) and it is now free.
+ */
+Datum
+le_release(PG_FUNCTION_ARGS)
+{
+	char	   *key = le_check_key(fcinfo, 0);
+	char	   *owner = le_check_owner(fcinfo, 1);
+	int64		token = le_check_token(fcinfo, 2);
+
+	le_check_writable("release");
+	PG_RETURN_BOOL(le_free_lease(fcinfo, key, owner, token, "released"));
+}
+
+/*
+ * le_force_release(lease_key) -> true when the lease had a holder.  For
+ * administrators only (EXECUTE is not granted to PUBLIC).
+ */
+Datum
+le_force_release(PG_FUNCTION_ARGS)
+{
+	char	   *key = le_check_key(fcinfo, 0);
+
+	le_check_writable("release");
+	PG_RETURN_BOOL(le_free_lease(fcinfo, key, NULL, 0, "force_released"));
+}
+
+/* le_prune_history() -> number of history rows past the retention deleted. */
+Datum
+le_prune_history(PG_FUNCTION_ARGS)
+{
+	LeaseStoreState st;
+	int64		deleted;
+
+	le_check_writable("prune the history of");
+	le_store_begin(&st, fcinfo->flinfo->fn_oid, NULL);
+	deleted = le_store_prune_history(&st, 0);
+	le_store_end(&st);
+	PG_RETURN_INT64(deleted);
+}

@@ -1,0 +1,645 @@
+/*-------------------------------------------------------------------------
+ *
+ * lease_store.c
+ *		The one owner of the lease row format, the token rules and the
+ *		fence lock of the leader_election extension.
+ *
+ * State lives in ordinary tables (le_lease, le_lease_history) so that it is
+ * WAL-logged, replicated, dumped and restored with the data it protects.
+ * Callers reach the tables only through the le_store_* functions, which run
+ * parameterised, kept SPI plans as the extension owner: ordinary roles have
+ * no privileges on the tables, and the caller's role is recorded in the row
+ * instead.
+ *
+ * Locking rules.  Two locks protect a lease:
+ *
+ *	- the row lock of its le_lease row (SELECT ... FOR UPDATE), taken by
+ *	  every call that writes the row (acquire, renew, release), so that the
+ *	  decision "free / expired / ours" and the write based on it are atomic
+ *	  and judged on the latest committed version of the row;
+ *
+ *	- the fence lock, a transaction-scoped heavyweight lock whose tag is
+ *	  built from the lease's surrogate id (never a hash of the key).  Code
+ *	  that writes protected data takes it in LE_FENCE_WRITER_LOCKMODE and
+ *	  keeps it to the end of its transaction; code that changes the token or
+ *	  frees the lease takes it in LE_FENCE_CHANGE_LOCKMODE.  So a write
+ *	  accepted with token T cannot commit after T+1 was granted.  Renewals
+ *	  neither change the token nor take the fence lock.
+ *
+ * Lock order: the fence lock before the row lock, so a holder that renews
+ * inside a transaction that already wrote fenced rows does not deadlock
+ * against a concurrent takeover.  Every wait is bounded by
+ * leader_election.lock_timeout (applied as lock_timeout for the duration of
+ * our work), so a row locked by a stuck or prepared transaction produces a
+ * clear error instead of a hang.
+ *
+ * Token rule (le_next_token): a new ownership period gets the old token plus
+ * one; when the server writes WAL on a newer timeline than the one that
+ * issued the old token (after a standby promotion or a point-in-time
+ * recovery), the token first jumps to (timeline - 1) << 40, above anything an
+ * older timeline can have issued, acknowledged or not.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_type.h"
+#include "commands/async.h"
+#include "common/int.h"
+#include "executor/spi.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "storage/lmgr.h"
+#include "storage/lock.h"
+#include "storage/proc.h"
+#include "utils/builtins.h"
+#include "utils/datetime.h"
+#include "utils/guc.h"
+#include "utils/json.h"
+#include "utils/lsyscache.h"
+#include "utils/syscache.h"
+#include "utils/timestamp.h"
+
+#include "compat.h"
+#include "leader_election.h"
+
+/* Class field of our fence lock tags, so they never equal a user's advisory lock. */
+#define LE_LOCKTAG_CLASS		0x4C45
+
+/* Bits below the timeline in a token: 2^40 grants per key per timeline. */
+#define LE_TIMELINE_SHIFT		40
+
+/* The kept plans; prepared on first use, again if the extension moves. */
+typedef enum LeasePlan
+{
+	PLAN_READ,
+	PLAN_READ_FOR_UPDATE,
+	PLAN_CREATE,
+	PLAN_WRITE,
+	PLAN_HISTORY_OPEN,
+	PLAN_HISTORY_CLOSE,
+	PLAN_HISTORY_PRUNE_ONE,
+	PLAN_HISTORY_PRUNE_ALL,
+	NUM_PLANS
+} LeasePlan;
+
+static SPIPlanPtr plans[NUM_PLANS];
+static Oid	plans_namespace = InvalidOid;
+
+#define LEASE_COLUMNS \
+	"lease_id, lease_key, holder, holder_role, fencing_token, token_timeline, " \
+	"acquired_at, renewed_at, expires_at, transitions"
+
+/* Text, argument count and argument types of one plan. */
+typedef struct PlanSpec
+{
+	const char *sql;			/* %s is the quoted extension schema */
+	int			nargs;
+	Oid			argtypes[9];
+} PlanSpec;
+
+static const PlanSpec plan_specs[NUM_PLANS] = {
+	[PLAN_READ] = {
+		"SELECT " LEASE_COLUMNS " FROM %s.le_lease"
+		" WHERE lease_key OPERATOR(pg_catalog.=) $1",
+		1, {TEXTOID}
+	},
+	[PLAN_READ_FOR_UPDATE] = {
+		"SELECT " LEASE_COLUMNS " FROM %s.le_lease"
+		" WHERE lease_key OPERATOR(pg_catalog.=) $1 FOR UPDATE",
+		1, {TEXTOID}
+	},
+	[PLAN_CREATE] = {
+		"INSERT INTO %s.le_lease (lease_key) VALUES ($1)"
+		" ON CONFLICT (lease_key) DO NOTHING",
+		1, {TEXTOID}
+	},
+	[PLAN_WRITE] = {
+		"UPDATE %s.le_lease SET holder = $2, holder_role = $3,"
+		" fencing_token = $4, token_timeline = $5, acquired_at = $6,"
+		" renewed_at = $7, expires_at = $8, transitions = $9"
+		" WHERE lease_id OPERATOR(pg_catalog.=) $1",
+		9, {INT8OID, TEXTOID, NAMEOID, INT8OID, INT4OID, TIMESTAMPTZOID,
+		TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID}
+	},
+	[PLAN_HISTORY_OPEN] = {
+		"INSERT INTO %s.le_lease_history (lease_id, lease_key, holder,"
+		" holder_role, fencing_token, acquired_at) VALUES ($1, $2, $3, $4, $5, $6)",
+		6, {INT8OID, TEXTOID, TEXTOID, NAMEOID, INT8OID, TIMESTAMPTZOID}
+	},
+	[PLAN_HISTORY_CLOSE] = {
+		"UPDATE %s.le_lease_history SET ended_at = $3, end_reason = $4"
+		" WHERE lease_id OPERATOR(pg_catalog.=) $1"
+		" AND fencing_token OPERATOR(pg_catalog.=) $2 AND ended_at IS NULL",
+		4, {INT8OID, INT8OID, TIMESTAMPTZOID, TEXTOID}
+	},
+	[PLAN_HISTORY_PRUNE_ONE] = {
+		"DELETE FROM %s.le_lease_history WHERE lease_id OPERATOR(pg_catalog.=) $1"
+		" AND ended_at OPERATOR(pg_catalog.<) $2",
+		2, {INT8OID, TIMESTAMPTZOID}
+	},
+	[PLAN_HISTORY_PRUNE_ALL] = {
+		"DELETE FROM %s.le_lease_history WHERE ended_at OPERATOR(pg_catalog.<) $1",
+		1, {TIMESTAMPTZOID}
+	},
+};
+
+/* Reports which lease we were working on when an error escapes. */
+static void
+le_store_error_context(void *arg)
+{
+	LeaseStoreState *st = (LeaseStoreState *) arg;
+
+	if (st->lease_key)
+		errcontext("leader_election: working on lease \"%s\" (lock waits are bounded by leader_election.lock_timeout = %d ms)",
+				   st->lease_key, le_lock_timeout_ms);
+}
+
+/* Raise the standard NULL-argument error for argument argno. */
+static void
+le_check_not_null(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be NULL", name)));
+}
+
+/* Validate a text identifier argument (lease key or owner id). */
+static char *
+le_check_identifier(FunctionCallInfo fcinfo, int argno, const char *name, int maxlen)
+{
+	char	   *value;
+	size_t		len;
+
+	le_check_not_null(fcinfo, argno, name);
+	value = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	len = strlen(value);
+	if (len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not be empty", name)));
+	if (len > (size_t) maxlen)
+		ereport(ERROR,
+				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+				 errmsg("%s is too long", name),
+				 errdetail("The value is %zu bytes long; the limit is %d bytes.", len, maxlen)));
+	return value;
+}
+
+/* Validate the lease key argument. */
+char *
+le_check_key(FunctionCallInfo fcinfo, int argno)
+{
+	return le_check_identifier(fcinfo, argno, "lease_key", LE_MAX_KEY_LEN);
+}
+
+/* Validate the owner id argument. */
+char *
+le_check_owner(FunctionCallInfo fcinfo, int argno)
+{
+	return le_check_identifier(fcinfo, argno, "owner_id", LE_MAX_OWNER_LEN);
+}
+
+/* Validate a fencing token argument: tokens are positive. */
+int64
+le_check_token(FunctionCallInfo fcinfo, int argno)
+{
+	int64		token;
+
+	le_check_not_null(fcinfo, argno, "fencing_token");
+	token = PG_GETARG_INT64(argno);
+	if (token <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("fencing_token must be positive, got " INT64_FORMAT, token),
+				 errhint("Use the token returned by le_acquire().")));
+	return token;
+}
+
+/*
+ * Validate a ttl argument and return it in microseconds of elapsed time
+ * (a day counts as 24 hours, a month as 30 days).
+ */
+int64
+le_check_ttl(FunctionCallInfo fcinfo, int argno)
+{
+	Interval   *ttl;
+	int64		usecs;
+	int64		part;
+	int64		max_usecs = (int64) le_max_ttl_s * USECS_PER_SEC;
+
+	le_check_not_null(fcinfo, argno, "ttl");
+	ttl = PG_GETARG_INTERVAL_P(argno);
+	if (!le_interval_is_finite(ttl))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ttl must be finite")));
+
+	if (pg_mul_s64_overflow((int64) ttl->month * DAYS_PER_MONTH + ttl->day,
+							USECS_PER_DAY, &part) ||
+		pg_add_s64_overflow(part, ttl->time, &usecs))
+		usecs = (part > 0 || ttl->time > 0) ? PG_INT64_MAX : PG_INT64_MIN;
+
+	if (usecs <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ttl must be positive"),
+				 errhint("A lease lasts for ttl after each acquire or renew; use e.g. '15 seconds'.")));
+	if (usecs > max_usecs)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ttl exceeds leader_election.max_ttl"),
+				 errdetail("The limit is %d seconds.", le_max_ttl_s),
+				 errhint("Use a shorter ttl and renew more often, or have a superuser raise leader_election.max_ttl.")));
+	return usecs;
+}
+
+/* Refuse any lease change on a hot standby, with a message that says why. */
+void
+le_check_writable(const char *action)
+{
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot %s a lease while the server is in recovery", action),
+				 errdetail("Leases change only on the primary server; this one is a standby."),
+				 errhint("Connect to the primary. Reading le_leases works here but may lag behind it.")));
+}
+
+/* Prepare and keep every plan for the extension living in namespace nsp. */
+static void
+le_store_prepare(Oid nsp)
+{
+	const char *schema = quote_identifier(get_namespace_name(nsp));
+	int			i;
+
+	for (i = 0; i < NUM_PLANS; i++)
+	{
+		char	   *sql = psprintf(plan_specs[i].sql, schema);
+		SPIPlanPtr	plan;
+
+		plan = SPI_prepare(sql, plan_specs[i].nargs, (Oid *) plan_specs[i].argtypes);
+		if (plan == NULL)
+			elog(ERROR, "SPI_prepare failed for \"%s\": %s", sql,
+				 SPI_result_code_string(SPI_result));
+		if (plans[i] != NULL)
+			SPI_freeplan(plans[i]);
+		SPI_keepplan(plan);
+		plans[i] = plan;
+		pfree(sql);
+	}
+	plans_namespace = nsp;
+}
+
+/* The owner of our le_lease table in namespace nsp (the extension owner). */
+static Oid
+le_store_owner(Oid nsp)
+{
+	Oid			relid = get_relname_relid("le_lease", nsp);
+	HeapTuple	tup;
+	Oid			owner;
+
+	if (!OidIsValid(relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table le_lease of extension leader_election is missing from schema \"%s\"",
+						get_namespace_name(nsp)),
+				 errhint("Reinstall the extension with DROP EXTENSION and CREATE EXTENSION.")));
+	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "cache lookup failed for relation %u", relid);
+	owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
+	ReleaseSysCache(tup);
+	return owner;
+}
+
+/*
+ * Start working on the lease tables: switch to the extension owner, bound
+ * lock waits, connect SPI.  fn_oid is the calling SQL function, whose schema
+ * tells where the extension lives.
+ */
+void
+le_store_begin(LeaseStoreState *st, Oid fn_oid, const char *lease_key)
+{
+	Oid			nsp = get_func_namespace(fn_oid);
+	Oid			owner;
+	char		timeout[32];
+
+	st->caller = GetUserId();
+	st->caller_name = GetUserNameFromId(st->caller, false);
+	st->lease_key = lease_key;
+	st->caller_cxt = CurrentMemoryContext;
+
+	owner = le_store_owner(nsp);
+
+	st->errcallback.callback = le_store_error_context;
+	st->errcallback.arg = st;
+	st->errcallback.previous = error_context_stack;
+	error_context_stack = &st->errcallback;
+
+	/*
+	 * Bound every lock wait; keep the caller's own lock_timeout when it is
+	 * shorter.  The GUC nest level is unwound by le_store_end, or by
+	 * (sub)transaction abort on error.
+	 */
+	st->save_nestlevel = NewGUCNestLevel();
+	if (LockTimeout == 0 || LockTimeout > le_lock_timeout_ms)
+	{
+		snprintf(timeout, sizeof(timeout), "%d", le_lock_timeout_ms);
+		(void) set_config_option("lock_timeout", timeout, PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+	}
+
+	/* Abort restores the user id too, should anything below fail. */
+	GetUserIdAndSecContext(&st->save_userid, &st->save_sec_context);
+	SetUserIdAndSecContext(owner, st->save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (plans_namespace != nsp)
+		le_store_prepare(nsp);
+}
+
+/* Finish the work begun by le_store_begin. */
+void
+le_store_end(LeaseStoreState *st)
+{
+	SPI_finish();
+	SetUserIdAndSecContext(st->save_userid, st->save_sec_context);
+	AtEOXact_GUC(true, st->save_nestlevel);
+	error_context_stack = st->errcallback.previous;
+}
+
+/* Run a kept plan and check its result code. */
+static void
+le_store_exec(LeasePlan which, Datum *values, const char *nulls, int expected)
+{
+	int			rc = SPI_execute_plan(plans[which], values, nulls, false, 0);
+
+	if (rc != expected)
+		elog(ERROR, "leader_election: plan %d returned %s", (int) which,
+			 SPI_result_code_string(rc));
+}
+
+/* Copy a text or name column of the current SPI row into the caller's context. */
+static char *
+le_store_getstring(LeaseStoreState *st, HeapTuple tup, TupleDesc desc, int col)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tup, desc, col, &isnull);
+	char	   *s;
+
+	if (isnull)
+		return NULL;
+	if (TupleDescAttr(desc, col - 1)->atttypid == NAMEOID)
+		s = NameStr(*DatumGetName(d));
+	else
+		s = TextDatumGetCString(d);
+	return MemoryContextStrdup(st->caller_cxt, s);
+}
+
+/* Read a timestamptz column, 0 when NULL. */
+static TimestampTz
+le_store_gettime(HeapTuple tup, TupleDesc desc, int col)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tup, desc, col, &isnull);
+
+	return isnull ? 0 : DatumGetTimestampTz(d);
+}
+
+/*
+ * Read the row of a lease into *row; false when the key has no row.  With
+ * for_update the row is locked and the latest committed version returned.
+ */
+bool
+le_store_read(LeaseStoreState *st, const char *key, bool for_update, LeaseRow *row)
+{
+	Datum		values[1];
+	HeapTuple	tup;
+	TupleDesc	desc;
+	bool		isnull;
+
+	values[0] = CStringGetTextDatum(key);
+	le_store_exec(for_update ? PLAN_READ_FOR_UPDATE : PLAN_READ, values, NULL, SPI_OK_SELECT);
+	if (SPI_processed == 0)
+		return false;
+
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	row->lease_id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+	row->lease_key = le_store_getstring(st, tup, desc, 2);
+	row->holder = le_store_getstring(st, tup, desc, 3);
+	row->holder_role = le_store_getstring(st, tup, desc, 4);
+	row->fencing_token = DatumGetInt64(SPI_getbinval(tup, desc, 5, &isnull));
+	row->token_timeline = DatumGetInt32(SPI_getbinval(tup, desc, 6, &isnull));
+	row->acquired_at = le_store_gettime(tup, desc, 7);
+	row->renewed_at = le_store_gettime(tup, desc, 8);
+	row->expires_at = le_store_gettime(tup, desc, 9);
+	row->transitions = DatumGetInt64(SPI_getbinval(tup, desc, 10, &isnull));
+	SPI_freetuptable(SPI_tuptable);
+	return true;
+}
+
+/* Create the (free) row of a lease key unless it exists already. */
+void
+le_store_create(LeaseStoreState *st, const char *key)
+{
+	Datum		values[1];
+
+	values[0] = CStringGetTextDatum(key);
+	le_store_exec(PLAN_CREATE, values, NULL, SPI_OK_INSERT);
+}
+
+/* Datum of a timestamp that is 0 when the column should be NULL. */
+static Datum
+le_time_datum(TimestampTz t, char *null)
+{
+	*null = (t == 0) ? 'n' : ' ';
+	return TimestampTzGetDatum(t);
+}
+
+/* Datum of a name column from a C string (NULL stays NULL). */
+static Datum
+le_name_datum(const char *s, char *null)
+{
+	Name		n = (Name) palloc0(NAMEDATALEN);
+
+	*null = (s == NULL) ? 'n' : ' ';
+	if (s)
+		namestrcpy(n, s);
+	return NameGetDatum(n);
+}
+
+/* Write every mutable column of a lease row. */
+void
+le_store_write(LeaseStoreState *st, const LeaseRow *row)
+{
+	Datum		values[9];
+	char		nulls[10] = "         ";
+
+	values[0] = Int64GetDatum(row->lease_id);
+	values[1] = row->holder ? CStringGetTextDatum(row->holder) : (Datum) 0;
+	nulls[1] = row->holder ? ' ' : 'n';
+	values[2] = le_name_datum(row->holder_role, &nulls[2]);
+	values[3] = Int64GetDatum(row->fencing_token);
+	values[4] = Int32GetDatum(row->token_timeline);
+	values[5] = le_time_datum(row->acquired_at, &nulls[5]);
+	values[6] = le_time_datum(row->renewed_at, &nulls[6]);
+	values[7] = le_time_datum(row->holder ? row->expires_at : 0, &nulls[7]);
+	values[8] = Int64GetDatum(row->transitions);
+	le_store_exec(PLAN_WRITE, values, nulls, SPI_OK_UPDATE);
+	if (SPI_processed != 1)
+		elog(ERROR, "leader_election: lease row " INT64_FORMAT " vanished", row->lease_id);
+}
+
+/* Record the start of an ownership period in the history. */
+void
+le_store_history_open(LeaseStoreState *st, const LeaseRow *row)
+{
+	Datum		values[6];
+	char		nulls[7] = "      ";
+
+	values[0] = Int64GetDatum(row->lease_id);
+	values[1] = CStringGetTextDatum(row->lease_key);
+	values[2] = CStringGetTextDatum(row->holder);
+	values[3] = le_name_datum(row->holder_role, &nulls[3]);
+	values[4] = Int64GetDatum(row->fencing_token);
+	values[5] = TimestampTzGetDatum(row->acquired_at);
+	le_store_exec(PLAN_HISTORY_OPEN, values, nulls, SPI_OK_INSERT);
+}
+
+/* Record the end of the ownership period that had the given token. */
+void
+le_store_history_close(LeaseStoreState *st, int64 lease_id, int64 token,
+					   TimestampTz ended_at, const char *reason)
+{
+	Datum		values[4];
+
+	values[0] = Int64GetDatum(lease_id);
+	values[1] = Int64GetDatum(token);
+	values[2] = TimestampTzGetDatum(ended_at);
+	values[3] = CStringGetTextDatum(reason);
+	le_store_exec(PLAN_HISTORY_CLOSE, values, NULL, SPI_OK_UPDATE);
+}
+
+/*
+ * Delete history rows that ended longer ago than the retention setting,
+ * for one lease (lease_id > 0) or for all; returns how many went.
+ */
+int64
+le_store_prune_history(LeaseStoreState *st, int64 lease_id)
+{
+	TimestampTz cutoff;
+	Datum		values[2];
+
+	cutoff = GetCurrentTimestamp() - (int64) le_history_retention_s * USECS_PER_SEC;
+	if (lease_id > 0)
+	{
+		values[0] = Int64GetDatum(lease_id);
+		values[1] = TimestampTzGetDatum(cutoff);
+		le_store_exec(PLAN_HISTORY_PRUNE_ONE, values, NULL, SPI_OK_DELETE);
+	}
+	else
+	{
+		values[0] = TimestampTzGetDatum(cutoff);
+		le_store_exec(PLAN_HISTORY_PRUNE_ALL, values, NULL, SPI_OK_DELETE);
+	}
+	return (int64) SPI_processed;
+}
+
+/*
+ * The token of the next ownership period of a lease: one more than the last,
+ * or, on a newer WAL timeline than the one that issued the last token, at
+ * least (timeline - 1) << LE_TIMELINE_SHIFT.  Overflow is an error.
+ */
+int64
+le_next_token(const LeaseRow *row, int32 *timeline)
+{
+	TimeLineID	tli = le_current_timeline();
+	int64		next;
+
+	if (pg_add_s64_overflow(row->fencing_token, 1, &next))
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("fencing token of lease \"%s\" is exhausted", row->lease_key),
+				 errdetail("The last token issued was " INT64_FORMAT ".", row->fencing_token),
+				 errhint("Use a new lease key.")));
+
+	if ((int64) tli > (int64) row->token_timeline)
+	{
+		int64		base;
+
+		if ((int64) (tli - 1) > (PG_INT64_MAX >> LE_TIMELINE_SHIFT))
+			ereport(ERROR,
+					(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+					 errmsg("WAL timeline %u is too high for fencing tokens", tli)));
+		base = (int64) (tli - 1) << LE_TIMELINE_SHIFT;
+		if (base > next)
+			next = base;
+	}
+	*timeline = (int32) tli;
+	return next;
+}
+
+/*
+ * Take the fence lock of a lease in the given mode until the end of the
+ * transaction.  Waits are bounded by the lock_timeout in force.
+ */
+void
+le_fence_lock(int64 lease_id, LOCKMODE mode)
+{
+	LOCKTAG		tag;
+
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId,
+						 (uint32) ((uint64) lease_id >> 32),
+						 (uint32) lease_id,
+						 LE_LOCKTAG_CLASS);
+	(void) LockAcquire(&tag, mode, false, false);
+}
+
+/* Is the lease held and unexpired at server time now? */
+bool
+le_lease_is_valid(const LeaseRow *row, TimestampTz now)
+{
+	return row->holder != NULL && row->expires_at > now;
+}
+
+/*
+ * Announce a change of a lease on LE_NOTIFY_CHANNEL, delivered at commit:
+ * {"event": ..., "lease_key": ..., "holder": ..., "fencing_token": N,
+ * "expires_at": ISO 8601 or null}.
+ */
+void
+le_notify(const char *event, const LeaseRow *row)
+{
+	StringInfoData buf;
+	char		ts[MAXDATELEN + 1];
+
+	initStringInfo(&buf);
+	appendStringInfoString(&buf, "{\"event\":");
+	escape_json(&buf, event);
+	appendStringInfoString(&buf, ",\"lease_key\":");
+	escape_json(&buf, row->lease_key);
+	appendStringInfoString(&buf, ",\"holder\":");
+	if (row->holder)
+		escape_json(&buf, row->holder);
+	else
+		appendStringInfoString(&buf, "null");
+	appendStringInfo(&buf, ",\"fencing_token\":" INT64_FORMAT ",\"expires_at\":",
+					 row->fencing_token);
+	if (row->holder)
+	{
+		JsonEncodeDateTime(ts, TimestampTzGetDatum(row->expires_at), TIMESTAMPTZOID, NULL);
+		appendStringInfo(&buf, "\"%s\"", ts);
+	}
+	else
+		appendStringInfoString(&buf, "null");
+	appendStringInfoChar(&buf, '}');
+	Async_Notify(LE_NOTIFY_CHANNEL, buf.data);
+	pfree(buf.data);
+}

@@ -1,0 +1,152 @@
+-- ---------------------------------------------------------------------------
+-- Leases: state, history, the lease API and the le_leases view.
+-- The row format and the token rules are owned by src/lease_store.c; the C
+-- functions below are the only writers of these tables.
+-- ---------------------------------------------------------------------------
+
+CREATE SEQUENCE @extschema@.le_lease_id_seq AS bigint;
+COMMENT ON SEQUENCE @extschema@.le_lease_id_seq IS
+    'surrogate ids of lease rows; also the collision-free lock tag of each lease''s fence lock';
+
+CREATE TABLE @extschema@.le_lease (
+    lease_id        bigint      NOT NULL DEFAULT pg_catalog.nextval('@extschema@.le_lease_id_seq'::pg_catalog.regclass),
+    lease_key       text        NOT NULL,
+    holder          text,
+    holder_role     name,
+    fencing_token   bigint      NOT NULL DEFAULT 0,
+    token_timeline  integer     NOT NULL DEFAULT 0,
+    acquired_at     timestamptz,
+    renewed_at      timestamptz,
+    expires_at      timestamptz,
+    transitions     bigint      NOT NULL DEFAULT 0,
+    created_at      timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    CONSTRAINT le_lease_pkey PRIMARY KEY (lease_id),
+    CONSTRAINT le_lease_key_unique UNIQUE (lease_key),
+    CONSTRAINT le_lease_token_nonnegative CHECK (fencing_token >= 0),
+    CONSTRAINT le_lease_holder_consistent
+        CHECK ((holder IS NULL) = (expires_at IS NULL) AND (holder IS NULL) = (holder_role IS NULL))
+) WITH (fillfactor = 50);
+ALTER SEQUENCE @extschema@.le_lease_id_seq OWNED BY @extschema@.le_lease.lease_id;
+COMMENT ON TABLE @extschema@.le_lease IS
+    'one row per lease key, never deleted (a deleted row would let its tokens start again); written only by the leader_election C functions';
+COMMENT ON COLUMN @extschema@.le_lease.fencing_token IS
+    'last token issued for this key (0: never granted); rises on every grant of a new ownership period';
+COMMENT ON COLUMN @extschema@.le_lease.token_timeline IS
+    'WAL timeline that issued fencing_token; a grant on a newer timeline jumps the token above anything an older timeline could have issued';
+COMMENT ON COLUMN @extschema@.le_lease.holder IS
+    'owner id of the current ownership period, NULL when released';
+
+-- Renewals only change renewed_at and expires_at, grants only non-indexed
+-- columns too: every update qualifies for HOT, and fillfactor 50 leaves the
+-- page room for it, so constant renewal does not bloat the table or indexes.
+
+CREATE TABLE @extschema@.le_lease_history (
+    history_id      bigint      GENERATED ALWAYS AS IDENTITY,
+    lease_id        bigint      NOT NULL,
+    lease_key       text        NOT NULL,
+    holder          text        NOT NULL,
+    holder_role     name        NOT NULL,
+    fencing_token   bigint      NOT NULL,
+    acquired_at     timestamptz NOT NULL,
+    ended_at        timestamptz,
+    end_reason      text,
+    CONSTRAINT le_lease_history_pkey PRIMARY KEY (history_id),
+    CONSTRAINT le_lease_history_reason CHECK (end_reason IN ('released', 'expired', 'force_released'))
+);
+CREATE INDEX le_lease_history_lease ON @extschema@.le_lease_history (lease_id, fencing_token);
+COMMENT ON TABLE @extschema@.le_lease_history IS
+    'one row per grant of a new fencing token: who held the lease, from when to when, and why it ended; rows whose period ended longer ago than leader_election.history_retention are pruned on the next grant of the same key';
+COMMENT ON COLUMN @extschema@.le_lease_history.end_reason IS
+    'released (by its holder), expired (lapsed and then taken over by a new grant), force_released (le_force_release); NULL while the period lasts';
+COMMENT ON COLUMN @extschema@.le_lease_history.ended_at IS
+    'when the period ended: the release time, or for expired periods the expiry time that was in force';
+
+-- Lease state must survive pg_dump/pg_restore, or tokens would start again.
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.le_lease', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.le_lease_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.le_lease_history', '');
+
+REVOKE ALL ON @extschema@.le_lease, @extschema@.le_lease_history FROM PUBLIC;
+REVOKE ALL ON SEQUENCE @extschema@.le_lease_id_seq FROM PUBLIC;
+
+CREATE FUNCTION @extschema@.le_acquire(
+    lease_key text,
+    owner_id text,
+    ttl interval DEFAULT '15 seconds',
+    OUT acquired boolean,
+    OUT fencing_token bigint,
+    OUT holder text,
+    OUT expires_at timestamptz)
+RETURNS record
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'le_acquire';
+COMMENT ON FUNCTION @extschema@.le_acquire(text, text, interval) IS
+    'try to take the lease; returns the caller''s fencing token when granted (the same token again for the valid holder), or the current holder and its expiry when refused';
+
+CREATE FUNCTION @extschema@.le_renew(
+    lease_key text,
+    owner_id text,
+    fencing_token bigint,
+    ttl interval DEFAULT '15 seconds')
+RETURNS timestamptz
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'le_renew';
+COMMENT ON FUNCTION @extschema@.le_renew(text, text, bigint, interval) IS
+    'extend a valid lease held by this owner, role and token; returns the new expiry, or NULL when the caller does not hold it (never changes the token)';
+
+CREATE FUNCTION @extschema@.le_release(
+    lease_key text,
+    owner_id text,
+    fencing_token bigint)
+RETURNS boolean
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'le_release';
+COMMENT ON FUNCTION @extschema@.le_release(text, text, bigint) IS
+    'compare-and-release: frees the lease when this owner, role and token hold it; the next acquirer gets a higher token at once';
+
+CREATE FUNCTION @extschema@.le_force_release(lease_key text)
+RETURNS boolean
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'le_force_release';
+COMMENT ON FUNCTION @extschema@.le_force_release(text) IS
+    'administrator''s release of a lease whoever holds it; the holder''s token stops passing fences and the next acquirer gets a higher token';
+
+CREATE FUNCTION @extschema@.le_prune_history()
+RETURNS bigint
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'le_prune_history';
+COMMENT ON FUNCTION @extschema@.le_prune_history() IS
+    'delete history rows of all leases that ended longer ago than leader_election.history_retention; returns the number deleted';
+
+REVOKE ALL ON FUNCTION @extschema@.le_acquire(text, text, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.le_renew(text, text, bigint, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.le_release(text, text, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.le_force_release(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.le_prune_history() FROM PUBLIC;
+
+CREATE VIEW @extschema@.le_leases AS
+SELECT l.lease_key,
+       l.holder,
+       l.holder_role,
+       l.fencing_token,
+       l.acquired_at,
+       l.renewed_at,
+       l.expires_at,
+       COALESCE(l.expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp(), false) AS is_valid,
+       CASE WHEN l.expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
+            THEN pg_catalog.date_part('epoch', l.expires_at OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp())
+            ELSE 0 END::double precision AS seconds_remaining,
+       l.transitions,
+       l.created_at
+  FROM @extschema@.le_lease AS l;
+COMMENT ON VIEW @extschema@.le_leases IS
+    'every lease: holder, role, current fencing token, times, whether it is valid now by the server clock, seconds remaining, and the number of ownership periods granted (transitions)';
+REVOKE ALL ON @extschema@.le_leases FROM PUBLIC;
+GRANT SELECT ON @extschema@.le_leases TO PUBLIC;
+
+GRANT SELECT ON @extschema@.le_lease_history TO PUBLIC;

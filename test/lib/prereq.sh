@@ -1,0 +1,48 @@
+# Sourced by test/run.sh and the demo: makes sure the Debian packages the
+# project needs are installed (installing them when run as root) and sets
+# PG_CONFIG.  Works on a fresh Debian 12 machine with or without PostgreSQL.
+
+LE_PACKAGES="make gcc postgresql-15 postgresql-server-dev-15 libpq-dev libipc-run-perl pgbouncer"
+
+le_ensure_packages() {
+    local missing=() p
+    for p in $LE_PACKAGES; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        if [ "$(id -u)" -ne 0 ]; then
+            echo "missing Debian packages: ${missing[*]}" >&2
+            echo "run this as root (or: sudo apt-get install ${missing[*]})" >&2
+            return 1
+        fi
+        echo "installing Debian packages: ${missing[*]}"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    fi
+    PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+    PG_BINDIR=$("$PG_CONFIG" --bindir)
+    export PG_CONFIG PG_BINDIR
+}
+
+# Build and install the extension and client from the tree in $1.
+le_build_install() {
+    make -C "$1" -s PG_CONFIG="$PG_CONFIG"
+    if [ "$(id -u)" -eq 0 ]; then
+        make -C "$1" -s PG_CONFIG="$PG_CONFIG" install
+    else
+        make -C "$1" -s PG_CONFIG="$PG_CONFIG" install || {
+            echo "make install failed: run as root, or make $("$PG_CONFIG" --pkglibdir) writable" >&2
+            return 1
+        }
+    fi
+}
+
+# Run a command as the unprivileged user PostgreSQL servers run as.
+le_as_pg() {
+    if [ "$(id -u)" -eq 0 ]; then
+        runuser -u postgres -- "$@"
+    else
+        "$@"
+    fi
+}

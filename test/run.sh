@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The whole test suite, from scratch: installs missing Debian packages (as
+# root), builds and installs the extension and client, then runs regression,
+# isolation and TAP tests, each against throwaway servers it creates itself
+# (as the postgres user when started as root) and removes afterwards.
+#
+#   test/run.sh                  everything
+#   test/run.sh regress          only pg_regress (sql/)
+#   test/run.sh isolation        only isolation specs (test/specs/)
+#   test/run.sh tap [FILES...]   only TAP tests (test/t/), or the ones named
+#
+# Ends with a line "N passed, N failed"; exits non-zero when anything failed.
+set -uo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+. "$here/test/lib/prereq.sh"
+le_ensure_packages || exit 1
+le_build_install "$here" || exit 1
+
+what=${1:-all}
+shift || true
+start=$(date +%s)
+
+# Servers refuse to run as root: work on a copy owned by the postgres user.
+if [ "$(id -u)" -eq 0 ]; then
+    work=$(mktemp -d /tmp/le-test.XXXXXX)
+    cp -a "$here/." "$work/"
+    chown -R postgres: "$work"
+else
+    work=$here
+fi
+log=$(mktemp /tmp/le-test-log.XXXXXX)
+chmod 644 "$log"
+
+run_target() {
+    le_as_pg make -C "$work" -s PG_CONFIG="$PG_CONFIG" "$@" 2>&1 | tee -a "$log"
+}
+
+rc=0
+case "$what" in
+    all)
+        run_target installcheck-regress || rc=1
+        run_target installcheck-isolation || rc=1
+        run_target installcheck-tap PROVE_FLAGS=-v || rc=1 ;;
+    regress|isolation) run_target "installcheck-$what" || rc=1 ;;
+    tap) run_target installcheck-tap PROVE_FLAGS=-v ${1:+PROVE_TESTS="$*"} || rc=1 ;;
+    *) echo "usage: test/run.sh [all|regress|isolation|tap [FILES...]]" >&2; exit 2 ;;
+esac
+
+# Show what failed, from the copy the tests ran in.
+for d in "$work/regression.diffs" "$work/test/results/regression.diffs"; do
+    [ -s "$d" ] && { echo "==== $d"; cat "$d"; }
+done
+if grep -q "^not ok\|Result: FAIL" "$log"; then
+    for f in "$work"/tmp_check/log/regress_log_*; do
+        [ -f "$f" ] && grep -q "not ok" "$f" && { echo "==== $f (tail)"; tail -n 60 "$f"; }
+    done
+fi
+
+# One plain closing line: pg_regress/isolation tests and TAP assertions.
+passed=$(grep -Ec '(\.\.\. ok|^ok [0-9]+)' "$log" || true)
+failed=$(grep -Ec '(\.\.\. FAILED|^not ok [0-9]+)' "$log" || true)
+[ "$rc" -ne 0 ] && [ "$failed" -eq 0 ] && failed=1
+echo "elapsed: $(( $(date +%s) - start ))s"
+echo "$passed passed, $failed failed"
+[ "$work" != "$here" ] && [ "$rc" -eq 0 ] && rm -rf "$work"
+rm -f "$log"
+exit $rc
