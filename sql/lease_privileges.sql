@@ -1,0 +1,188 @@
+-- Rule 5: ordinary roles cannot forge lease state.  No direct writes to the
+-- extension's tables or sequence; the API only after GRANT; a lease belongs
+-- to the role that acquired it (another role cannot renew, release or
+-- re-acquire it, even with the right owner id and token); the admin
+-- functions are not executable by PUBLIC; every function pins search_path
+-- and a search_path hijack changes nothing; the extension is not trusted.
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS leader_election;
+RESET client_min_messages;
+\set VERBOSITY terse
+
+CREATE ROLE regress_le_a;
+CREATE ROLE regress_le_b;
+GRANT USAGE, CREATE ON SCHEMA public TO regress_le_a, regress_le_b;
+
+-- Run one statement; report its SQLSTATE (or "ok").  SECURITY INVOKER, so it
+-- runs as whoever calls it.
+CREATE FUNCTION public.regress_le_try(stmt text) RETURNS text
+LANGUAGE plpgsql AS $$
+BEGIN
+  EXECUTE stmt;
+  RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+  RETURN SQLSTATE || ' ' || SQLERRM;
+END $$;
+
+-- A lease for the ordinary role to attack, held by a superuser session.
+SELECT acquired, fencing_token FROM le_acquire('priv-admin', 'admin', '1 hour');
+
+-- No direct access to the tables or the sequence (42501); reading le_leases
+-- and le_lease_history is allowed.
+SET ROLE regress_le_a;
+SELECT t.label, regress_le_try(t.stmt) AS result
+  FROM (VALUES
+    ('insert le_lease',      $$INSERT INTO le_lease (lease_key) VALUES ('forged')$$),
+    ('update le_lease',      $$UPDATE le_lease SET fencing_token = 1$$),
+    ('delete le_lease',      $$DELETE FROM le_lease$$),
+    ('truncate le_lease',    $$TRUNCATE le_lease$$),
+    ('select le_lease',      $$SELECT * FROM le_lease$$),
+    ('lock le_lease',        $$LOCK TABLE le_lease IN ROW SHARE MODE$$),
+    ('insert history',       $$INSERT INTO le_lease_history (lease_id, lease_key, holder, holder_role, fencing_token, acquired_at) VALUES (1, 'x', 'x', 'x', 1, now())$$),
+    ('update history',       $$UPDATE le_lease_history SET fencing_token = 1$$),
+    ('delete history',       $$DELETE FROM le_lease_history$$),
+    ('truncate history',     $$TRUNCATE le_lease_history$$),
+    ('nextval sequence',     $$SELECT nextval('le_lease_id_seq')$$),
+    ('setval sequence',      $$SELECT setval('le_lease_id_seq', 1)$$),
+    ('update view',          $$UPDATE le_leases SET fencing_token = 1$$),
+    ('select le_leases',     $$SELECT count(*) FROM le_leases$$),
+    ('select history',       $$SELECT count(*) FROM le_lease_history$$),
+    ('alter table',          $$ALTER TABLE le_lease DISABLE TRIGGER ALL$$),
+    ('set max_ttl',          $$SET leader_election.max_ttl = '1d'$$),
+    ('set history_retention',$$SET leader_election.history_retention = 0$$),
+    ('set lock_timeout',     $$SET leader_election.lock_timeout = 100$$)
+  ) AS t(label, stmt);
+
+-- The API is not executable before a GRANT.
+SELECT t.label, regress_le_try(t.stmt) AS result
+  FROM (VALUES
+    ('le_acquire',       $$SELECT le_acquire('priv', 'node1')$$),
+    ('le_renew',         $$SELECT le_renew('priv', 'node1', 1)$$),
+    ('le_release',       $$SELECT le_release('priv', 'node1', 1)$$),
+    ('le_force_release', $$SELECT le_force_release('priv-admin')$$),
+    ('le_prune_history', $$SELECT le_prune_history()$$)
+  ) AS t(label, stmt);
+RESET ROLE;
+
+GRANT EXECUTE ON FUNCTION le_acquire(text, text, interval), le_renew(text, text, bigint, interval),
+      le_release(text, text, bigint) TO regress_le_a, regress_le_b;
+
+-- Role a acquires with owner id 'node1'.
+SET ROLE regress_le_a;
+SELECT acquired, fencing_token, holder FROM le_acquire('priv', 'node1', '1 hour');
+SELECT holder, holder_role, fencing_token FROM le_leases WHERE lease_key = 'priv';
+RESET ROLE;
+
+-- Role b knows the owner id and the token, but is a different role: its
+-- acquire is refused, its renew returns NULL, its release false.
+SET ROLE regress_le_b;
+SELECT acquired, fencing_token, holder FROM le_acquire('priv', 'node1', '1 hour');
+SELECT le_renew('priv', 'node1', 1, '1 hour') IS NULL AS renew_refused;
+SELECT le_release('priv', 'node1', 1) AS released;
+-- Nor can it use the admin functions, still not granted.
+SELECT t.label, regress_le_try(t.stmt) AS result
+  FROM (VALUES
+    ('le_force_release', $$SELECT le_force_release('priv')$$),
+    ('le_prune_history', $$SELECT le_prune_history()$$)
+  ) AS t(label, stmt);
+SELECT holder, holder_role, fencing_token, is_valid, transitions FROM le_leases WHERE lease_key = 'priv';
+RESET ROLE;
+
+-- Role a, the real holder, still can.
+SET ROLE regress_le_a;
+SELECT le_renew('priv', 'node1', 1, '1 hour') IS NOT NULL AS renewed;
+SELECT le_release('priv', 'node1', 1) AS released;
+RESET ROLE;
+-- Once free, role b may take it (a new period, a new token).
+SET ROLE regress_le_b;
+SELECT acquired, fencing_token, holder FROM le_acquire('priv', 'node1', '1 hour');
+RESET ROLE;
+SELECT holder, holder_role, fencing_token, end_reason FROM le_lease_history
+ WHERE lease_key = 'priv' ORDER BY fencing_token;
+
+-- Privileges of PUBLIC on the extension's functions: le_force_release and
+-- le_prune_history are not executable by PUBLIC, nor anything else.
+SELECT p.oid::regprocedure AS function
+  FROM pg_proc p
+  JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'leader_election'
+ WHERE EXISTS (SELECT FROM aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
+                WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE')
+ ORDER BY 1;
+SELECT has_function_privilege('regress_le_b', 'le_force_release(text)', 'EXECUTE') AS b_can_force,
+       has_function_privilege('regress_le_b', 'le_prune_history()', 'EXECUTE') AS b_can_prune;
+
+-- PUBLIC's privileges on the extension's relations: read-only, and only on
+-- the view and the history.
+SELECT c.relname, a.privilege_type
+  FROM pg_class c
+  JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e'
+  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'leader_election'
+  CROSS JOIN LATERAL aclexplode(coalesce(c.relacl, acldefault(CASE c.relkind WHEN 'S' THEN 's' ELSE 'r' END::"char", c.relowner))) a
+ WHERE a.grantee = 0
+ ORDER BY 1, 2;
+
+-- Every function of the extension pins search_path (the list of offenders is
+-- empty), and there are functions to check.  None is SECURITY DEFINER: the C
+-- code switches to the extension owner only around its own table access.
+SELECT count(*) >= 5 AS has_functions,
+       count(*) FILTER (WHERE p.prosecdef) AS security_definer
+  FROM pg_proc p
+  JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'leader_election';
+SELECT p.oid::regprocedure AS unpinned_function, p.proconfig
+  FROM pg_proc p
+  JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'leader_election'
+ WHERE NOT coalesce('search_path=pg_catalog, pg_temp' = ANY (p.proconfig), false)
+ ORDER BY 1;
+
+-- The extension is not trusted: only a superuser can create it.
+SELECT name, version, superuser, trusted FROM pg_available_extension_versions
+ WHERE name = 'leader_election';
+
+-- search_path hijack (CVE-2018-1058 style): role a puts its own schema in
+-- front of pg_catalog with look-alike objects: a text = text operator that
+-- is always true, and clock_timestamp()/now() stuck in the year 2000 (which
+-- would make every lease look valid for ever).  Behaviour does not change.
+CREATE SCHEMA regress_le_hijack AUTHORIZATION regress_le_a;
+SET ROLE regress_le_a;
+CREATE FUNCTION regress_le_hijack.texteq_always(text, text) RETURNS boolean
+  LANGUAGE sql IMMUTABLE AS 'SELECT true';
+CREATE OPERATOR regress_le_hijack.= (LEFTARG = text, RIGHTARG = text,
+  FUNCTION = regress_le_hijack.texteq_always);
+CREATE FUNCTION regress_le_hijack.clock_timestamp() RETURNS timestamptz
+  LANGUAGE sql AS $$SELECT '2000-01-01 00:00:00+00'::timestamptz$$;
+CREATE FUNCTION regress_le_hijack.now() RETURNS timestamptz
+  LANGUAGE sql AS $$SELECT '2000-01-01 00:00:00+00'::timestamptz$$;
+RESET ROLE;
+-- A fresh session, so no plan was prepared before the hijack.
+\c
+\set VERBOSITY terse
+SET ROLE regress_le_a;
+SET search_path = regress_le_hijack, pg_catalog, public;
+SELECT 'x'::text = 'y'::text AS hijacked_eq, clock_timestamp() < '2001-01-01' AS hijacked_clock;
+-- 'priv' is held by role b: refused, even though '=' would match any key.
+SELECT acquired, fencing_token, holder FROM le_acquire('priv', 'node1', '1 hour');
+-- A 10 ms lease expires by the real clock, not the fake one.
+SELECT acquired, fencing_token FROM le_acquire('priv-hijack', 'node1', '10 milliseconds');
+SELECT pg_catalog.pg_sleep(0.05);
+SELECT le_renew('priv-hijack', 'node1', 1, '1 minute') IS NULL AS lapsed_not_renewed;
+SELECT lease_key, is_valid FROM le_leases
+ WHERE lease_key OPERATOR(pg_catalog.=) ANY (ARRAY['priv', 'priv-hijack']) ORDER BY 1;
+SELECT acquired, fencing_token FROM le_acquire('priv-hijack', 'node2', '1 minute');
+SELECT le_release('priv-hijack', 'node2', 2) AS released;
+RESET ROLE;
+RESET search_path;
+-- Only the keys asked for were touched.
+SELECT lease_key, holder, holder_role, fencing_token FROM le_leases
+ WHERE lease_key IN ('priv', 'priv-hijack') ORDER BY 1;
+
+-- Clean up the roles and their objects.
+DROP SCHEMA regress_le_hijack CASCADE;
+DROP FUNCTION public.regress_le_try(text);
+REVOKE ALL ON SCHEMA public FROM regress_le_a, regress_le_b;
+REVOKE ALL ON FUNCTION le_acquire(text, text, interval), le_renew(text, text, bigint, interval),
+      le_release(text, text, bigint) FROM regress_le_a, regress_le_b;
+DROP ROLE regress_le_a;
+DROP ROLE regress_le_b;
