@@ -229,6 +229,7 @@ le_check_ttl(FunctionCallInfo fcinfo, int argno)
 {
 	Interval   *ttl;
 	int64		usecs;
+	int64		days;
 	int64		part;
 	int64		max_usecs = (int64) le_max_ttl_s * USECS_PER_SEC;
 
@@ -239,10 +240,15 @@ le_check_ttl(FunctionCallInfo fcinfo, int argno)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ttl must be finite")));
 
-	if (pg_mul_s64_overflow((int64) ttl->month * DAYS_PER_MONTH + ttl->day,
-							USECS_PER_DAY, &part) ||
-		pg_add_s64_overflow(part, ttl->time, &usecs))
-		usecs = (part > 0 || ttl->time > 0) ? PG_INT64_MAX : PG_INT64_MIN;
+	/*
+	 * On overflow the sign comes from the operands, never from the wrapped
+	 * product (which can have either sign).
+	 */
+	days = (int64) ttl->month * DAYS_PER_MONTH + ttl->day;
+	if (pg_mul_s64_overflow(days, USECS_PER_DAY, &part))
+		usecs = (days > 0) ? PG_INT64_MAX : PG_INT64_MIN;
+	else if (pg_add_s64_overflow(part, ttl->time, &usecs))
+		usecs = (ttl->time > 0) ? PG_INT64_MAX : PG_INT64_MIN;
 
 	if (usecs <= 0)
 		ereport(ERROR,
