@@ -117,9 +117,14 @@ le_acquire(PG_FUNCTION_ARGS)
 
 	if (!found)
 		le_store_create(&st, key);
-	else if (!le_is_ours(&row, owner, &st))
+	else if (!le_is_ours(&row, owner, &st) ||
+			 !le_lease_is_valid(&row, GetCurrentTimestamp()))
 	{
-		/* Likely a new period: fence lock first, then the row lock. */
+		/*
+		 * Likely a new period, also for a holder whose lease lapsed: fence
+		 * lock first, then the row lock (taking them the other way round
+		 * deadlocks against a competitor, see lease_lock_order.spec).
+		 */
 		le_fence_lock(row.lease_id, LE_FENCE_CHANGE_LOCKMODE);
 		fenced = true;
 	}
@@ -145,6 +150,14 @@ le_acquire(PG_FUNCTION_ARGS)
 	{
 		if (!fenced)
 		{
+			/*
+			 * Row lock before fence lock, against the lock order, but only
+			 * for a row this call just created (nobody else knows its id
+			 * yet), a row a concurrent caller created between our two
+			 * reads, or our own lease lapsing between them.  In those
+			 * narrow windows a deadlock is possible and the deadlock
+			 * detector ends it within deadlock_timeout (40P01).
+			 */
 			le_fence_lock(row.lease_id, LE_FENCE_CHANGE_LOCKMODE);
 			now = GetCurrentTimestamp();
 		}
