@@ -44,6 +44,7 @@ SELECT t.label, regress_le_try(t.stmt) AS result
     ('truncate history',     $$TRUNCATE le_lease_history$$),
     ('nextval sequence',     $$SELECT nextval('le_lease_id_seq')$$),
     ('setval sequence',      $$SELECT setval('le_lease_id_seq', 1)$$),
+    ('nextval history seq',  $$SELECT nextval('le_lease_history_id_seq')$$),
     ('update view',          $$UPDATE le_leases SET fencing_token = 1$$),
     ('select le_leases',     $$SELECT count(*) FROM le_leases$$),
     ('select history',       $$SELECT count(*) FROM le_lease_history$$),
@@ -112,29 +113,37 @@ SELECT p.oid::regprocedure AS function
 SELECT has_function_privilege('regress_le_b', 'le_force_release(text)', 'EXECUTE') AS b_can_force,
        has_function_privilege('regress_le_b', 'le_prune_history()', 'EXECUTE') AS b_can_prune;
 
--- PUBLIC's privileges on the extension's relations: read-only, and only on
--- the view and the history.
+-- PUBLIC's privileges on the extension's relations: nothing but SELECT
+-- anywhere (the list is empty), and SELECT on the view and the history.
 SELECT c.relname, a.privilege_type
   FROM pg_class c
   JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e'
   JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'leader_election'
   CROSS JOIN LATERAL aclexplode(coalesce(c.relacl, acldefault(CASE c.relkind WHEN 'S' THEN 's' ELSE 'r' END::"char", c.relowner))) a
- WHERE a.grantee = 0
+ WHERE a.grantee = 0 AND a.privilege_type <> 'SELECT'
  ORDER BY 1, 2;
+SELECT has_table_privilege('public', 'le_leases', 'SELECT') AS public_reads_le_leases,
+       has_table_privilege('public', 'le_lease_history', 'SELECT') AS public_reads_history,
+       has_table_privilege('public', 'le_lease', 'SELECT') AS public_reads_le_lease;
 
 -- Every function of the extension pins search_path (the list of offenders is
--- empty), and there are functions to check.  None is SECURITY DEFINER: the C
--- code switches to the extension owner only around its own table access.
-SELECT count(*) >= 5 AS has_functions,
-       count(*) FILTER (WHERE p.prosecdef) AS security_definer
+-- empty), and there are functions to check.  No SECURITY DEFINER function
+-- goes without it either; lease functions are not SECURITY DEFINER at all:
+-- the C code switches to the extension owner only around its table access.
+SELECT count(*) >= 5 AS has_functions
   FROM pg_proc p
   JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
   JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'leader_election';
-SELECT p.oid::regprocedure AS unpinned_function, p.proconfig
+SELECT p.oid::regprocedure AS unpinned_function, p.prosecdef, p.proconfig
   FROM pg_proc p
   JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
   JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'leader_election'
  WHERE NOT coalesce('search_path=pg_catalog, pg_temp' = ANY (p.proconfig), false)
+ ORDER BY 1;
+SELECT p.oid::regprocedure AS function, p.prosecdef
+  FROM pg_proc p
+ WHERE p.proname IN ('le_acquire', 'le_renew', 'le_release', 'le_force_release', 'le_prune_history')
+   AND p.pronamespace = 'public'::regnamespace
  ORDER BY 1;
 
 -- The extension is not trusted: only a superuser can create it.
