@@ -13,6 +13,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use IPC::Run;
 
 my $clients = 10;
 my $seconds = 10;
@@ -39,15 +40,26 @@ SELECT le_release('many-' || :k, 'c' || :client_id || '-' || :o, :tok);
 \endif
 EOS
 
+my $script_file = $node->basedir . '/020_many_clients.sql';
+PostgreSQL::Test::Utils::append_to_file($script_file, $script);
+my ($out, $err) = ('', '');
 my $start = time();
-$node->pgbench(
-	"--no-vacuum --client=$clients --jobs=2 --time=$seconds",
-	0,
-	[qr{number of transactions actually processed: [1-9]}],
-	[qr{^$}],
-	"$clients clients for $seconds s, no client error",
-	{ '020_many_clients.sql' => $script });
+my $ran;
+{
+	local $ENV{PGHOST} = $node->host;
+	local $ENV{PGPORT} = $node->port;
+	$ran = IPC::Run::run(
+		[
+			'pgbench', '--no-vacuum', "--client=$clients", '--jobs=2',
+			"--time=$seconds", '--file', $script_file, 'postgres'
+		],
+		'>', \$out, '2>', \$err);
+}
+ok($ran, "pgbench with $clients clients for $seconds s exits with status 0");
+is($err, '', 'no client error (deadlock, lock timeout, ...)');
+like($out, qr/number of transactions actually processed: [1-9]/, 'transactions were processed');
 note sprintf('pgbench ran for %d s', time() - $start);
+note $_ for grep { /processed|latency|tps/ } split /\n/, $out;
 
 # Enough happened for the checks to mean something.
 my ($grants, $keys, $released, $expired) = split /\|/, $node->safe_psql('postgres', q{
