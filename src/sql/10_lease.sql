@@ -65,6 +65,9 @@ COMMENT ON COLUMN @extschema@.le_lease_history.ended_at IS
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.le_lease', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.le_lease_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.le_lease_history', '');
+-- The identity sequence too, or restored history ids would be handed out again.
+SELECT pg_catalog.pg_extension_config_dump(
+    pg_catalog.pg_get_serial_sequence('@extschema@.le_lease_history', 'history_id')::pg_catalog.regclass, '');
 
 REVOKE ALL ON @extschema@.le_lease, @extschema@.le_lease_history FROM PUBLIC;
 REVOKE ALL ON SEQUENCE @extschema@.le_lease_id_seq FROM PUBLIC;
