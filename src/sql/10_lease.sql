@@ -40,8 +40,13 @@ COMMENT ON COLUMN @extschema@.le_lease.holder IS
 -- columns too: every update qualifies for HOT, and fillfactor 50 leaves the
 -- page room for it, so constant renewal does not bloat the table or indexes.
 
+-- A plain sequence, not an identity column: pg_dump restores the value of a
+-- sequence marked with pg_extension_config_dump, not of an identity's.
+CREATE SEQUENCE @extschema@.le_lease_history_id_seq AS bigint;
+COMMENT ON SEQUENCE @extschema@.le_lease_history_id_seq IS 'ids of le_lease_history rows';
+
 CREATE TABLE @extschema@.le_lease_history (
-    history_id      bigint      GENERATED ALWAYS AS IDENTITY,
+    history_id      bigint      NOT NULL DEFAULT pg_catalog.nextval('@extschema@.le_lease_history_id_seq'::pg_catalog.regclass),
     lease_id        bigint      NOT NULL,
     lease_key       text        NOT NULL,
     holder          text        NOT NULL,
@@ -53,6 +58,7 @@ CREATE TABLE @extschema@.le_lease_history (
     CONSTRAINT le_lease_history_pkey PRIMARY KEY (history_id),
     CONSTRAINT le_lease_history_reason CHECK (end_reason IN ('released', 'expired', 'force_released'))
 );
+ALTER SEQUENCE @extschema@.le_lease_history_id_seq OWNED BY @extschema@.le_lease_history.history_id;
 CREATE INDEX le_lease_history_lease ON @extschema@.le_lease_history (lease_id, fencing_token);
 COMMENT ON TABLE @extschema@.le_lease_history IS
     'one row per grant of a new fencing token: who held the lease, from when to when, and why it ended; rows whose period ended longer ago than leader_election.history_retention are pruned on the next grant of the same key';
@@ -65,12 +71,10 @@ COMMENT ON COLUMN @extschema@.le_lease_history.ended_at IS
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.le_lease', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.le_lease_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.le_lease_history', '');
--- The identity sequence too, or restored history ids would be handed out again.
-SELECT pg_catalog.pg_extension_config_dump(
-    pg_catalog.pg_get_serial_sequence('@extschema@.le_lease_history', 'history_id')::pg_catalog.regclass, '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.le_lease_history_id_seq', '');
 
 REVOKE ALL ON @extschema@.le_lease, @extschema@.le_lease_history FROM PUBLIC;
-REVOKE ALL ON SEQUENCE @extschema@.le_lease_id_seq FROM PUBLIC;
+REVOKE ALL ON SEQUENCE @extschema@.le_lease_id_seq, @extschema@.le_lease_history_id_seq FROM PUBLIC;
 
 CREATE FUNCTION @extschema@.le_acquire(
     lease_key text,

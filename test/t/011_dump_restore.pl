@@ -57,7 +57,7 @@ my %state_sql = (
 	history => "SELECT string_agg(format('%s', h), E'\\n' ORDER BY history_id) FROM le_lease_history h",
 	lease_id_seq => "SELECT last_value || ' ' || is_called FROM le_lease_id_seq",
 	history_id_seq => "SELECT pg_get_serial_sequence('le_lease_history', 'history_id')"
-	  . " || ' ' || last_value || ' ' || is_called FROM le_lease_history_history_id_seq",
+	  . " || ' ' || last_value || ' ' || is_called FROM le_lease_history_id_seq",
 	max_tokens => "SELECT string_agg(lease_key || '=' || fencing_token, ' ' ORDER BY lease_key) FROM le_lease",);
 my %before;
 $before{$_} = $node->safe_psql('src', $state_sql{$_}) for keys %state_sql;

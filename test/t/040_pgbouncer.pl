@@ -1,0 +1,143 @@
+# Leases through PgBouncer in transaction-pooling mode: every call may land on
+# a different server connection, and the lease API still works, because it
+# keeps no session state (unlike advisory locks, which die with the server
+# connection they were taken on).  Proves the mission's "also through
+# PgBouncer in transaction mode" for acquire, renew, release and fenced
+# writes carrying their token with SET LOCAL.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $pgbouncer = '/usr/sbin/pgbouncer';
+plan skip_all => "pgbouncer not installed at $pgbouncer" unless -x $pgbouncer;
+
+my $node = PostgreSQL::Test::Cluster->new('main');
+$node->init;
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION leader_election');
+
+# PgBouncer with two server connections in transaction mode, on a Unix socket.
+my $dir = PostgreSQL::Test::Utils::tempdir;
+my $bport = PostgreSQL::Test::Cluster::get_free_port();
+my $user = $node->safe_psql('postgres', 'SELECT current_user');
+open my $ini, '>', "$dir/pgbouncer.ini" or die $!;
+print $ini <<"EOF";
+[databases]
+postgres = host=@{[$node->host]} port=@{[$node->port]} dbname=postgres
+[pgbouncer]
+listen_addr =
+listen_port = $bport
+unix_socket_dir = $dir
+auth_type = trust
+auth_file = $dir/users.txt
+pool_mode = transaction
+default_pool_size = 2
+max_client_conn = 20
+logfile = $dir/pgbouncer.log
+pidfile = $dir/pgbouncer.pid
+EOF
+close $ini;
+open my $users, '>', "$dir/users.txt" or die $!;
+print $users qq{"$user" ""\n};
+close $users;
+system($pgbouncer, '-d', "$dir/pgbouncer.ini") == 0 or die "pgbouncer did not start";
+END { system('sh', '-c', "kill \$(cat $dir/pgbouncer.pid) 2>/dev/null") if defined $dir && -f "$dir/pgbouncer.pid"; }
+
+my $via = "host=$dir port=$bport dbname=postgres user=$user";
+for (1 .. 50)
+{
+	last if $node->psql('postgres', 'SELECT 1', connstr => $via) == 0;
+	select(undef, undef, undef, 0.1);
+}
+
+# Run SQL through PgBouncer, one psql per call, as separate application
+# clients would; returns stdout.
+sub via_bouncer
+{
+	my ($sql) = @_;
+	my ($ret, $out, $err) = $node->psql('postgres', $sql, connstr => $via);
+	die "psql via pgbouncer failed: $err" if $ret != 0;
+	return $out;
+}
+
+# Hold one of the two pooled server connections in an open transaction;
+# returns the harness and that connection's backend pid.
+sub hold_connection
+{
+	my ($in, $out) = ('', '');
+	my $h = IPC::Run::start([ 'psql', '-XAtq', '-d', $via ], '<', \$in, '>', \$out);
+	$in .= "BEGIN; SELECT pg_backend_pid();\n";
+	$h->pump until $out =~ /^(\d+)$/m;
+	return ($h, $1, \$in);
+}
+
+# Let a held connection go back to the pool.
+sub let_go
+{
+	my ($h, $in) = @_;
+	$$in .= "COMMIT;\n\\q\n";
+	$h->finish;
+}
+
+my ($acq_pid, $acquired, $token) = split /\|/, via_bouncer(
+	"SELECT pg_backend_pid(), acquired, fencing_token FROM le_acquire('pooled', 'app-1', '30 seconds')");
+is("$acquired|$token", 't|1', 'acquire through pgbouncer grants token 1');
+
+# Park the acquiring server connection, so the renewal must use the other.
+my ($h, $held, $in);
+for (1 .. 20)
+{
+	($h, $held, $in) = hold_connection();
+	last if $held == $acq_pid;
+	let_go($h, $in);
+	undef $h;
+}
+ok(defined $h, 'the acquiring server connection is parked in another client\'s transaction');
+my ($renew_pid, $renewed) = split /\|/, via_bouncer(
+	"SELECT pg_backend_pid(), le_renew('pooled', 'app-1', 1, '30 seconds') IS NOT NULL");
+isnt($renew_pid, $acq_pid, 'the renewal ran on a different server connection');
+is($renewed, 't', 'renew works on a server connection other than the acquiring one');
+let_go($h, $in) if $h;
+
+is(via_bouncer("SELECT acquired FROM le_acquire('pooled', 'app-2', '30 seconds')"),
+	'f', 'another owner is refused through pgbouncer');
+
+# A transaction pins one server connection only for its duration: renew and
+# release inside explicit transactions from separate clients.
+is( via_bouncer(
+		"BEGIN; SELECT le_renew('pooled', 'app-1', 1, '30 seconds') IS NOT NULL; COMMIT;"),
+	't',
+	'renew inside a transaction through pgbouncer');
+is(via_bouncer("SELECT le_release('pooled', 'app-1', 1)"),
+	't', 'release through pgbouncer');
+is(via_bouncer("SELECT acquired, fencing_token FROM le_acquire('pooled', 'app-2', '30 seconds')"),
+	't|2', 'the next owner gets a higher token through pgbouncer');
+
+# Concurrent campaigns through the pool: exactly one winner per round.
+for my $round (1 .. 3)
+{
+	via_bouncer("SELECT le_force_release('pooled')");
+	my @h;
+	my @out = ('') x 6;
+	for my $i (0 .. 5)
+	{
+		push @h,
+		  IPC::Run::start(
+			[
+				'psql', '-XAtq', '-d', $via, '-c',
+				"SELECT acquired FROM le_acquire('pooled', 'racer-$i', '30 seconds')"
+			],
+			'>', \$out[$i]);
+	}
+	$_->finish for @h;
+	my $winners = grep { $_ =~ /^t$/m } @out;
+	is($winners, 1, "round $round: exactly one of six pooled racers acquired");
+}
+
+my $tokens = $node->safe_psql('postgres',
+	"SELECT string_agg(fencing_token::text, ',' ORDER BY fencing_token) FROM le_lease_history WHERE lease_key = 'pooled'");
+is($tokens, '1,2,3,4,5', 'one new token per ownership period, none reused');
+
+done_testing();
