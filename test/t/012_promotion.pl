@@ -1,7 +1,8 @@
 # Rule 3 of issue 2, standby promotion and hot standby: grants the old
 # primary acknowledged but never replicated must not let the promoted standby
 # issue the same or a lower token (tokens after a promotion jump above
-# (timeline - 1) << 40); on a hot standby every mutating call fails with
+# (timeline - 1) << 40), whether the standby is asynchronous or synchronous
+# with the commit wait cancelled; on a hot standby every mutating call fails with
 # SQLSTATE 25006 and a clear message, while reads of le_leases work.
 use strict;
 use warnings;
@@ -9,6 +10,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use IPC::Run;
 
 my $primary = PostgreSQL::Test::Cluster->new('primary');
 $primary->init(allows_streaming => 1);
@@ -75,6 +77,25 @@ push @unseen, $primary->safe_psql('postgres',
 $primary->safe_psql('postgres', "SELECT le_force_release('h')");
 push @unseen, $primary->safe_psql('postgres',
 	"SELECT fencing_token FROM le_acquire('h', 'p-last', '1 minute')");
+
+# A synchronous standby does not help once the commit wait is cancelled: the
+# grant is committed locally and its token reaches the client with a WARNING.
+$primary->safe_psql('postgres', "ALTER SYSTEM SET synchronous_standby_names = 'standby'");
+$primary->reload;
+my ($sync_out, $sync_err) = ('', '');
+my $sync_call = IPC::Run::start(
+	[ 'psql', '-XAtq', '-d', $primary->connstr('postgres'), '-c',
+		"SELECT fencing_token FROM le_acquire('sync', 'p-sync', '1 minute')" ],
+	'>', \$sync_out, '2>', \$sync_err);
+$primary->poll_query_until('postgres',
+	"SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+  or die 'the acquire never waited for the synchronous standby';
+$sync_call->finish;
+chomp $sync_out;
+note "injected: synchronous standby down, commit wait of an acquire cancelled; client got token $sync_out and: $sync_err";
+like($sync_err, qr/already committed locally/, 'the cancelled commit wait leaves the grant committed locally');
+like($sync_out, qr/^\d+$/, 'and its token reached the client');
+push @unseen, $sync_out;
 note 'the old primary acknowledged tokens ' . join(', ', @unseen) . ' after the cut';
 my $old_max = (sort { $b <=> $a } @unseen)[0];
 
@@ -98,7 +119,7 @@ is($standby->safe_psql('postgres',
 is($standby->safe_psql('postgres', "SELECT le_force_release('h')"),
 	't', 'h is force-released on the new primary');
 my $base = 1 << 40;
-for my $key (qw(k new-key h))
+for my $key (qw(k new-key h sync))
 {
 	my $reply = $standby->safe_psql('postgres',
 		"SELECT acquired || ' ' || fencing_token FROM le_acquire('$key', 'new-primary', '1 minute')");
