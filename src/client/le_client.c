@@ -1065,19 +1065,16 @@ campaign_once(le_elector *e, PGconn **connp)
 	{
 		char		holder[256];
 		char		expires[64];
+		bool		changed;
 
 		copy_str(holder, sizeof(holder), PQgetvalue(r, 0, 2));
 		copy_str(expires, sizeof(expires), PQgetvalue(r, 0, 3));
 		PQclear(r);
-		pthread_mutex_lock(&e->mu);
-		e->attempts++;
-		pthread_cond_broadcast(&e->cv);
-		pthread_mutex_unlock(&e->mu);
 		/* polling fallback for observation: learn the token on a change of holder */
 		pthread_mutex_lock(&e->mu);
-		broken = strcmp(e->holder, holder) != 0;
+		changed = strcmp(e->holder, holder) != 0;
 		pthread_mutex_unlock(&e->mu);
-		if (broken)
+		if (changed)
 		{
 			const char *v1[1] = {e->lease_key};
 			int64_t		tok = -1;
@@ -1096,6 +1093,10 @@ campaign_once(le_elector *e, PGconn **connp)
 			}
 			observed(e, holder, tok, expires);
 		}
+		pthread_mutex_lock(&e->mu);
+		e->attempts++;
+		pthread_cond_broadcast(&e->cv);
+		pthread_mutex_unlock(&e->mu);
 		return le_monotonic_ms() + jittered_retry(e);
 	}
 
