@@ -38,6 +38,20 @@ $(EXTENSION)--$(EXTVERSION).sql: $(SQL_PARTS)
 
 $(OBJS): src/leader_election.h src/compat.h
 
+# The libpq client library and pg_leader CLI (src/client/Makefile): built by
+# "make", installed by "make install" into pg_config's bindir, libdir and
+# includedir.  It is not part of OBJS (src/*.c does not recurse).
+.PHONY: client install-client clean-client
+all: client
+client:
+	$(MAKE) -C src/client PG_CONFIG='$(PG_CONFIG)'
+install: install-client
+install-client: client
+	$(MAKE) -C src/client PG_CONFIG='$(PG_CONFIG)' install
+clean: clean-client
+clean-client:
+	$(MAKE) -C src/client PG_CONFIG='$(PG_CONFIG)' clean
+
 # The three kinds of tests one at a time (PGXS's installcheck runs them all
 # and stops at the first failing kind).
 .PHONY: installcheck-regress installcheck-isolation installcheck-tap

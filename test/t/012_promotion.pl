@@ -1,0 +1,143 @@
+# Rule 3 of issue 2, standby promotion and hot standby: grants the old
+# primary acknowledged but never replicated must not let the promoted standby
+# issue the same or a lower token (tokens after a promotion jump above
+# (timeline - 1) << 40), whether the standby is asynchronous or synchronous
+# with the commit wait cancelled; on a hot standby every mutating call fails with
+# SQLSTATE 25006 and a clear message, while reads of le_leases work.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use IPC::Run;
+
+my $primary = PostgreSQL::Test::Cluster->new('primary');
+$primary->init(allows_streaming => 1);
+$primary->start;
+$primary->safe_psql('postgres', 'CREATE EXTENSION leader_election');
+
+$primary->backup('base');
+my $standby = PostgreSQL::Test::Cluster->new('standby');
+$standby->init_from_backup($primary, 'base', has_streaming => 1);
+$standby->start;
+
+# Replicated state: lease k granted (token 1) and released; lease h held.
+my $t1 = $primary->safe_psql('postgres',
+	"SELECT fencing_token FROM le_acquire('k', 'p-1', '1 minute')");
+$primary->safe_psql('postgres', "SELECT le_release('k', 'p-1', $t1)");
+$primary->safe_psql('postgres',
+	"SELECT fencing_token FROM le_acquire('h', 'holder', '1 hour')");
+$primary->wait_for_catchup($standby);
+is($standby->safe_psql('postgres',
+		"SELECT string_agg(lease_key || '=' || coalesce(holder, '<free>') || '/' || fencing_token, ' '"
+		  . " ORDER BY lease_key) FROM le_leases"),
+	'h=holder/1 k=<free>/1', 'the standby caught up: reads of le_leases work on a hot standby');
+is($standby->safe_psql('postgres', 'SELECT count(*) FROM le_lease_history'),
+	'2', 'reads of le_lease_history work on a hot standby');
+
+# Every mutating call fails on the standby with 25006 and says why.
+my %mutations = (
+	le_acquire => [ "SELECT * FROM le_acquire('k', 'on-standby', '1 minute')", 'acquire' ],
+	le_renew => [ "SELECT le_renew('h', 'holder', 1, '1 minute')", 'renew' ],
+	le_release => [ "SELECT le_release('h', 'holder', 1)", 'release' ],
+	le_force_release => [ "SELECT le_force_release('h')", 'release' ],
+	le_prune_history => [ "SELECT le_prune_history()", 'prune the history of' ],);
+for my $fn (sort keys %mutations)
+{
+	my ($sql, $verb) = @{ $mutations{$fn} };
+	my ($stdout, $stderr);
+	my $rc = $standby->psql('postgres', "\\set VERBOSITY verbose\n$sql",
+		stdout => \$stdout, stderr => \$stderr);
+	note "on the standby: $sql -> $stderr";
+	isnt($rc, 0, "$fn fails on the standby");
+	like($stderr, qr/ERROR:  25006: cannot $verb a lease while the server is in recovery/,
+		"$fn: SQLSTATE 25006 and a message that names the action");
+	like($stderr, qr/HINT:  Connect to the primary/, "$fn: the hint sends the caller to the primary");
+}
+is($standby->safe_psql('postgres',
+		"SELECT holder || '/' || fencing_token FROM le_leases WHERE lease_key = 'h'"),
+	'holder/1', 'the failed calls changed nothing on the standby');
+
+# Cut the standby off, then let the primary issue tokens it never sees.
+$standby->stop;
+note 'injected: standby stopped; the primary now grants tokens it will never replicate';
+my @unseen;
+for my $i (1 .. 3)
+{
+	my $t = $primary->safe_psql('postgres',
+		"SELECT fencing_token FROM le_acquire('k', 'p-unseen-$i', '1 minute')");
+	$primary->safe_psql('postgres', "SELECT le_release('k', 'p-unseen-$i', $t)");
+	push @unseen, $t;
+}
+push @unseen, $primary->safe_psql('postgres',
+	"SELECT fencing_token FROM le_acquire('k', 'p-last', '1 minute')");
+push @unseen, $primary->safe_psql('postgres',
+	"SELECT fencing_token FROM le_acquire('new-key', 'p-last', '1 minute')");
+$primary->safe_psql('postgres', "SELECT le_force_release('h')");
+push @unseen, $primary->safe_psql('postgres',
+	"SELECT fencing_token FROM le_acquire('h', 'p-last', '1 minute')");
+
+# A synchronous standby does not help once the commit wait is cancelled: the
+# grant is committed locally and its token reaches the client with a WARNING.
+$primary->safe_psql('postgres', "ALTER SYSTEM SET synchronous_standby_names = 'standby'");
+$primary->reload;
+my ($sync_out, $sync_err) = ('', '');
+my $sync_call = IPC::Run::start(
+	[ 'psql', '-XAtq', '-d', $primary->connstr('postgres'), '-c',
+		"SELECT fencing_token FROM le_acquire('sync', 'p-sync', '1 minute')" ],
+	'>', \$sync_out, '2>', \$sync_err);
+$primary->poll_query_until('postgres',
+	"SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+  or die 'the acquire never waited for the synchronous standby';
+$sync_call->finish;
+chomp $sync_out;
+note "injected: synchronous standby down, commit wait of an acquire cancelled; client got token $sync_out and: $sync_err";
+like($sync_err, qr/already committed locally/, 'the cancelled commit wait leaves the grant committed locally');
+like($sync_out, qr/^\d+$/, 'and its token reached the client');
+push @unseen, $sync_out;
+note 'the old primary acknowledged tokens ' . join(', ', @unseen) . ' after the cut';
+my $old_max = (sort { $b <=> $a } @unseen)[0];
+
+# Crash the old primary; promote the standby.
+$primary->stop('immediate');
+note 'injected: old primary stopped with -m immediate; standby started and promoted';
+$standby->start;
+$standby->promote;
+$standby->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
+  or die 'standby did not leave recovery';
+my $tli = $standby->safe_psql('postgres',
+	"SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int");
+note "new primary runs on timeline $tli";
+
+is($standby->safe_psql('postgres',
+		"SELECT coalesce(holder, '<free>') || '/' || fencing_token FROM le_leases WHERE lease_key = 'k'"),
+	'<free>/1', 'the promoted standby never saw the old primary\'s later grants of k');
+
+# New grants on the new primary: above everything the old one acknowledged
+# (h is still held there by the holder the standby knew: an admin frees it).
+is($standby->safe_psql('postgres', "SELECT le_force_release('h')"),
+	't', 'h is force-released on the new primary');
+my $base = 1 << 40;
+for my $key (qw(k new-key h sync))
+{
+	my $reply = $standby->safe_psql('postgres',
+		"SELECT acquired || ' ' || fencing_token FROM le_acquire('$key', 'new-primary', '1 minute')");
+	my ($acquired, $token) = split / /, $reply;
+	note "checked: on the new primary $key was granted token $token (old primary's highest: $old_max)";
+	is($acquired, 'true', "$key is granted on the new primary");
+	cmp_ok($token, '>', $old_max, "$key: token $token is above every token the old primary acknowledged");
+	cmp_ok($token, '>=', $base, "$key: token jumped to the new timeline's range (>= 2^40)");
+}
+is($standby->safe_psql('postgres',
+		"SELECT string_agg(DISTINCT token_timeline::text, ',') FROM le_lease"),
+	$tli, 'the lease rows record the timeline that issued their tokens');
+
+# Within the new timeline tokens go up by one again.
+$standby->safe_psql('postgres', "SELECT le_force_release('k')");
+is($standby->safe_psql('postgres',
+		"SELECT fencing_token FROM le_acquire('k', 'after', '1 minute')"),
+	$base + 1, 'the next grant on the same timeline adds one');
+
+$standby->stop;
+done_testing();

@@ -1,0 +1,164 @@
+# Issue 2, notifications of lease changes: a session listening on channel
+# leader_election receives exactly one notification per grant (event
+# "acquired") and per release ("released", "force_released"), delivered at
+# commit, whose payload is valid JSON with event, lease_key, holder,
+# fencing_token and expires_at, with quotes, backslashes, control characters
+# and non-ASCII text in the key and owner escaped correctly; renewals,
+# repeated acquires by the holder, refusals and rolled-back acquires send
+# none.
+use strict;
+use warnings;
+use utf8;
+
+use Encode qw(encode_utf8);
+use JSON::PP;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('notify');
+$node->init(extra => [ '--encoding=UTF8', '--locale=C' ]);
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION leader_election');
+
+# Run SQL (a perl character string) in a fresh session.
+sub sql
+{
+	my ($query) = @_;
+	return $node->safe_psql('postgres', encode_utf8($query));
+}
+
+my $listener = $node->background_psql('postgres');
+$listener->query_safe('LISTEN leader_election; LISTEN le_test_sentinel');
+my $json = JSON::PP->new->utf8;
+my $sentinel = 0;
+
+# Everything the listener received on leader_election since the last call,
+# as decoded payloads.  A sentinel NOTIFY sent after the actions arrives after
+# every notification committed before it, so nothing can still be in flight.
+sub received
+{
+	my $mark = ++$sentinel;
+	$node->safe_psql('postgres', "NOTIFY le_test_sentinel, '$mark'");
+	my (@payloads, $done);
+	my $deadline = time + $PostgreSQL::Test::Utils::timeout_default;
+	until ($done)
+	{
+		die 'sentinel notification never arrived' if time > $deadline;
+		my $out = $listener->query_safe('SELECT 1');
+		for my $line (split /\n/, $out)
+		{
+			next unless $line =~
+			  /^Asynchronous notification "([^"]+)" with payload "(.*)" received from server process with PID \d+\.$/;
+			my ($channel, $payload) = ($1, $2);
+			if ($channel eq 'le_test_sentinel')
+			{
+				$done = 1 if $payload eq $mark;
+				next;
+			}
+			my $decoded = eval { $json->decode($payload) };
+			ok(defined $decoded, "payload is valid JSON: $payload") or diag $@;
+			push @payloads, $decoded if defined $decoded;
+		}
+	}
+	return @payloads;
+}
+
+# The lease as le_leases reports it: holder, token, expiry as ISO text.
+sub lease_now
+{
+	my ($key) = @_;
+	my $row = $node->safe_psql('postgres', encode_utf8(
+		"SELECT fencing_token, to_json(expires_at)#>>'{}' FROM le_leases WHERE lease_key = \$k\$$key\$k\$"));
+	return split /\|/, $row;
+}
+
+# Check one step: what it did, and the notifications it must have produced.
+sub step_sends
+{
+	my ($what, @expected) = @_;
+	my @got = received();
+	note "injected: $what; checked: received "
+	  . scalar(@got) . ' notification(s): '
+	  . join(' ', map { JSON::PP->new->canonical->encode($_) } @got);
+	is(scalar(@got), scalar(@expected), "$what: " . scalar(@expected) . ' notification(s)');
+	for my $i (0 .. $#expected)
+	{
+		is_deeply($got[$i], $expected[$i], "$what: notification " . ($i + 1) . ' has the expected payload');
+	}
+}
+
+# A grant: one "acquired" with holder, token and the expiry le_leases shows.
+my $t = sql("SELECT fencing_token FROM le_acquire('k', 'A', '1 minute')");
+my (undef, $exp) = lease_now('k');
+like($exp, qr/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?([+-]\d\d:\d\d|Z)$/, 'expires_at is ISO 8601');
+step_sends('grant of k to A',
+	{ event => 'acquired', lease_key => 'k', holder => 'A', fencing_token => $t, expires_at => $exp });
+
+# The holder again, a renewal, a refusal: none.
+sql("SELECT le_acquire('k', 'A', '2 minutes')");
+sql("SELECT le_renew('k', 'A', $t, '3 minutes')");
+is(sql("SELECT acquired FROM le_acquire('k', 'B', '1 minute')"), 'f', 'B is refused');
+sql("SELECT le_renew('k', 'B', $t, '3 minutes')");
+sql("SELECT le_release('k', 'B', $t)");
+step_sends('repeated acquire by the holder, renewal, refused acquire, refused renew and release');
+
+# A release: holder and expiry are null, the token is the released one.
+sql("SELECT le_release('k', 'A', $t)");
+step_sends('release of k by A',
+	{ event => 'released', lease_key => 'k', holder => undef, fencing_token => $t, expires_at => undef });
+
+# A rolled-back grant sends none.
+sql("BEGIN; SELECT le_acquire('k', 'C', '1 minute'); ROLLBACK;");
+step_sends('acquire rolled back');
+
+# A grant inside an open transaction is announced only at its commit.
+my $tx = $node->background_psql('postgres');
+$tx->query_safe("BEGIN; SELECT le_acquire('k', 'D', '100 milliseconds')");
+step_sends('acquire in a transaction not yet committed');
+$tx->query_safe('COMMIT');
+$tx->quit;
+my ($t_d, $exp_d) = lease_now('k');
+is($t_d, $t + 1, 'the rolled-back grant used no token');
+step_sends('commit of that transaction',
+	{ event => 'acquired', lease_key => 'k', holder => 'D', fencing_token => $t_d, expires_at => $exp_d });
+
+# Takeover of an expired lease: one "acquired", no separate event for expiry.
+$node->poll_query_until('postgres', "SELECT NOT is_valid FROM le_leases WHERE lease_key = 'k'")
+  or die 'lease k did not expire';
+my $t_e = sql("SELECT fencing_token FROM le_acquire('k', 'E', '1 minute')");
+my (undef, $exp_e) = lease_now('k');
+step_sends('takeover of the expired lease by E',
+	{ event => 'acquired', lease_key => 'k', holder => 'E', fencing_token => $t_e, expires_at => $exp_e });
+
+# Force release.
+sql("SELECT le_force_release('k')");
+sql("SELECT le_force_release('k')");
+step_sends('force release of k (twice; the second finds it free)',
+	{ event => 'force_released', lease_key => 'k', holder => undef, fencing_token => $t_e, expires_at => undef });
+
+# Escaping: quotes, backslashes, control characters and non-ASCII text.
+my $key = qq{quote" back\\slash \\"x\\u0041 ключ ✓ 🔒};
+my $owner = qq{own"er\\ tab\there\nnewline \x01 é};
+my $t_w = sql("SELECT fencing_token FROM le_acquire(\$k\$$key\$k\$, \$o\$$owner\$o\$, '1 minute')");
+my (undef, $exp_w) = lease_now($key);
+step_sends('grant of a lease whose key and owner need escaping',
+	{ event => 'acquired', lease_key => $key, holder => $owner, fencing_token => $t_w, expires_at => $exp_w });
+sql("SELECT le_release(\$k\$$key\$k\$, \$o\$$owner\$o\$, $t_w)");
+step_sends('release of that lease',
+	{ event => 'released', lease_key => $key, holder => undef, fencing_token => $t_w, expires_at => undef });
+
+# Several grants and releases in one transaction: one notification each.
+sql(q{BEGIN;
+SELECT le_acquire('m1', 'M', '1 minute');
+SELECT le_acquire('m2', 'M', '1 minute');
+SELECT le_release('m1', 'M', 1);
+COMMIT;});
+my @m = received();
+is_deeply([ map { "$_->{event} $_->{lease_key} $_->{fencing_token}" } @m ],
+	[ 'acquired m1 1', 'acquired m2 1', 'released m1 1' ],
+	'one notification per grant and release of a transaction, in order');
+
+$listener->quit;
+$node->stop;
+done_testing();

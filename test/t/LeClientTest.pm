@@ -1,0 +1,252 @@
+# Helpers of the pg_leader TAP tests (test/t/1NN_client_*.pl): start and
+# signal real pg_leader processes, a job script that logs its start and
+# stop with its fencing token, and readers of those logs and of the
+# server's lease history.
+package LeClientTest;
+
+use strict;
+use warnings;
+use Exporter 'import';
+use POSIX qw(:sys_wait_h setpgid);
+use Time::HiRes qw(time usleep);
+use Time::Local qw(timegm);
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+our @EXPORT = qw(pg_leader_bin start_candidate stop_all wait_for write_job
+  read_events lease_state history_rows log_has alive reap log_events
+  check_no_overlap spans);
+
+my @started;    # every wrapper we started, killed at the end
+
+# The pg_leader of this build tree, else the installed one on PATH.
+sub pg_leader_bin
+{
+	my $built = ($ENV{TESTDIR} // '.') . '/src/client/pg_leader';
+	return -x $built ? $built : 'pg_leader';
+}
+
+# Start "pg_leader run" in a process group of its own, stderr to a log file.
+# Returns { pid => ..., log => ..., name => ... }.
+sub start_candidate
+{
+	my (%a) = @_;
+	my $log = "$a{dir}/$a{name}.log";
+	my @cmd = (
+		pg_leader_bin(), 'run', '-d', $a{dsn}, '-l', $a{key},
+		'--owner', $a{name}, @{ $a{opts} // [] },
+		'--', @{ $a{command} });
+	my $pid = fork();
+	die "fork: $!" unless defined $pid;
+	if ($pid == 0)
+	{
+		setpgid(0, 0);
+		open(STDOUT, '>>', $log) or die;
+		open(STDERR, '>>', $log) or die;
+		exec(@cmd) or die "exec: $!";
+	}
+	setpgid($pid, $pid);
+	my $c = { pid => $pid, log => $log, name => $a{name} };
+	push @started, $c;
+	return $c;
+}
+
+# Is this pid still running (and not a zombie of ours)?
+sub alive
+{
+	my ($pid) = @_;
+	return 0 unless kill(0, $pid);
+	open(my $fh, '<', "/proc/$pid/stat") or return 0;
+	my $line = <$fh>;
+	return ($line =~ /\)\s+(\S)/ && $1 ne 'Z') ? 1 : 0;
+}
+
+# Reap a wrapper if it exited; returns its exit status or undef.
+sub reap
+{
+	my ($c) = @_;
+	return $c->{status} if defined $c->{status};
+	my $w = waitpid($c->{pid}, WNOHANG);
+	if ($w == $c->{pid})
+	{
+		$c->{status} = WIFEXITED($?) ? WEXITSTATUS($?) : 128 + WTERMSIG($?);
+	}
+	return $c->{status};
+}
+
+# SIGKILL every wrapper still running (their commands die of PDEATHSIG).
+sub stop_all
+{
+	for my $c (@started)
+	{
+		next if defined reap($c);
+		kill 'CONT', $c->{pid};
+		kill 'KILL', $c->{pid};
+		waitpid($c->{pid}, 0);
+	}
+	@started = ();
+}
+
+# Poll $cond every 20 ms until true or $timeout seconds pass; returns
+# the seconds waited, or undef on timeout.
+sub wait_for
+{
+	my ($cond, $timeout) = @_;
+	my $t0 = time();
+	while (time() - $t0 < $timeout)
+	{
+		return time() - $t0 if $cond->();
+		usleep(20_000);
+	}
+	return $cond->() ? time() - $t0 : undef;
+}
+
+# A job for pg_leader: logs "start" and "stop" lines with its token, owner
+# and pid to $events (atomic appends), beats every 0.1 s, runs $beats beats
+# (0 = until terminated).  SIGTERM logs "stop" and exits.
+sub write_job
+{
+	my ($dir, $events, $beats) = @_;
+	my $path = "$dir/job.sh";
+	open(my $fh, '>', $path) or die;
+	print $fh <<"EOF";
+#!/bin/sh
+ev='$events'
+line() { echo "\$1 \$LE_FENCING_TOKEN \$LE_OWNER_ID \$\$ \$(date +%s.%N)" >> "\$ev"; }
+line start
+trap 'line stop; exit 0' TERM
+i=0
+while [ $beats -eq 0 ] || [ \$i -lt $beats ]; do
+	sleep 0.1
+	line beat
+	i=\$((i + 1))
+done
+line stop
+EOF
+	close($fh);
+	chmod 0755, $path;
+	return $path;
+}
+
+# Lines of an events file as [kind, token, owner, pid, time].
+sub read_events
+{
+	my ($events) = @_;
+	return () unless -e $events;
+	open(my $fh, '<', $events) or die;
+	my @ev;
+	while (<$fh>)
+	{
+		chomp;
+		my @f = split / /;
+		push @ev, [@f] if @f == 5;
+	}
+	return @ev;
+}
+
+# holder|token|is_valid of a lease, "" if none.
+sub lease_state
+{
+	my ($node, $key) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT coalesce(holder, '-') || '|' || fencing_token || '|' || CASE WHEN is_valid THEN 't' ELSE 'f' END FROM le_leases WHERE lease_key = '$key'"
+	);
+}
+
+# History rows: [holder, token, acquired_at epoch, ended_at epoch or '', end_reason].
+sub history_rows
+{
+	my ($node, $key) = @_;
+	my $out = $node->safe_psql('postgres',
+		"SELECT holder, fencing_token, extract(epoch FROM acquired_at), coalesce(extract(epoch FROM ended_at)::text, ''), coalesce(end_reason, '')
+		   FROM le_lease_history WHERE lease_key = '$key' ORDER BY fencing_token");
+	return map { [ split /\|/, $_, -1 ] } grep { $_ ne '' } split /\n/, $out;
+}
+
+# Does the wrapper's log contain a line matching $re?
+sub log_has
+{
+	my ($c, $re) = @_;
+	open(my $fh, '<', $c->{log}) or return 0;
+	local $/;
+	my $text = <$fh>;
+	return $text =~ $re;
+}
+
+# Text log of a wrapper as [epoch, event, token, reason] per line.
+sub log_events
+{
+	my ($c) = @_;
+	open(my $fh, '<', $c->{log}) or return ();
+	my @ev;
+	while (<$fh>)
+	{
+		next
+		  unless /^(\d+)-(\d+)-(\d+)T(\d+):(\d+):(\d+)\.(\d+)Z pg_leader\[\d+\] (\S+)/;
+		my $t = timegm($6, $5, $4, $3, $2 - 1, $1) + $7 / 1000;
+		my $ev = $8;
+		my ($tok) = /token=(\d+)/;
+		my ($reason) = /reason=(\S+)/;
+		push @ev, [ $t, $ev, $tok // 0, $reason // '' ];
+	}
+	return @ev;
+}
+
+# Runs of each job from an events file: [token, owner, pid, start, end]
+# (end undef if the job never logged its stop).
+sub spans
+{
+	my ($events) = @_;
+	my %run;
+	my @spans;
+	for my $e (read_events($events))
+	{
+		my ($kind, $tok, $owner, $pid, $t) = @$e;
+		if ($kind eq 'start')
+		{
+			$run{$pid} = [ $tok, $owner, $pid, $t, undef ];
+			push @spans, $run{$pid};
+		}
+		elsif ($kind eq 'stop' && $run{$pid})
+		{
+			$run{$pid}[4] = $t;
+		}
+	}
+	return @spans;
+}
+
+# Check that jobs ran one at a time with rising tokens; returns a list of
+# problems (empty when fine).
+sub check_no_overlap
+{
+	my ($events) = @_;
+	my @problems;
+	my ($open, $last_tok) = (undef, 0);
+	for my $e (read_events($events))
+	{
+		my ($kind, $tok, $owner, $pid) = @$e;
+		if ($kind eq 'start')
+		{
+			push @problems, "start of $owner/$tok while $open->[1]/$open->[0] runs" if $open;
+			push @problems, "token $tok not above $last_tok" if $tok <= $last_tok;
+			$open = [ $tok, $owner, $pid ];
+			$last_tok = $tok;
+		}
+		elsif ($kind eq 'stop')
+		{
+			push @problems, "stop of $owner/$tok that is not running"
+			  unless $open && $open->[2] == $pid;
+			$open = undef;
+		}
+		elsif ($kind eq 'beat')
+		{
+			push @problems, "beat of $owner/$tok while it is not the running job"
+			  unless $open && $open->[2] == $pid;
+		}
+	}
+	return @problems;
+}
+
+END { stop_all(); }
+
+1;
