@@ -51,15 +51,20 @@ my $ran;
 	$ran = IPC::Run::run(
 		[
 			'pgbench', '--no-vacuum', "--client=$clients", '--jobs=2',
-			"--time=$seconds", '--file', $script_file, 'postgres'
+			"--time=$seconds", '--failures-detailed', '--verbose-errors',
+			'--file', $script_file, 'postgres'
 		],
 		'>', \$out, '2>', \$err);
 }
 ok($ran, "pgbench with $clients clients for $seconds s exits with status 0");
 is($err, '', 'no client error (deadlock, lock timeout, ...)');
 like($out, qr/number of transactions actually processed: [1-9]/, 'transactions were processed');
+# Deadlocks and serialization failures do not abort a pgbench client; they
+# are counted (and, with --verbose-errors, reported on stderr).
+like($out, qr/number of failed transactions: 0 /, 'no transaction failed (no deadlock, no serialization failure)');
 note sprintf('pgbench ran for %d s', time() - $start);
-note $_ for grep { /processed|latency|tps/ } split /\n/, $out;
+note $_ for grep { /processed|failed|latency|tps/ } split /\n/, $out;
+note "pgbench stderr: $err" if $err ne '';
 
 # Enough happened for the checks to mean something.
 my ($grants, $keys, $released, $expired) = split /\|/, $node->safe_psql('postgres', q{
