@@ -100,6 +100,7 @@ extern int64 le_store_prune_history(LeaseStoreState *st, int64 lease_id);
 /* Token rule and fence lock (lease_store.c). */
 extern int64 le_next_token(const LeaseRow *row, int32 *timeline);
 extern void le_fence_lock(int64 lease_id, LOCKMODE mode);
+extern bool le_fence_trylock(int64 lease_id, LOCKMODE mode);
 extern bool le_lease_is_valid(const LeaseRow *row, TimestampTz now);
 extern void le_notify(const char *event, const LeaseRow *row);
 

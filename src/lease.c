@@ -151,14 +151,20 @@ le_acquire(PG_FUNCTION_ARGS)
 		if (!fenced)
 		{
 			/*
-			 * Row lock before fence lock, against the lock order, but only
-			 * for a row this call just created (nobody else knows its id
-			 * yet), a row a concurrent caller created between our two
-			 * reads, or our own lease lapsing between them.  In those
-			 * narrow windows a deadlock is possible and the deadlock
-			 * detector ends it within deadlock_timeout (40P01).
+			 * We hold the row lock already: a row this call just created
+			 * (nobody else knows its id yet), one a concurrent caller
+			 * created, or our own lease that lapsed between our two reads.
+			 * Waiting for the fence lock now would break the lock order
+			 * and could deadlock with a competitor that holds it and waits
+			 * for the row (lease_lock_order.spec).  If it is taken, that
+			 * competitor (or a writer with the old token) came first:
+			 * refuse, like a lost race.
 			 */
-			le_fence_lock(row.lease_id, LE_FENCE_CHANGE_LOCKMODE);
+			if (!le_fence_trylock(row.lease_id, LE_FENCE_CHANGE_LOCKMODE))
+			{
+				le_store_end(&st);
+				PG_RETURN_DATUM(le_acquire_result(fcinfo, false, &row));
+			}
 			now = GetCurrentTimestamp();
 		}
 		if (row.holder != NULL)

@@ -623,6 +623,21 @@ le_fence_lock(int64 lease_id, LOCKMODE mode)
 	(void) LockAcquire(&tag, mode, false, false);
 }
 
+/*
+ * Take the fence lock of a lease in the given mode until the end of the
+ * transaction if that needs no wait; false when someone else holds it.  For
+ * callers that already hold the lease's row lock, and so must not wait for
+ * the fence lock (lock order: fence lock, then row lock).
+ */
+bool
+le_fence_trylock(int64 lease_id, LOCKMODE mode)
+{
+	LOCKTAG		tag;
+
+	le_fence_locktag(&tag, lease_id);
+	return LockAcquire(&tag, mode, false, true) != LOCKACQUIRE_NOT_AVAIL;
+}
+
 /* Is the lease held and unexpired at server time now? */
 bool
 le_lease_is_valid(const LeaseRow *row, TimestampTz now)
