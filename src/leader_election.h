@@ -56,6 +56,7 @@ typedef struct LeaseRow
 	TimestampTz renewed_at;
 	TimestampTz expires_at;
 	int64		transitions;
+	int64		token_system_id;	/* cluster that issued fencing_token */
 } LeaseRow;
 
 /* GUC variables (leader_election.c). */
@@ -98,7 +99,7 @@ extern void le_store_history_close(LeaseStoreState *st, int64 lease_id, int64 to
 extern int64 le_store_prune_history(LeaseStoreState *st, int64 lease_id);
 
 /* Token rule and fence lock (lease_store.c). */
-extern int64 le_next_token(const LeaseRow *row, int32 *timeline);
+extern int64 le_next_token(const LeaseRow *row, int32 *timeline, int64 *system_id);
 extern void le_fence_lock(int64 lease_id, LOCKMODE mode);
 extern bool le_fence_trylock(int64 lease_id, LOCKMODE mode);
 extern bool le_lease_is_valid(const LeaseRow *row, TimestampTz now);

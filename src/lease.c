@@ -170,7 +170,7 @@ le_acquire(PG_FUNCTION_ARGS)
 		if (row.holder != NULL)
 			le_close_period(&st, &row, now, "expired");
 
-		row.fencing_token = le_next_token(&row, &row.token_timeline);
+		row.fencing_token = le_next_token(&row, &row.token_timeline, &row.token_system_id);
 		row.holder = owner;
 		row.holder_role = st.caller_name;
 		row.acquired_at = now;

@@ -37,7 +37,12 @@
  * one; when the server writes WAL on a newer timeline than the one that
  * issued the old token (after a standby promotion or a point-in-time
  * recovery), the token first jumps to (timeline - 1) << 40, above anything an
- * older timeline can have issued, acknowledged or not.
+ * older timeline can have issued, acknowledged or not.  Timelines of another
+ * cluster (a row restored by pg_dump, or after pg_upgrade: the row's
+ * token_system_id is not ours) say nothing about ours, so such a row's next
+ * grant jumps by the current timeline's number of 2^40 ranges above its
+ * token: a primary and a standby promoted later, both starting from the
+ * restored row, then land in different ranges, the later timeline higher.
  *
  *-------------------------------------------------------------------------
  */
@@ -99,14 +104,14 @@ static Oid	plans_namespace = InvalidOid;
 
 #define LEASE_COLUMNS \
 	"lease_id, lease_key, holder, holder_role, fencing_token, token_timeline, " \
-	"acquired_at, renewed_at, expires_at, transitions"
+	"acquired_at, renewed_at, expires_at, transitions, token_system_id"
 
 /* Text, argument count and argument types of one plan. */
 typedef struct PlanSpec
 {
 	const char *sql;			/* %s is the quoted extension schema */
 	int			nargs;
-	Oid			argtypes[9];
+	Oid			argtypes[10];
 } PlanSpec;
 
 static const PlanSpec plan_specs[NUM_PLANS] = {
@@ -128,10 +133,10 @@ static const PlanSpec plan_specs[NUM_PLANS] = {
 	[PLAN_WRITE] = {
 		"UPDATE %s.le_lease SET holder = $2, holder_role = $3,"
 		" fencing_token = $4, token_timeline = $5, acquired_at = $6,"
-		" renewed_at = $7, expires_at = $8, transitions = $9"
+		" renewed_at = $7, expires_at = $8, transitions = $9, token_system_id = $10"
 		" WHERE lease_id OPERATOR(pg_catalog.=) $1",
-		9, {INT8OID, TEXTOID, NAMEOID, INT8OID, INT4OID, TIMESTAMPTZOID,
-		TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID}
+		10, {INT8OID, TEXTOID, NAMEOID, INT8OID, INT4OID, TIMESTAMPTZOID,
+		TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, INT8OID}
 	},
 	[PLAN_HISTORY_OPEN] = {
 		"INSERT INTO %s.le_lease_history (lease_id, lease_key, holder,"
@@ -455,6 +460,7 @@ le_store_read(LeaseStoreState *st, const char *key, bool for_update, LeaseRow *r
 	row->renewed_at = le_store_gettime(tup, desc, 8);
 	row->expires_at = le_store_gettime(tup, desc, 9);
 	row->transitions = DatumGetInt64(SPI_getbinval(tup, desc, 10, &isnull));
+	row->token_system_id = DatumGetInt64(SPI_getbinval(tup, desc, 11, &isnull));
 	SPI_freetuptable(SPI_tuptable);
 	return true;
 }
@@ -493,8 +499,8 @@ le_name_datum(const char *s, char *null)
 void
 le_store_write(LeaseStoreState *st, const LeaseRow *row)
 {
-	Datum		values[9];
-	char		nulls[10] = "         ";
+	Datum		values[10];
+	char		nulls[11] = "          ";
 
 	values[0] = Int64GetDatum(row->lease_id);
 	values[1] = row->holder ? CStringGetTextDatum(row->holder) : (Datum) 0;
@@ -506,6 +512,7 @@ le_store_write(LeaseStoreState *st, const LeaseRow *row)
 	values[6] = le_time_datum(row->renewed_at, &nulls[6]);
 	values[7] = le_time_datum(row->holder ? row->expires_at : 0, &nulls[7]);
 	values[8] = Int64GetDatum(row->transitions);
+	values[9] = Int64GetDatum(row->token_system_id);
 	le_store_exec(PLAN_WRITE, values, nulls, SPI_OK_UPDATE);
 	if (SPI_processed != 1)
 		elog(ERROR, "leader_election: lease row " INT64_FORMAT " vanished", row->lease_id);
@@ -567,36 +574,50 @@ le_store_prune_history(LeaseStoreState *st, int64 lease_id)
 }
 
 /*
- * The token of the next ownership period of a lease: one more than the last,
- * or, on a newer WAL timeline than the one that issued the last token, at
- * least (timeline - 1) << LE_TIMELINE_SHIFT.  Overflow is an error.
+ * The token of the next ownership period of a lease, and the timeline and
+ * system identifier to record with it: one more than the last; on a newer
+ * WAL timeline than the one that issued the last token, at least
+ * (timeline - 1) << LE_TIMELINE_SHIFT and as many ranges of
+ * 2^LE_TIMELINE_SHIFT above the last token's range as timelines passed; for
+ * a token another cluster issued, the current timeline's number of ranges
+ * above the last token's.  Tokens so always sit near the start of a range,
+ * and a primary and its later-promoted standby, starting from the same row,
+ * issue tokens in different ranges, the later timeline's higher.  Overflow
+ * is an error.
  */
 int64
-le_next_token(const LeaseRow *row, int32 *timeline)
+le_next_token(const LeaseRow *row, int32 *timeline, int64 *system_id)
 {
 	TimeLineID	tli = le_current_timeline();
+	int64		sysid = (int64) GetSystemIdentifier();
+	int64		last_range = row->fencing_token >> LE_TIMELINE_SHIFT;
+	int64		range = -1;
 	int64		next;
 
-	if (pg_add_s64_overflow(row->fencing_token, 1, &next))
+	if ((int64) (tli - 1) > (PG_INT64_MAX >> LE_TIMELINE_SHIFT))
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("WAL timeline %u is too high for fencing tokens", tli)));
+
+	if (row->fencing_token == 0)
+		range = (int64) tli - 1;	/* never granted */
+	else if (row->token_system_id != sysid)
+		range = last_range + (int64) tli;	/* issued by another cluster */
+	else if ((int64) tli > (int64) row->token_timeline)
+		range = Max((int64) tli - 1, last_range + (int64) tli - row->token_timeline);
+
+	if (pg_add_s64_overflow(row->fencing_token, 1, &next) ||
+		range > (PG_INT64_MAX >> LE_TIMELINE_SHIFT))
 		ereport(ERROR,
 				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
 				 errmsg("fencing token of lease \"%s\" is exhausted", row->lease_key),
 				 errdetail("The last token issued was " INT64_FORMAT ".", row->fencing_token),
 				 errhint("Use a new lease key.")));
+	if (range > 0 && (range << LE_TIMELINE_SHIFT) > next)
+		next = range << LE_TIMELINE_SHIFT;
 
-	if ((int64) tli > (int64) row->token_timeline)
-	{
-		int64		base;
-
-		if ((int64) (tli - 1) > (PG_INT64_MAX >> LE_TIMELINE_SHIFT))
-			ereport(ERROR,
-					(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-					 errmsg("WAL timeline %u is too high for fencing tokens", tli)));
-		base = (int64) (tli - 1) << LE_TIMELINE_SHIFT;
-		if (base > next)
-			next = base;
-	}
 	*timeline = (int32) tli;
+	*system_id = sysid;
 	return next;
 }
 
@@ -694,6 +715,7 @@ le_notify(const char *event, const LeaseRow *row)
 #define Anum_le_lease_renewed_at		8
 #define Anum_le_lease_expires_at		9
 #define Anum_le_lease_transitions		10
+#define Anum_le_lease_token_system_id	12
 
 /*
  * The oids of le_lease and of its unique index on lease_key in the
@@ -758,7 +780,7 @@ le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key, LeaseRow
 
 	rel = table_open(lease_relid, AccessShareLock);
 	idx = index_open(key_indexid, AccessShareLock);
-	if (RelationGetDescr(rel)->natts < Anum_le_lease_transitions ||
+	if (RelationGetDescr(rel)->natts < Anum_le_lease_token_system_id ||
 		TupleDescAttr(RelationGetDescr(rel), Anum_le_lease_fencing_token - 1)->atttypid != INT8OID ||
 		TupleDescAttr(RelationGetDescr(rel), Anum_le_lease_expires_at - 1)->atttypid != TIMESTAMPTZOID)
 		elog(ERROR, "leader_election: unexpected layout of table le_lease");
@@ -784,6 +806,7 @@ le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key, LeaseRow
 		row->renewed_at = le_store_slot_time(slot, Anum_le_lease_renewed_at);
 		row->expires_at = le_store_slot_time(slot, Anum_le_lease_expires_at);
 		row->transitions = DatumGetInt64(slot->tts_values[Anum_le_lease_transitions - 1]);
+		row->token_system_id = DatumGetInt64(slot->tts_values[Anum_le_lease_token_system_id - 1]);
 	}
 	index_endscan(scan);
 	ExecDropSingleTupleTableSlot(slot);

@@ -1,9 +1,12 @@
 # Rule 3 of issue 2, standby promotion and hot standby: grants the old
 # primary acknowledged but never replicated must not let the promoted standby
-# issue the same or a lower token (tokens after a promotion jump above
+# issue the same or a lower token (tokens after a promotion jump to at least
 # (timeline - 1) << 40), whether the standby is asynchronous or synchronous
-# with the commit wait cancelled; on a hot standby every mutating call fails with
-# SQLSTATE 25006 and a clear message, while reads of le_leases work.
+# with the commit wait cancelled, and also after the database was moved by
+# pg_dump to another cluster, whose timelines say nothing about the tokens'
+# (rows issued by another system identifier jump to a new range of 2^40); on
+# a hot standby every mutating call fails with SQLSTATE 25006 and a clear
+# message, while reads of le_leases work.
 use strict;
 use warnings;
 
@@ -139,5 +142,63 @@ is($standby->safe_psql('postgres',
 		"SELECT fencing_token FROM le_acquire('k', 'after', '1 minute')"),
 	$base + 1, 'the next grant on the same timeline adds one');
 
+# Part 2: the promoted server's tokens are in the timeline-2 range.  Move the
+# database with pg_dump to a new cluster (timeline 1) and fail that one over
+# too: its promoted standby must still exceed what its old primary issued,
+# although those tokens are already above (2 - 1) << 40.
+my $tmp = PostgreSQL::Test::Utils::tempdir;
+$standby->command_ok([ 'pg_dump', '-Fc', '-f', "$tmp/moved.dump", '-d', $standby->connstr('postgres') ],
+	'part 2: dump of the promoted server');
 $standby->stop;
+
+my $primary2 = PostgreSQL::Test::Cluster->new('primary2');
+$primary2->init(allows_streaming => 1);
+$primary2->start;
+$primary2->safe_psql('postgres', 'CREATE DATABASE moved');
+$primary2->command_ok(
+	[ 'pg_restore', '--exit-on-error', '-d', $primary2->connstr('moved'), "$tmp/moved.dump" ],
+	'part 2: restore into a new cluster on timeline 1');
+$primary2->safe_psql('moved', "SELECT le_force_release('k')");
+my $moved = $primary2->safe_psql('moved', "SELECT fencing_token FROM le_acquire('k', 'moved-1', '1 minute')");
+cmp_ok($moved, '>', $base + 1, "part 2: the moved database goes on from its tokens ($moved)");
+$primary2->backup('base2');
+my $standby2 = PostgreSQL::Test::Cluster->new('standby2');
+$standby2->init_from_backup($primary2, 'base2', has_streaming => 1);
+$standby2->start;
+$primary2->wait_for_catchup($standby2);
+$standby2->stop;
+
+# k was granted once on the new cluster before the cut (its standby knows
+# that grant); sync was not touched since the restore (its standby has the
+# row exactly as restored, from the other cluster's timeline 2).
+my %unseen2;
+for my $i (1 .. 3)
+{
+	for my $key (qw(k sync))
+	{
+		$primary2->safe_psql('moved', "SELECT le_force_release('$key')");
+		push @{ $unseen2{$key} }, $primary2->safe_psql('moved',
+			"SELECT fencing_token FROM le_acquire('$key', 'moved-unseen-$i', '1 minute')");
+	}
+}
+note 'part 2 injected: standby cut off; the old primary acknowledged tokens '
+  . join('; ', map { "$_: " . join(', ', @{ $unseen2{$_} }) } sort keys %unseen2)
+  . ', then crashed; standby promoted';
+$primary2->stop('immediate');
+$standby2->start;
+$standby2->promote;
+$standby2->poll_query_until('moved', 'SELECT NOT pg_is_in_recovery()')
+  or die 'standby2 did not leave recovery';
+for my $key (qw(k sync))
+{
+	$standby2->safe_psql('moved', "SELECT le_force_release('$key')");
+	my $after = $standby2->safe_psql('moved',
+		"SELECT fencing_token FROM le_acquire('$key', 'moved-new', '1 minute')");
+	my $old = $unseen2{$key}[-1];
+	note "part 2 checked: the promoted standby granted $key token $after";
+	cmp_ok($after, '>', $old,
+		"part 2: $key: token $after is above every token the old primary acknowledged ($old)");
+}
+
+$standby2->stop;
 done_testing();

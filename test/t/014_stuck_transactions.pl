@@ -1,10 +1,11 @@
 # Rule 8 of issue 2 (no call waits without bound), across a server restart:
-# a PREPARE TRANSACTION that holds lease rows survives a clean restart and a
-# crash (`pg_ctl stop -m immediate`); afterwards le_acquire, le_renew,
-# le_release and le_force_release on those leases fail with SQLSTATE 55P03
-# after about leader_election.lock_timeout instead of hanging, a refusal of
-# the validly held lease is answered at once, and COMMIT PREPARED / ROLLBACK
-# PREPARED free the leases again.  (The isolation spec lease_stuck covers
+# a PREPARE TRANSACTION that holds lease rows (or, as a fenced writer, a
+# lease's fence lock) survives a clean restart and a crash (`pg_ctl stop -m
+# immediate`); afterwards le_acquire, le_renew, le_release and
+# le_force_release blocked by it fail with SQLSTATE 55P03 after about
+# leader_election.lock_timeout instead of hanging, a refusal of a validly
+# held lease is answered at once, a fenced writer does not block renewals,
+# and COMMIT PREPARED / ROLLBACK PREPARED free the leases again.  (The isolation spec lease_stuck covers
 # the same without a restart.)
 use strict;
 use warnings;
@@ -60,12 +61,20 @@ is($node->safe_psql('postgres',
 		"BEGIN; SELECT le_renew('lapsed', 'a', $lapsed) IS NULL; PREPARE TRANSACTION 'stuck_lapsed';"),
 	't', 'the renewal of the lapsed lease returned NULL but keeps its row locked');
 
+# A third one: a fenced writer (le_fence_check keeps the lease's fence lock
+# to the end of its transaction) of the valid lease 'fenced'.
+my $fenced = $node->safe_psql('postgres', "SELECT fencing_token FROM le_acquire('fenced', 'f', '30 minutes')");
+$node->safe_psql('postgres',
+	"BEGIN; SELECT le_fence_check('fenced', $fenced); PREPARE TRANSACTION 'stuck_writer';");
+
 my %calls = (
 	'acquire of the lapsed lease' => "SELECT le_acquire('lapsed', 'b', '1 minute')",
 	'renew of the lapsed lease' => "SELECT le_renew('lapsed', 'a', $lapsed)",
 	'renew of the valid lease' => "SELECT le_renew('valid', 'a', $valid)",
 	'release of the valid lease' => "SELECT le_release('valid', 'a', $valid)",
-	'force release of the valid lease' => "SELECT le_force_release('valid')",);
+	'force release of the valid lease' => "SELECT le_force_release('valid')",
+	'release of the fenced lease' => "SELECT le_release('fenced', 'f', $fenced)",
+	'force release of the fenced lease' => "SELECT le_force_release('fenced')",);
 
 for my $restart ('clean restart', 'crash (pg_ctl stop -m immediate)')
 {
@@ -80,7 +89,7 @@ for my $restart ('clean restart', 'crash (pg_ctl stop -m immediate)')
 	}
 	note "injected: $restart with two prepared transactions holding lease rows";
 	is($node->safe_psql('postgres', 'SELECT string_agg(gid, \',\' ORDER BY gid) FROM pg_prepared_xacts'),
-		'stuck_lapsed,stuck_valid', "[$restart] both prepared transactions survived");
+		'stuck_lapsed,stuck_valid,stuck_writer', "[$restart] the prepared transactions survived");
 
 	for my $what (sort keys %calls)
 	{
@@ -103,12 +112,21 @@ for my $restart ('clean restart', 'crash (pg_ctl stop -m immediate)')
 	cmp_ok($waited, '<', $lock_timeout_s * 0.9, "[$restart] and answered without waiting (${waited}s)");
 	is($node->safe_psql('postgres', "SELECT acquired FROM le_acquire('valid', 'b', '1 minute')"),
 		'f', "[$restart] the answer is a refusal");
+
+	# The prepared fenced writer blocks token changes, not renewals.
+	($state, undef, $waited) = split /\|/, $node->safe_psql('postgres',
+		"SELECT * FROM try_call(\$\$SELECT le_renew('fenced', 'f', $fenced, '30 minutes')\$\$)");
+	is($state, 'ok', "[$restart] the holder of the fenced lease renews despite the prepared writer");
+	cmp_ok($waited, '<', $lock_timeout_s * 0.9, "[$restart] without waiting (${waited}s)");
 }
 
 # Resolving the prepared transactions frees the leases.
 $node->safe_psql('postgres', "ROLLBACK PREPARED 'stuck_lapsed'");
 is($node->safe_psql('postgres', "SELECT acquired || ' ' || fencing_token FROM le_acquire('lapsed', 'b', '1 minute')"),
 	'true ' . ($lapsed + 1), 'after ROLLBACK PREPARED the lapsed lease goes to b with the next token');
+$node->safe_psql('postgres', "COMMIT PREPARED 'stuck_writer'");
+is($node->safe_psql('postgres', "SELECT le_release('fenced', 'f', $fenced)"),
+	't', 'after COMMIT PREPARED of the writer the fenced lease is released');
 $node->safe_psql('postgres', "COMMIT PREPARED 'stuck_valid'");
 is($node->safe_psql('postgres',
 		"SELECT expires_at > clock_timestamp() + interval '40 minutes' FROM le_leases WHERE lease_key = 'valid'"),
