@@ -74,6 +74,7 @@ typedef struct LeaseIdEntry
 {
 	char		key[LE_MAX_KEY_LEN + 1];	/* hash key */
 	int64		lease_id;
+	ItemPointerData tid;		/* where the index last found the row */
 } LeaseIdEntry;
 
 static bool cache_callbacks_registered = false;
@@ -81,6 +82,7 @@ static Oid	cache_nsp = InvalidOid;
 static Oid	cache_lease_relid = InvalidOid;
 static Oid	cache_key_indexid = InvalidOid;
 static HTAB *cache_lease_ids = NULL;
+static bool cache_stale = false;
 
 /*
  * What this transaction last verified under the fence lock.  Reset at the
@@ -107,17 +109,17 @@ typedef struct FenceTriggerInfo
 	bool		strict;
 } FenceTriggerInfo;
 
-/* Forget the cached oids and lease ids when le_lease or its index change. */
+/*
+ * Note that le_lease or its index changed (or the relcache was reset): the
+ * next check looks the oids up again and, if they changed (the extension
+ * was dropped and created again), forgets the lease ids too.  Nothing is
+ * freed here: a check in progress keeps using what it looked up.
+ */
 static void
 le_fence_relcache_callback(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || relid == cache_lease_relid || relid == cache_key_indexid)
-	{
-		cache_nsp = InvalidOid;
-		cache_lease_relid = InvalidOid;
-		cache_key_indexid = InvalidOid;
-		verified.valid = false;
-	}
+		cache_stale = true;
 }
 
 /* Forget what was verified when the transaction ends (its locks go with it). */
@@ -132,6 +134,8 @@ static void
 le_fence_cache_prepare(Oid nsp)
 {
 	HASHCTL		ctl;
+	Oid			lease_relid;
+	Oid			key_indexid;
 
 	if (!cache_callbacks_registered)
 	{
@@ -139,15 +143,19 @@ le_fence_cache_prepare(Oid nsp)
 		RegisterXactCallback(le_fence_xact_callback, NULL);
 		cache_callbacks_registered = true;
 	}
-	if (cache_nsp == nsp)
+	if (cache_nsp == nsp && !cache_stale)
 		return;
 
+	cache_stale = false;
+	le_store_relids(nsp, &lease_relid, &key_indexid);
+	if (cache_nsp == nsp && lease_relid == cache_lease_relid &&
+		key_indexid == cache_key_indexid && cache_lease_ids != NULL)
+		return;
+
+	/* Another extension instance: lease ids and TIDs mean nothing now. */
+	verified.valid = false;
 	if (cache_lease_ids != NULL)
 		hash_destroy(cache_lease_ids);
-	cache_lease_ids = NULL;
-	cache_nsp = InvalidOid;
-	le_store_relids(nsp, &cache_lease_relid, &cache_key_indexid);
-
 	memset(&ctl, 0, sizeof(ctl));
 	ctl.keysize = LE_MAX_KEY_LEN + 1;
 	ctl.entrysize = sizeof(LeaseIdEntry);
@@ -155,6 +163,8 @@ le_fence_cache_prepare(Oid nsp)
 	cache_lease_ids = hash_create("leader_election lease ids", 64, &ctl,
 								  HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
 	cache_nsp = nsp;
+	cache_lease_relid = lease_relid;
+	cache_key_indexid = key_indexid;
 }
 
 /* Reject a lease that has never been acquired. */
@@ -183,17 +193,25 @@ le_fence_check_lease(Oid nsp, const char *key, int64 token, bool strict)
 	bool		found;
 	bool		held_before;
 	TimestampTz now;
+	Oid			lease_relid;
+	Oid			key_indexid;
 
 	le_fence_cache_prepare(nsp);
+	lease_relid = cache_lease_relid;
+	key_indexid = cache_key_indexid;
 
 	entry = (LeaseIdEntry *) hash_search(cache_lease_ids, key, HASH_FIND, NULL);
 	if (entry == NULL)
 	{
 		/* First use of this key in this backend: learn its lease_id. */
-		if (!le_store_read_latest(cache_lease_relid, cache_key_indexid, key, &row))
+		ItemPointerData tid;
+
+		ItemPointerSetInvalid(&tid);
+		if (!le_store_read_latest(lease_relid, key_indexid, key, &tid, &row))
 			le_fence_reject_unknown(key, token);
 		entry = (LeaseIdEntry *) hash_search(cache_lease_ids, key, HASH_ENTER, &found);
 		entry->lease_id = row.lease_id;
+		entry->tid = tid;
 	}
 
 	held_before = le_fence_lock_writer(entry->lease_id, key);
@@ -207,7 +225,7 @@ le_fence_check_lease(Oid nsp, const char *key, int64 token, bool strict)
 		return;
 
 	/* The latest committed row, read after the lock was granted. */
-	if (!le_store_read_latest(cache_lease_relid, cache_key_indexid, key, &row))
+	if (!le_store_read_latest(lease_relid, key_indexid, key, &entry->tid, &row))
 		le_fence_reject_unknown(key, token);
 
 	if (row.fencing_token != token)
