@@ -26,16 +26,23 @@
  *
  * Speed.  A fenced INSERT must cost little more than an unfenced one, so the
  * trigger uses no SPI, no user switch and no setting changes on its normal
- * path.  Per backend we cache the oids of le_lease and its key index and the
- * lease_id of each key (lease rows are never deleted; the cache is dropped
- * on any relcache invalidation of le_lease or its index, e.g. when the
- * extension is dropped).  Per transaction we remember the last (lease,
- * token, expiry) verified under the fence lock: while this transaction keeps
+ * path.  Per backend we cache the oids of le_lease and its key index, and
+ * per key the lease_id and the heap TID of the row (lease rows are never
+ * deleted; the cache is checked again after any relcache invalidation of
+ * le_lease or its index, and dropped when they are new, e.g. after DROP and
+ * CREATE EXTENSION).  Per transaction we remember the last (lease, token,
+ * expiry) verified under the fence lock: while this transaction keeps
  * holding that lock in share mode (and does not hold it exclusively
  * itself), the token and holder cannot change, so the next row only needs
  * the clock compared with the remembered expiry.  When that comparison
  * fails the row is read again before rejecting, because a renewal may have
- * extended the lease meanwhile.
+ * extended the lease meanwhile.  A lock taken in a subtransaction that
+ * rolls back is released with it; le_fence_lock_writer then reports a
+ * fresh grant and the row is read again.
+ *
+ * Unknown lease keys: a fence on a key that has never been acquired rejects
+ * every write (LE002), so protecting a table before its first leader exists
+ * is safe.
  *
  *-------------------------------------------------------------------------
  */
