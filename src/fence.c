@@ -63,6 +63,7 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "leader_election.h"
@@ -105,16 +106,24 @@ static struct
 	Oid			strict_userid;	/* role that passed the strict check, if any */
 }			verified;
 
-/* What a trigger's arguments say; kept in fn_extra for one query. */
+/*
+ * What a trigger's arguments say, checked against its table; cached per
+ * backend by trigger oid until the next relcache or pg_proc invalidation
+ * (ALTER TABLE, DROP TRIGGER, ...), so that statements after the first need
+ * no catalog lookups.
+ */
 typedef struct FenceTriggerInfo
 {
-	Oid			tgoid;
+	Oid			tgoid;			/* hash key */
 	Oid			nsp;			/* schema of le_fence, i.e. of the extension */
-	char	   *key;
+	char		key[LE_MAX_KEY_LEN + 1];
 	AttrNumber	attnum;			/* token column */
 	Oid			atttypid;
 	bool		strict;
 } FenceTriggerInfo;
+
+static HTAB *trigger_infos = NULL;
+static bool trigger_infos_stale = false;
 
 /*
  * Note that le_lease or its index changed (or the relcache was reset): the
@@ -127,6 +136,14 @@ le_fence_relcache_callback(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || relid == cache_lease_relid || relid == cache_key_indexid)
 		cache_stale = true;
+	trigger_infos_stale = true;
+}
+
+/* A function changed (e.g. moved): check the triggers' arguments again. */
+static void
+le_fence_proc_callback(Datum arg, int cacheid, uint32 hashvalue)
+{
+	trigger_infos_stale = true;
 }
 
 /* Forget what was verified when the transaction ends (its locks go with it). */
@@ -134,6 +151,18 @@ static void
 le_fence_xact_callback(XactEvent event, void *arg)
 {
 	verified.valid = false;
+}
+
+/* Register the invalidation and transaction callbacks, once per backend. */
+static void
+le_fence_register_callbacks(void)
+{
+	if (cache_callbacks_registered)
+		return;
+	CacheRegisterRelcacheCallback(le_fence_relcache_callback, (Datum) 0);
+	CacheRegisterSyscacheCallback(PROCOID, le_fence_proc_callback, (Datum) 0);
+	RegisterXactCallback(le_fence_xact_callback, NULL);
+	cache_callbacks_registered = true;
 }
 
 /* Make sure the caches describe the extension living in schema nsp. */
@@ -144,12 +173,7 @@ le_fence_cache_prepare(Oid nsp)
 	Oid			lease_relid;
 	Oid			key_indexid;
 
-	if (!cache_callbacks_registered)
-	{
-		CacheRegisterRelcacheCallback(le_fence_relcache_callback, (Datum) 0);
-		RegisterXactCallback(le_fence_xact_callback, NULL);
-		cache_callbacks_registered = true;
-	}
+	le_fence_register_callbacks();
 	if (cache_nsp == nsp && !cache_stale)
 		return;
 
@@ -344,15 +368,32 @@ le_fence_validate(Relation rel, const char *key, const char *column, Oid *atttyp
 	return InvalidAttrNumber;	/* keep the compiler quiet */
 }
 
-/* Parse and check the trigger's arguments, once per query and trigger. */
+/* Parse and check the trigger's arguments, once per trigger (see above). */
 static FenceTriggerInfo *
 le_fence_trigger_info(FunctionCallInfo fcinfo, TriggerData *trigdata)
 {
 	Trigger    *trigger = trigdata->tg_trigger;
-	FenceTriggerInfo *info = (FenceTriggerInfo *) fcinfo->flinfo->fn_extra;
-	MemoryContext oldcxt;
+	FenceTriggerInfo *info;
+	FenceTriggerInfo checked;
+	bool		found;
 
-	if (info != NULL && info->tgoid == trigger->tgoid)
+	le_fence_register_callbacks();
+	if (trigger_infos == NULL || trigger_infos_stale)
+	{
+		HASHCTL		ctl;
+
+		if (trigger_infos != NULL)
+			hash_destroy(trigger_infos);
+		trigger_infos_stale = false;
+		memset(&ctl, 0, sizeof(ctl));
+		ctl.keysize = sizeof(Oid);
+		ctl.entrysize = sizeof(FenceTriggerInfo);
+		ctl.hcxt = CacheMemoryContext;
+		trigger_infos = hash_create("leader_election fence triggers", 16, &ctl,
+									HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
+	info = (FenceTriggerInfo *) hash_search(trigger_infos, &trigger->tgoid, HASH_FIND, NULL);
+	if (info != NULL)
 		return info;
 
 	if (trigger->tgnargs < 2 || trigger->tgnargs > 3)
@@ -364,18 +405,18 @@ le_fence_trigger_info(FunctionCallInfo fcinfo, TriggerData *trigdata)
 				 errdetail("le_fence() takes a lease key, a token column and optionally 'strict'."),
 				 errhint("Attach the fence with le_protect().")));
 
-	oldcxt = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
-	if (info == NULL)
-		info = palloc(sizeof(FenceTriggerInfo));
-	info->tgoid = InvalidOid;
-	info->nsp = get_func_namespace(fcinfo->flinfo->fn_oid);
-	info->key = pstrdup(trigger->tgargs[0]);
-	info->attnum = le_fence_validate(trigdata->tg_relation, trigger->tgargs[0],
-									 trigger->tgargs[1], &info->atttypid);
-	info->strict = le_fence_parse_mode(trigger->tgnargs, trigger->tgargs);
-	info->tgoid = trigger->tgoid;
-	MemoryContextSwitchTo(oldcxt);
-	fcinfo->flinfo->fn_extra = info;
+	/* Everything that can fail happens before the entry is made. */
+	checked.attnum = le_fence_validate(trigdata->tg_relation, trigger->tgargs[0],
+									   trigger->tgargs[1], &checked.atttypid);
+	checked.strict = le_fence_parse_mode(trigger->tgnargs, trigger->tgargs);
+	checked.nsp = get_func_namespace(fcinfo->flinfo->fn_oid);
+
+	info = (FenceTriggerInfo *) hash_search(trigger_infos, &trigger->tgoid, HASH_ENTER, &found);
+	info->nsp = checked.nsp;
+	strlcpy(info->key, trigger->tgargs[0], sizeof(info->key));
+	info->attnum = checked.attnum;
+	info->atttypid = checked.atttypid;
+	info->strict = checked.strict;
 	return info;
 }
 
