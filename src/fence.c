@@ -26,16 +26,23 @@
  *
  * Speed.  A fenced INSERT must cost little more than an unfenced one, so the
  * trigger uses no SPI, no user switch and no setting changes on its normal
- * path.  Per backend we cache the oids of le_lease and its key index and the
- * lease_id of each key (lease rows are never deleted; the cache is dropped
- * on any relcache invalidation of le_lease or its index, e.g. when the
- * extension is dropped).  Per transaction we remember the last (lease,
- * token, expiry) verified under the fence lock: while this transaction keeps
+ * path.  Per backend we cache the oids of le_lease and its key index, and
+ * per key the lease_id and the heap TID of the row (lease rows are never
+ * deleted; the cache is checked again after any relcache invalidation of
+ * le_lease or its index, and dropped when they are new, e.g. after DROP and
+ * CREATE EXTENSION).  Per transaction we remember the last (lease, token,
+ * expiry) verified under the fence lock: while this transaction keeps
  * holding that lock in share mode (and does not hold it exclusively
  * itself), the token and holder cannot change, so the next row only needs
  * the clock compared with the remembered expiry.  When that comparison
  * fails the row is read again before rejecting, because a renewal may have
- * extended the lease meanwhile.
+ * extended the lease meanwhile.  A lock taken in a subtransaction that
+ * rolls back is released with it; le_fence_lock_writer then reports a
+ * fresh grant and the row is read again.
+ *
+ * Unknown lease keys: a fence on a key that has never been acquired rejects
+ * every write (LE002), so protecting a table before its first leader exists
+ * is safe.
  *
  *-------------------------------------------------------------------------
  */
@@ -56,6 +63,7 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "leader_election.h"
@@ -74,6 +82,7 @@ typedef struct LeaseIdEntry
 {
 	char		key[LE_MAX_KEY_LEN + 1];	/* hash key */
 	int64		lease_id;
+	ItemPointerData tid;		/* where the index last found the row */
 } LeaseIdEntry;
 
 static bool cache_callbacks_registered = false;
@@ -81,6 +90,7 @@ static Oid	cache_nsp = InvalidOid;
 static Oid	cache_lease_relid = InvalidOid;
 static Oid	cache_key_indexid = InvalidOid;
 static HTAB *cache_lease_ids = NULL;
+static bool cache_stale = false;
 
 /*
  * What this transaction last verified under the fence lock.  Reset at the
@@ -96,28 +106,44 @@ static struct
 	Oid			strict_userid;	/* role that passed the strict check, if any */
 }			verified;
 
-/* What a trigger's arguments say; kept in fn_extra for one query. */
+/*
+ * What a trigger's arguments say, checked against its table; cached per
+ * backend by trigger oid until the next relcache or pg_proc invalidation
+ * (ALTER TABLE, DROP TRIGGER, ...), so that statements after the first need
+ * no catalog lookups.
+ */
 typedef struct FenceTriggerInfo
 {
-	Oid			tgoid;
+	Oid			tgoid;			/* hash key */
 	Oid			nsp;			/* schema of le_fence, i.e. of the extension */
-	char	   *key;
+	char		key[LE_MAX_KEY_LEN + 1];
 	AttrNumber	attnum;			/* token column */
 	Oid			atttypid;
 	bool		strict;
 } FenceTriggerInfo;
 
-/* Forget the cached oids and lease ids when le_lease or its index change. */
+static HTAB *trigger_infos = NULL;
+static bool trigger_infos_stale = false;
+
+/*
+ * Note that le_lease or its index changed (or the relcache was reset): the
+ * next check looks the oids up again and, if they changed (the extension
+ * was dropped and created again), forgets the lease ids too.  Nothing is
+ * freed here: a check in progress keeps using what it looked up.
+ */
 static void
 le_fence_relcache_callback(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || relid == cache_lease_relid || relid == cache_key_indexid)
-	{
-		cache_nsp = InvalidOid;
-		cache_lease_relid = InvalidOid;
-		cache_key_indexid = InvalidOid;
-		verified.valid = false;
-	}
+		cache_stale = true;
+	trigger_infos_stale = true;
+}
+
+/* A function changed (e.g. moved): check the triggers' arguments again. */
+static void
+le_fence_proc_callback(Datum arg, int cacheid, uint32 hashvalue)
+{
+	trigger_infos_stale = true;
 }
 
 /* Forget what was verified when the transaction ends (its locks go with it). */
@@ -127,27 +153,40 @@ le_fence_xact_callback(XactEvent event, void *arg)
 	verified.valid = false;
 }
 
+/* Register the invalidation and transaction callbacks, once per backend. */
+static void
+le_fence_register_callbacks(void)
+{
+	if (cache_callbacks_registered)
+		return;
+	CacheRegisterRelcacheCallback(le_fence_relcache_callback, (Datum) 0);
+	CacheRegisterSyscacheCallback(PROCOID, le_fence_proc_callback, (Datum) 0);
+	RegisterXactCallback(le_fence_xact_callback, NULL);
+	cache_callbacks_registered = true;
+}
+
 /* Make sure the caches describe the extension living in schema nsp. */
 static void
 le_fence_cache_prepare(Oid nsp)
 {
 	HASHCTL		ctl;
+	Oid			lease_relid;
+	Oid			key_indexid;
 
-	if (!cache_callbacks_registered)
-	{
-		CacheRegisterRelcacheCallback(le_fence_relcache_callback, (Datum) 0);
-		RegisterXactCallback(le_fence_xact_callback, NULL);
-		cache_callbacks_registered = true;
-	}
-	if (cache_nsp == nsp)
+	le_fence_register_callbacks();
+	if (cache_nsp == nsp && !cache_stale)
 		return;
 
+	cache_stale = false;
+	le_store_relids(nsp, &lease_relid, &key_indexid);
+	if (cache_nsp == nsp && lease_relid == cache_lease_relid &&
+		key_indexid == cache_key_indexid && cache_lease_ids != NULL)
+		return;
+
+	/* Another extension instance: lease ids and TIDs mean nothing now. */
+	verified.valid = false;
 	if (cache_lease_ids != NULL)
 		hash_destroy(cache_lease_ids);
-	cache_lease_ids = NULL;
-	cache_nsp = InvalidOid;
-	le_store_relids(nsp, &cache_lease_relid, &cache_key_indexid);
-
 	memset(&ctl, 0, sizeof(ctl));
 	ctl.keysize = LE_MAX_KEY_LEN + 1;
 	ctl.entrysize = sizeof(LeaseIdEntry);
@@ -155,6 +194,8 @@ le_fence_cache_prepare(Oid nsp)
 	cache_lease_ids = hash_create("leader_election lease ids", 64, &ctl,
 								  HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
 	cache_nsp = nsp;
+	cache_lease_relid = lease_relid;
+	cache_key_indexid = key_indexid;
 }
 
 /* Reject a lease that has never been acquired. */
@@ -183,17 +224,25 @@ le_fence_check_lease(Oid nsp, const char *key, int64 token, bool strict)
 	bool		found;
 	bool		held_before;
 	TimestampTz now;
+	Oid			lease_relid;
+	Oid			key_indexid;
 
 	le_fence_cache_prepare(nsp);
+	lease_relid = cache_lease_relid;
+	key_indexid = cache_key_indexid;
 
 	entry = (LeaseIdEntry *) hash_search(cache_lease_ids, key, HASH_FIND, NULL);
 	if (entry == NULL)
 	{
 		/* First use of this key in this backend: learn its lease_id. */
-		if (!le_store_read_latest(cache_lease_relid, cache_key_indexid, key, &row))
+		ItemPointerData tid;
+
+		ItemPointerSetInvalid(&tid);
+		if (!le_store_read_latest(lease_relid, key_indexid, key, &tid, &row))
 			le_fence_reject_unknown(key, token);
 		entry = (LeaseIdEntry *) hash_search(cache_lease_ids, key, HASH_ENTER, &found);
 		entry->lease_id = row.lease_id;
+		entry->tid = tid;
 	}
 
 	held_before = le_fence_lock_writer(entry->lease_id, key);
@@ -207,7 +256,7 @@ le_fence_check_lease(Oid nsp, const char *key, int64 token, bool strict)
 		return;
 
 	/* The latest committed row, read after the lock was granted. */
-	if (!le_store_read_latest(cache_lease_relid, cache_key_indexid, key, &row))
+	if (!le_store_read_latest(lease_relid, key_indexid, key, &entry->tid, &row))
 		le_fence_reject_unknown(key, token);
 
 	if (row.fencing_token != token)
@@ -319,15 +368,32 @@ le_fence_validate(Relation rel, const char *key, const char *column, Oid *atttyp
 	return InvalidAttrNumber;	/* keep the compiler quiet */
 }
 
-/* Parse and check the trigger's arguments, once per query and trigger. */
+/* Parse and check the trigger's arguments, once per trigger (see above). */
 static FenceTriggerInfo *
 le_fence_trigger_info(FunctionCallInfo fcinfo, TriggerData *trigdata)
 {
 	Trigger    *trigger = trigdata->tg_trigger;
-	FenceTriggerInfo *info = (FenceTriggerInfo *) fcinfo->flinfo->fn_extra;
-	MemoryContext oldcxt;
+	FenceTriggerInfo *info;
+	FenceTriggerInfo checked;
+	bool		found;
 
-	if (info != NULL && info->tgoid == trigger->tgoid)
+	le_fence_register_callbacks();
+	if (trigger_infos == NULL || trigger_infos_stale)
+	{
+		HASHCTL		ctl;
+
+		if (trigger_infos != NULL)
+			hash_destroy(trigger_infos);
+		trigger_infos_stale = false;
+		memset(&ctl, 0, sizeof(ctl));
+		ctl.keysize = sizeof(Oid);
+		ctl.entrysize = sizeof(FenceTriggerInfo);
+		ctl.hcxt = CacheMemoryContext;
+		trigger_infos = hash_create("leader_election fence triggers", 16, &ctl,
+									HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
+	info = (FenceTriggerInfo *) hash_search(trigger_infos, &trigger->tgoid, HASH_FIND, NULL);
+	if (info != NULL)
 		return info;
 
 	if (trigger->tgnargs < 2 || trigger->tgnargs > 3)
@@ -339,18 +405,18 @@ le_fence_trigger_info(FunctionCallInfo fcinfo, TriggerData *trigdata)
 				 errdetail("le_fence() takes a lease key, a token column and optionally 'strict'."),
 				 errhint("Attach the fence with le_protect().")));
 
-	oldcxt = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
-	if (info == NULL)
-		info = palloc(sizeof(FenceTriggerInfo));
-	info->tgoid = InvalidOid;
-	info->nsp = get_func_namespace(fcinfo->flinfo->fn_oid);
-	info->key = pstrdup(trigger->tgargs[0]);
-	info->attnum = le_fence_validate(trigdata->tg_relation, trigger->tgargs[0],
-									 trigger->tgargs[1], &info->atttypid);
-	info->strict = le_fence_parse_mode(trigger->tgnargs, trigger->tgargs);
-	info->tgoid = trigger->tgoid;
-	MemoryContextSwitchTo(oldcxt);
-	fcinfo->flinfo->fn_extra = info;
+	/* Everything that can fail happens before the entry is made. */
+	checked.attnum = le_fence_validate(trigdata->tg_relation, trigger->tgargs[0],
+									   trigger->tgargs[1], &checked.atttypid);
+	checked.strict = le_fence_parse_mode(trigger->tgnargs, trigger->tgargs);
+	checked.nsp = get_func_namespace(fcinfo->flinfo->fn_oid);
+
+	info = (FenceTriggerInfo *) hash_search(trigger_infos, &trigger->tgoid, HASH_ENTER, &found);
+	info->nsp = checked.nsp;
+	strlcpy(info->key, trigger->tgargs[0], sizeof(info->key));
+	info->attnum = checked.attnum;
+	info->atttypid = checked.atttypid;
+	info->strict = checked.strict;
 	return info;
 }
 

@@ -337,6 +337,26 @@ le_store_owner(Oid nsp)
 }
 
 /*
+ * Bound lock waits by leader_election.lock_timeout, keeping the caller's own
+ * lock_timeout when it is shorter, in a new GUC nest level; returns it for
+ * AtEOXact_GUC (transaction or subtransaction abort unwinds it too).
+ */
+static int
+le_bound_lock_waits(void)
+{
+	int			nestlevel = NewGUCNestLevel();
+	char		timeout[32];
+
+	if (LockTimeout == 0 || LockTimeout > le_lock_timeout_ms)
+	{
+		snprintf(timeout, sizeof(timeout), "%d", le_lock_timeout_ms);
+		(void) set_config_option("lock_timeout", timeout, PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+	}
+	return nestlevel;
+}
+
+/*
  * Start working on the lease tables: switch to the extension owner, bound
  * lock waits, connect SPI.  fn_oid is the calling SQL function, whose schema
  * tells where the extension lives.
@@ -346,7 +366,6 @@ le_store_begin(LeaseStoreState *st, Oid fn_oid, const char *lease_key)
 {
 	Oid			nsp = get_func_namespace(fn_oid);
 	Oid			owner;
-	char		timeout[32];
 
 	st->caller = GetUserId();
 	st->caller_name = GetUserNameFromId(st->caller, false);
@@ -365,13 +384,7 @@ le_store_begin(LeaseStoreState *st, Oid fn_oid, const char *lease_key)
 	 * shorter.  The GUC nest level is unwound by le_store_end, or by
 	 * (sub)transaction abort on error.
 	 */
-	st->save_nestlevel = NewGUCNestLevel();
-	if (LockTimeout == 0 || LockTimeout > le_lock_timeout_ms)
-	{
-		snprintf(timeout, sizeof(timeout), "%d", le_lock_timeout_ms);
-		(void) set_config_option("lock_timeout", timeout, PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_SAVE, true, 0, false);
-	}
+	st->save_nestlevel = le_bound_lock_waits();
 
 	/* Abort restores the user id too, should anything below fail. */
 	GetUserIdAndSecContext(&st->save_userid, &st->save_sec_context);
@@ -754,64 +767,113 @@ le_store_slot_time(TupleTableSlot *slot, int attnum)
 	return DatumGetTimestampTz(slot->tts_values[attnum - 1]);
 }
 
+/* Copy the deformed le_lease tuple in slot into *row. */
+static void
+le_store_slot_row(TupleTableSlot *slot, LeaseRow *row)
+{
+	slot_getallattrs(slot);
+	row->lease_id = DatumGetInt64(slot->tts_values[Anum_le_lease_lease_id - 1]);
+	row->lease_key = le_store_slot_string(slot, Anum_le_lease_lease_key);
+	row->holder = le_store_slot_string(slot, Anum_le_lease_holder);
+	row->holder_role = le_store_slot_string(slot, Anum_le_lease_holder_role);
+	row->fencing_token = DatumGetInt64(slot->tts_values[Anum_le_lease_fencing_token - 1]);
+	row->token_timeline = DatumGetInt32(slot->tts_values[Anum_le_lease_token_timeline - 1]);
+	row->acquired_at = le_store_slot_time(slot, Anum_le_lease_acquired_at);
+	row->renewed_at = le_store_slot_time(slot, Anum_le_lease_renewed_at);
+	row->expires_at = le_store_slot_time(slot, Anum_le_lease_expires_at);
+	row->transitions = DatumGetInt64(slot->tts_values[Anum_le_lease_transitions - 1]);
+	row->token_system_id = DatumGetInt64(slot->tts_values[Anum_le_lease_token_system_id - 1]);
+}
+
 /*
  * Read the latest committed version of the lease row of key into *row
  * (strings in the current memory context); false when the key has no row.
  *
- * For the fence, which runs for every protected row written: a direct scan
- * of the unique index on lease_key, with no SPI, no user switch and no
- * privilege check (the caller never sees more than the row's token, holder
- * role and expiry, which le_leases shows to everyone anyway).  The snapshot
- * is taken here, so a caller that holds the fence lock sees every token
- * change committed before the lock was granted, whatever its own
- * transaction snapshot or isolation level.  test/bench/fence_bench.sh
- * measures what this costs a single-row INSERT.
+ * For the fence, which runs for every protected row written: direct access
+ * with no SPI, no user switch and no privilege check (the caller never sees
+ * more than the row's token, holder role and expiry, which le_leases shows
+ * to everyone anyway).  The snapshot is taken here, so a caller that holds
+ * the fence lock sees every token change committed before the lock was
+ * granted, whatever its own transaction snapshot or isolation level.
+ *
+ * *hint, when valid, is the heap TID the unique index on lease_key gave for
+ * this key last time (the root of the row's HOT chain): renewals and grants
+ * change no indexed column, so their versions stay on that chain and a
+ * HOT-chain fetch from it finds the latest version without an index scan
+ * (perf showed the index scan and index open as half of the fence's cost).
+ * When the chain yields nothing visible, or a row of another key (the line
+ * pointer was pruned and reused), the index is scanned and *hint updated.
  */
 bool
-le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key, LeaseRow *row)
+le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
+					 ItemPointer hint, LeaseRow *row)
 {
 	Relation	rel;
-	Relation	idx;
 	Snapshot	snap;
-	IndexScanDesc scan;
 	TupleTableSlot *slot;
-	ScanKeyData skey;
-	bool		found;
+	bool		found = false;
 
 	rel = table_open(lease_relid, AccessShareLock);
-	idx = index_open(key_indexid, AccessShareLock);
 	if (RelationGetDescr(rel)->natts < Anum_le_lease_token_system_id ||
+		TupleDescAttr(RelationGetDescr(rel), Anum_le_lease_lease_key - 1)->atttypid != TEXTOID ||
 		TupleDescAttr(RelationGetDescr(rel), Anum_le_lease_fencing_token - 1)->atttypid != INT8OID ||
 		TupleDescAttr(RelationGetDescr(rel), Anum_le_lease_expires_at - 1)->atttypid != TIMESTAMPTZOID)
 		elog(ERROR, "leader_election: unexpected layout of table le_lease");
 
-	ScanKeyEntryInitialize(&skey, 0, 1, BTEqualStrategyNumber, InvalidOid,
-						   idx->rd_indcollation[0], F_TEXTEQ,
-						   CStringGetTextDatum(key));
 	snap = RegisterSnapshot(GetLatestSnapshot());
 	slot = table_slot_create(rel, NULL);
-	scan = index_beginscan(rel, idx, snap, 1, 0);
-	index_rescan(scan, &skey, 1, NULL, 0);
-	found = index_getnext_slot(scan, ForwardScanDirection, slot);
-	if (found)
+
+	if (hint != NULL && ItemPointerIsValid(hint))
 	{
-		slot_getallattrs(slot);
-		row->lease_id = DatumGetInt64(slot->tts_values[Anum_le_lease_lease_id - 1]);
-		row->lease_key = le_store_slot_string(slot, Anum_le_lease_lease_key);
-		row->holder = le_store_slot_string(slot, Anum_le_lease_holder);
-		row->holder_role = le_store_slot_string(slot, Anum_le_lease_holder_role);
-		row->fencing_token = DatumGetInt64(slot->tts_values[Anum_le_lease_fencing_token - 1]);
-		row->token_timeline = DatumGetInt32(slot->tts_values[Anum_le_lease_token_timeline - 1]);
-		row->acquired_at = le_store_slot_time(slot, Anum_le_lease_acquired_at);
-		row->renewed_at = le_store_slot_time(slot, Anum_le_lease_renewed_at);
-		row->expires_at = le_store_slot_time(slot, Anum_le_lease_expires_at);
-		row->transitions = DatumGetInt64(slot->tts_values[Anum_le_lease_transitions - 1]);
-		row->token_system_id = DatumGetInt64(slot->tts_values[Anum_le_lease_token_system_id - 1]);
+		IndexFetchTableData *fetch = table_index_fetch_begin(rel);
+		ItemPointerData tid = *hint;
+		bool		call_again = false;
+		bool		all_dead = false;
+
+		if (table_index_fetch_tuple(fetch, &tid, snap, slot, &call_again, &all_dead))
+		{
+			bool		isnull;
+			Datum		d = slot_getattr(slot, Anum_le_lease_lease_key, &isnull);
+			char	   *stored = TextDatumGetCString(d);
+
+			found = (strcmp(stored, key) == 0);
+			pfree(stored);
+		}
+		table_index_fetch_end(fetch);
 	}
-	index_endscan(scan);
+
+	if (!found)
+	{
+		Relation	idx = index_open(key_indexid, AccessShareLock);
+		IndexScanDesc scan;
+		ScanKeyData skey;
+		ItemPointer tid;
+
+		ScanKeyEntryInitialize(&skey, 0, 1, BTEqualStrategyNumber, InvalidOid,
+							   idx->rd_indcollation[0], F_TEXTEQ,
+							   CStringGetTextDatum(key));
+		scan = index_beginscan(rel, idx, snap, 1, 0);
+		index_rescan(scan, &skey, 1, NULL, 0);
+		while ((tid = index_getnext_tid(scan, ForwardScanDirection)) != NULL)
+		{
+			ItemPointerData root = *tid;
+
+			if (index_fetch_heap(scan, slot))
+			{
+				found = true;
+				if (hint != NULL)
+					*hint = root;
+				break;
+			}
+		}
+		index_endscan(scan);
+		index_close(idx, AccessShareLock);
+	}
+
+	if (found)
+		le_store_slot_row(slot, row);
 	ExecDropSingleTupleTableSlot(slot);
 	UnregisterSnapshot(snap);
-	index_close(idx, AccessShareLock);
 	table_close(rel, AccessShareLock);
 	return found;
 }
@@ -841,7 +903,6 @@ le_fence_lock_writer(int64 lease_id, const char *key)
 	LockAcquireResult res;
 	ErrorContextCallback errcallback;
 	int			nestlevel;
-	char		timeout[32];
 
 	le_fence_locktag(&tag, lease_id);
 	res = LockAcquire(&tag, LE_FENCE_WRITER_LOCKMODE, false, true);
@@ -854,13 +915,7 @@ le_fence_lock_writer(int64 lease_id, const char *key)
 	errcallback.arg = (void *) key;
 	errcallback.previous = error_context_stack;
 	error_context_stack = &errcallback;
-	nestlevel = NewGUCNestLevel();
-	if (LockTimeout == 0 || LockTimeout > le_lock_timeout_ms)
-	{
-		snprintf(timeout, sizeof(timeout), "%d", le_lock_timeout_ms);
-		(void) set_config_option("lock_timeout", timeout, PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_SAVE, true, 0, false);
-	}
+	nestlevel = le_bound_lock_waits();
 	(void) LockAcquire(&tag, LE_FENCE_WRITER_LOCKMODE, false, false);
 	AtEOXact_GUC(true, nestlevel);
 	error_context_stack = errcallback.previous;
