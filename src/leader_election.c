@@ -12,6 +12,7 @@
 #include "postgres.h"
 
 #include "fmgr.h"
+#include "utils/builtins.h"
 #include "utils/guc.h"
 
 #include "compat.h"
@@ -28,7 +29,50 @@ int			le_max_ttl_s = 3600;
 /* How long ended ownership periods stay in le_lease_history, in seconds. */
 int			le_history_retention_s = 7 * 24 * 3600;
 
+/*
+ * leader_election.fencing_token: the token a transaction's DELETEs and
+ * TRUNCATEs of fenced tables carry (meant for SET LOCAL); the text as set,
+ * and its value (0 when unset) for the fence.
+ */
+static char *le_fencing_token_string = NULL;
+int64		le_fencing_token_setting = 0;
+
 void		_PG_init(void);
+
+/* Accept an empty leader_election.fencing_token or a positive bigint. */
+static bool
+le_fencing_token_check(char **newval, void **extra, GucSource source)
+{
+	int64	   *parsed;
+	int64		value = 0;
+
+	if (*newval != NULL && (*newval)[0] != '\0')
+	{
+		char	   *end;
+
+		errno = 0;
+		value = strtoi64(*newval, &end, 10);
+		if (errno != 0 || *end != '\0' || end == *newval || value <= 0)
+		{
+			GUC_check_errcode(ERRCODE_INVALID_PARAMETER_VALUE);
+			GUC_check_errdetail("A fencing token is a positive bigint, or empty for none.");
+			return false;
+		}
+	}
+	parsed = (int64 *) malloc(sizeof(int64));	/* freed by the GUC machinery */
+	if (parsed == NULL)
+		return false;
+	*parsed = value;
+	*extra = parsed;
+	return true;
+}
+
+/* Remember the parsed value of leader_election.fencing_token. */
+static void
+le_fencing_token_assign(const char *newval, void *extra)
+{
+	le_fencing_token_setting = *(int64 *) extra;
+}
 
 /* Define the extension's settings. */
 void
@@ -63,6 +107,16 @@ _PG_init(void)
 							PGC_SUSET,
 							GUC_UNIT_S,
 							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("leader_election.fencing_token",
+							   "Fencing token carried by DELETE and TRUNCATE on fenced tables.",
+							   "Set it with SET LOCAL in the transaction that deletes or truncates; "
+							   "when set, INSERT and UPDATE rows must carry the same token.",
+							   &le_fencing_token_string,
+							   "",
+							   PGC_USERSET,
+							   0,
+							   le_fencing_token_check, le_fencing_token_assign, NULL);
 
 	le_reserve_guc_prefix("leader_election");
 }

@@ -16,6 +16,7 @@
 
 #include "datatype/timestamp.h"
 #include "fmgr.h"
+#include "storage/itemptr.h"
 #include "storage/lockdefs.h"
 #include "utils/elog.h"
 
@@ -25,6 +26,8 @@
  */
 #define ERRCODE_LE_STALE_FENCING_TOKEN	MAKE_SQLSTATE('L','E','0','0','1')
 #define ERRCODE_LE_LEASE_NOT_HELD		MAKE_SQLSTATE('L','E','0','0','2')
+/* Raised by the (PL/pgSQL) job functions: the worker does not hold the claim. */
+#define ERRCODE_LE_JOB_NOT_CLAIMED		MAKE_SQLSTATE('L','E','0','0','3')
 
 /* Limits on user input, in bytes; documented in README.md. */
 #define LE_MAX_KEY_LEN			200
@@ -102,5 +105,15 @@ extern int64 le_next_token(const LeaseRow *row, int32 *timeline);
 extern void le_fence_lock(int64 lease_id, LOCKMODE mode);
 extern bool le_lease_is_valid(const LeaseRow *row, TimestampTz now);
 extern void le_notify(const char *event, const LeaseRow *row);
+
+/* Direct reads and the writer's side of the fence lock (lease_store.c). */
+extern void le_store_relids(Oid nsp, Oid *lease_relid, Oid *key_indexid);
+extern bool le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
+								 ItemPointer hint, LeaseRow *row);
+extern bool le_fence_lock_writer(int64 lease_id, const char *key);
+
+/* The fence (fence.c). */
+extern int64 le_fencing_token_setting;	/* leader_election.fencing_token, 0 when unset */
+extern void le_fence_check_lease(Oid nsp, const char *key, int64 token, bool strict);
 
 #endif							/* LEADER_ELECTION_H */

@@ -43,7 +43,12 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/skey.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
@@ -57,9 +62,12 @@
 #include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
+#include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/json.h"
 #include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
@@ -586,6 +594,16 @@ le_next_token(const LeaseRow *row, int32 *timeline)
 	return next;
 }
 
+/* The lock tag of a lease's fence lock. */
+static void
+le_fence_locktag(LOCKTAG *tag, int64 lease_id)
+{
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId,
+						 (uint32) ((uint64) lease_id >> 32),
+						 (uint32) lease_id,
+						 LE_LOCKTAG_CLASS);
+}
+
 /*
  * Take the fence lock of a lease in the given mode until the end of the
  * transaction.  Waits are bounded by the lock_timeout in force.
@@ -595,10 +613,7 @@ le_fence_lock(int64 lease_id, LOCKMODE mode)
 {
 	LOCKTAG		tag;
 
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId,
-						 (uint32) ((uint64) lease_id >> 32),
-						 (uint32) lease_id,
-						 LE_LOCKTAG_CLASS);
+	le_fence_locktag(&tag, lease_id);
 	(void) LockAcquire(&tag, mode, false, false);
 }
 
@@ -642,4 +657,217 @@ le_notify(const char *event, const LeaseRow *row)
 	appendStringInfoChar(&buf, '}');
 	Async_Notify(LE_NOTIFY_CHANNEL, buf.data);
 	pfree(buf.data);
+}
+
+/*
+ * Column numbers of le_lease, for the direct reads below (in the order of
+ * CREATE TABLE in src/sql/10_lease.sql; columns are only ever appended).
+ */
+#define Anum_le_lease_lease_id			1
+#define Anum_le_lease_lease_key			2
+#define Anum_le_lease_holder			3
+#define Anum_le_lease_holder_role		4
+#define Anum_le_lease_fencing_token		5
+#define Anum_le_lease_token_timeline	6
+#define Anum_le_lease_acquired_at		7
+#define Anum_le_lease_renewed_at		8
+#define Anum_le_lease_expires_at		9
+#define Anum_le_lease_transitions		10
+
+/*
+ * The oids of le_lease and of its unique index on lease_key in the
+ * extension schema nsp; raises an error when the extension is broken.
+ */
+void
+le_store_relids(Oid nsp, Oid *lease_relid, Oid *key_indexid)
+{
+	*lease_relid = get_relname_relid("le_lease", nsp);
+	*key_indexid = get_relname_relid("le_lease_key_unique", nsp);
+	if (!OidIsValid(*lease_relid) || !OidIsValid(*key_indexid))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table le_lease of extension leader_election or its index is missing from schema \"%s\"",
+						get_namespace_name(nsp)),
+				 errhint("Reinstall the extension with DROP EXTENSION and CREATE EXTENSION.")));
+}
+
+/* A text or name column of a deformed le_lease tuple as a C string, NULL when NULL. */
+static char *
+le_store_slot_string(TupleTableSlot *slot, int attnum)
+{
+	if (slot->tts_isnull[attnum - 1])
+		return NULL;
+	if (TupleDescAttr(slot->tts_tupleDescriptor, attnum - 1)->atttypid == NAMEOID)
+		return pstrdup(NameStr(*DatumGetName(slot->tts_values[attnum - 1])));
+	return TextDatumGetCString(slot->tts_values[attnum - 1]);
+}
+
+/* A timestamptz column of a deformed le_lease tuple, 0 when NULL. */
+static TimestampTz
+le_store_slot_time(TupleTableSlot *slot, int attnum)
+{
+	if (slot->tts_isnull[attnum - 1])
+		return 0;
+	return DatumGetTimestampTz(slot->tts_values[attnum - 1]);
+}
+
+/* Copy the deformed le_lease tuple in slot into *row. */
+static void
+le_store_slot_row(TupleTableSlot *slot, LeaseRow *row)
+{
+	slot_getallattrs(slot);
+	row->lease_id = DatumGetInt64(slot->tts_values[Anum_le_lease_lease_id - 1]);
+	row->lease_key = le_store_slot_string(slot, Anum_le_lease_lease_key);
+	row->holder = le_store_slot_string(slot, Anum_le_lease_holder);
+	row->holder_role = le_store_slot_string(slot, Anum_le_lease_holder_role);
+	row->fencing_token = DatumGetInt64(slot->tts_values[Anum_le_lease_fencing_token - 1]);
+	row->token_timeline = DatumGetInt32(slot->tts_values[Anum_le_lease_token_timeline - 1]);
+	row->acquired_at = le_store_slot_time(slot, Anum_le_lease_acquired_at);
+	row->renewed_at = le_store_slot_time(slot, Anum_le_lease_renewed_at);
+	row->expires_at = le_store_slot_time(slot, Anum_le_lease_expires_at);
+	row->transitions = DatumGetInt64(slot->tts_values[Anum_le_lease_transitions - 1]);
+}
+
+/*
+ * Read the latest committed version of the lease row of key into *row
+ * (strings in the current memory context); false when the key has no row.
+ *
+ * For the fence, which runs for every protected row written: direct access
+ * with no SPI, no user switch and no privilege check (the caller never sees
+ * more than the row's token, holder role and expiry, which le_leases shows
+ * to everyone anyway).  The snapshot is taken here, so a caller that holds
+ * the fence lock sees every token change committed before the lock was
+ * granted, whatever its own transaction snapshot or isolation level.
+ *
+ * *hint, when valid, is the heap TID the unique index on lease_key gave for
+ * this key last time (the root of the row's HOT chain): renewals and grants
+ * change no indexed column, so their versions stay on that chain and a
+ * HOT-chain fetch from it finds the latest version without an index scan
+ * (perf showed the index scan and index open as half of the fence's cost).
+ * When the chain yields nothing visible, or a row of another key (the line
+ * pointer was pruned and reused), the index is scanned and *hint updated.
+ */
+bool
+le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
+					 ItemPointer hint, LeaseRow *row)
+{
+	Relation	rel;
+	Snapshot	snap;
+	TupleTableSlot *slot;
+	bool		found = false;
+
+	rel = table_open(lease_relid, AccessShareLock);
+	if (RelationGetDescr(rel)->natts < Anum_le_lease_transitions ||
+		TupleDescAttr(RelationGetDescr(rel), Anum_le_lease_lease_key - 1)->atttypid != TEXTOID ||
+		TupleDescAttr(RelationGetDescr(rel), Anum_le_lease_fencing_token - 1)->atttypid != INT8OID ||
+		TupleDescAttr(RelationGetDescr(rel), Anum_le_lease_expires_at - 1)->atttypid != TIMESTAMPTZOID)
+		elog(ERROR, "leader_election: unexpected layout of table le_lease");
+
+	snap = RegisterSnapshot(GetLatestSnapshot());
+	slot = table_slot_create(rel, NULL);
+
+	if (hint != NULL && ItemPointerIsValid(hint))
+	{
+		IndexFetchTableData *fetch = table_index_fetch_begin(rel);
+		ItemPointerData tid = *hint;
+		bool		call_again = false;
+		bool		all_dead = false;
+
+		if (table_index_fetch_tuple(fetch, &tid, snap, slot, &call_again, &all_dead))
+		{
+			bool		isnull;
+			Datum		d = slot_getattr(slot, Anum_le_lease_lease_key, &isnull);
+			char	   *stored = TextDatumGetCString(d);
+
+			found = (strcmp(stored, key) == 0);
+			pfree(stored);
+		}
+		table_index_fetch_end(fetch);
+	}
+
+	if (!found)
+	{
+		Relation	idx = index_open(key_indexid, AccessShareLock);
+		IndexScanDesc scan;
+		ScanKeyData skey;
+		ItemPointer tid;
+
+		ScanKeyEntryInitialize(&skey, 0, 1, BTEqualStrategyNumber, InvalidOid,
+							   idx->rd_indcollation[0], F_TEXTEQ,
+							   CStringGetTextDatum(key));
+		scan = index_beginscan(rel, idx, snap, 1, 0);
+		index_rescan(scan, &skey, 1, NULL, 0);
+		while ((tid = index_getnext_tid(scan, ForwardScanDirection)) != NULL)
+		{
+			ItemPointerData root = *tid;
+
+			if (index_fetch_heap(scan, slot))
+			{
+				found = true;
+				if (hint != NULL)
+					*hint = root;
+				break;
+			}
+		}
+		index_endscan(scan);
+		index_close(idx, AccessShareLock);
+	}
+
+	if (found)
+		le_store_slot_row(slot, row);
+	ExecDropSingleTupleTableSlot(slot);
+	UnregisterSnapshot(snap);
+	table_close(rel, AccessShareLock);
+	return found;
+}
+
+/* Names the lease whose fence lock a writer is waiting for. */
+static void
+le_fence_wait_context(void *arg)
+{
+	errcontext("leader_election: waiting for the fence lock of lease \"%s\" (bounded by leader_election.lock_timeout = %d ms)",
+			   (const char *) arg, le_lock_timeout_ms);
+}
+
+/*
+ * Take the fence lock of a lease in LE_FENCE_WRITER_LOCKMODE until the end
+ * of the transaction.  Returns true when this transaction already held it
+ * in that mode and does not hold LE_FENCE_CHANGE_LOCKMODE itself, i.e. when
+ * no token change can have committed since the lock was first granted.
+ *
+ * The uncontended path touches no setting; a wait (for a takeover or a
+ * release in progress) is bounded by leader_election.lock_timeout, or by the
+ * caller's lock_timeout when that is shorter, and fails with 55P03.
+ */
+bool
+le_fence_lock_writer(int64 lease_id, const char *key)
+{
+	LOCKTAG		tag;
+	LockAcquireResult res;
+	ErrorContextCallback errcallback;
+	int			nestlevel;
+	char		timeout[32];
+
+	le_fence_locktag(&tag, lease_id);
+	res = LockAcquire(&tag, LE_FENCE_WRITER_LOCKMODE, false, true);
+	if (res == LOCKACQUIRE_OK)
+		return false;
+	if (res != LOCKACQUIRE_NOT_AVAIL)
+		return !LockHeldByMe(&tag, LE_FENCE_CHANGE_LOCKMODE);
+
+	errcallback.callback = le_fence_wait_context;
+	errcallback.arg = (void *) key;
+	errcallback.previous = error_context_stack;
+	error_context_stack = &errcallback;
+	nestlevel = NewGUCNestLevel();
+	if (LockTimeout == 0 || LockTimeout > le_lock_timeout_ms)
+	{
+		snprintf(timeout, sizeof(timeout), "%d", le_lock_timeout_ms);
+		(void) set_config_option("lock_timeout", timeout, PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+	}
+	(void) LockAcquire(&tag, LE_FENCE_WRITER_LOCKMODE, false, false);
+	AtEOXact_GUC(true, nestlevel);
+	error_context_stack = errcallback.previous;
+	return false;
 }

@@ -1,0 +1,112 @@
+-- Issue 3, fence misuse: every wrong way to attach or call the fence gets a
+-- clear error with its SQLSTATE, never a silent pass (rule 4).
+CREATE EXTENSION leader_election;
+\set VERBOSITY terse
+\set ON_ERROR_STOP 0
+
+SELECT acquired FROM le_acquire('misuse', 'a', '1 minute');
+CREATE TABLE t (v int, fencing_token bigint, tok_text text, tok_int integer);
+
+-- le_protect: bad table, column, type, mode, key.
+CREATE VIEW v AS SELECT * FROM t;
+SELECT le_protect('v', 'misuse');
+\echo :LAST_ERROR_SQLSTATE
+SELECT le_protect('t', 'misuse', 'no_such_column');
+\echo :LAST_ERROR_SQLSTATE
+SELECT le_protect('t', 'misuse', 'tok_text');
+\echo :LAST_ERROR_SQLSTATE
+SELECT le_protect('t', 'misuse', 'fencing_token', 'lenient');
+\echo :LAST_ERROR_SQLSTATE
+SELECT le_protect('t', '');
+\echo :LAST_ERROR_SQLSTATE
+SELECT le_protect('t', NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT le_protect('t', repeat('k', 201));
+\echo :LAST_ERROR_SQLSTATE
+SELECT le_protect(NULL, 'misuse');
+\echo :LAST_ERROR_SQLSTATE
+SELECT le_protect('no_such_table', 'misuse');
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) AS triggers_after_errors FROM pg_trigger WHERE tgrelid = 't'::regclass;
+
+-- An integer token column is accepted.
+SELECT le_protect('t', 'misuse', 'tok_int');
+INSERT INTO t (v, tok_int) VALUES (1, 1);
+SELECT le_unprotect('t');
+
+-- Triggers attached by hand: missing or extra arguments.
+CREATE TRIGGER f0 BEFORE INSERT ON t FOR EACH ROW EXECUTE FUNCTION le_fence();
+INSERT INTO t VALUES (1, 1);
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER f0 ON t;
+CREATE TRIGGER f1 BEFORE INSERT ON t FOR EACH ROW EXECUTE FUNCTION le_fence('misuse');
+INSERT INTO t VALUES (1, 1);
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER f1 ON t;
+CREATE TRIGGER f4 BEFORE INSERT ON t FOR EACH ROW EXECUTE FUNCTION le_fence('misuse', 'fencing_token', 'strict', 'x');
+INSERT INTO t VALUES (1, 1);
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER f4 ON t;
+-- Wrong mode, missing column, non-integer column, empty key.
+CREATE TRIGGER fm BEFORE INSERT ON t FOR EACH ROW EXECUTE FUNCTION le_fence('misuse', 'fencing_token', 'loose');
+INSERT INTO t VALUES (1, 1);
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER fm ON t;
+CREATE TRIGGER fc BEFORE INSERT ON t FOR EACH ROW EXECUTE FUNCTION le_fence('misuse', 'nope');
+INSERT INTO t VALUES (1, 1);
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER fc ON t;
+CREATE TRIGGER ft BEFORE INSERT ON t FOR EACH ROW EXECUTE FUNCTION le_fence('misuse', 'tok_text');
+INSERT INTO t VALUES (1, 1);
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER ft ON t;
+CREATE TRIGGER fk BEFORE INSERT ON t FOR EACH ROW EXECUTE FUNCTION le_fence('', 'fencing_token');
+INSERT INTO t VALUES (1, 1);
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER fk ON t;
+-- FOR EACH STATEMENT, AFTER: refused, not silently passed.
+CREATE TRIGGER fs BEFORE INSERT ON t FOR EACH STATEMENT EXECUTE FUNCTION le_fence('misuse', 'fencing_token');
+INSERT INTO t VALUES (1, 1);
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER fs ON t;
+CREATE TRIGGER fa AFTER INSERT ON t FOR EACH ROW EXECUTE FUNCTION le_fence('misuse', 'fencing_token');
+INSERT INTO t VALUES (1, 1);
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER fa ON t;
+-- Unknown lease key: writes are refused (LE002).
+CREATE TRIGGER fu BEFORE INSERT ON t FOR EACH ROW EXECUTE FUNCTION le_fence('no-such-lease', 'fencing_token');
+INSERT INTO t VALUES (1, 1);
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER fu ON t;
+-- A correct hand-made trigger works like le_protect's.
+CREATE TRIGGER ok BEFORE INSERT ON t FOR EACH ROW EXECUTE FUNCTION le_fence('misuse', 'fencing_token');
+INSERT INTO t VALUES (2, 1);
+INSERT INTO t VALUES (3, 2);
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER ok ON t;
+SELECT v, fencing_token, tok_int FROM t ORDER BY v;
+
+-- Called directly, not as a trigger (39P01 from the trigger protocol).
+SELECT le_fence();
+\echo :LAST_ERROR_SQLSTATE
+
+-- le_fence_check argument errors (22004, 22023, 22001) and results.
+SELECT le_fence_check(NULL, 1);
+\echo :LAST_ERROR_SQLSTATE
+SELECT le_fence_check('misuse', NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT le_fence_check('misuse', 0);
+\echo :LAST_ERROR_SQLSTATE
+SELECT le_fence_check('', 1);
+\echo :LAST_ERROR_SQLSTATE
+SELECT le_fence_check(repeat('k', 201), 1);
+\echo :LAST_ERROR_SQLSTATE
+SELECT le_fence_check('misuse', 1);
+SELECT le_fence_check('misuse', 2);
+\echo :LAST_ERROR_SQLSTATE
+SELECT le_fence_check('no-such-lease', 1);
+\echo :LAST_ERROR_SQLSTATE
+
+DROP VIEW v;
+DROP TABLE t;
+DROP EXTENSION leader_election;

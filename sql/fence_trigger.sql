@@ -1,0 +1,133 @@
+-- Issue 3, fence trigger: le_protect attaches le_fence; writes are accepted
+-- only with the lease's current token while the lease is held (rule 3), and
+-- every refusal has its documented SQLSTATE (rule 4).
+CREATE EXTENSION leader_election;
+\set VERBOSITY terse
+\set ON_ERROR_STOP 0
+
+CREATE TABLE invoices (id bigserial PRIMARY KEY, customer text, amount numeric,
+                       fencing_token bigint NOT NULL);
+SELECT le_protect('invoices', 'billing-scheduler');
+SELECT tgname, tgtype, pg_catalog.encode(tgargs, 'escape') AS args
+  FROM pg_trigger WHERE tgrelid = 'invoices'::regclass ORDER BY tgname;
+
+-- A lease that was never acquired: writes are refused (LE002).
+INSERT INTO invoices (customer, amount, fencing_token) VALUES ('acme', 1, 1);
+\echo :LAST_ERROR_SQLSTATE
+
+SELECT acquired, fencing_token FROM le_acquire('billing-scheduler', 'a', '1 minute');
+
+-- The current token is accepted; a token never issued is refused with
+-- LE001, and nothing is written.
+INSERT INTO invoices (customer, amount, fencing_token) VALUES ('acme', 10, 1);
+INSERT INTO invoices (customer, amount, fencing_token) VALUES ('acme', 11, 2);
+\echo :LAST_ERROR_SQLSTATE
+SELECT customer, amount, fencing_token FROM invoices ORDER BY id;
+
+-- Many rows in one statement and one transaction.
+INSERT INTO invoices (customer, amount, fencing_token)
+SELECT 'bulk', i, 1 FROM generate_series(1, 100) AS i;
+SELECT count(*) FROM invoices WHERE customer = 'bulk';
+
+-- Released: the current token no longer passes (LE002).
+SELECT le_release('billing-scheduler', 'a', 1);
+INSERT INTO invoices (customer, amount, fencing_token) VALUES ('acme', 12, 1);
+\echo :LAST_ERROR_SQLSTATE
+
+-- A new holder: its token passes, the old one is stale (LE001).
+SELECT acquired, fencing_token FROM le_acquire('billing-scheduler', 'b', '1 minute');
+INSERT INTO invoices (customer, amount, fencing_token) VALUES ('acme', 13, 2);
+INSERT INTO invoices (customer, amount, fencing_token) VALUES ('acme', 14, 1);
+\echo :LAST_ERROR_SQLSTATE
+
+-- UPDATE checks the new row's token: leaving the old token is refused.
+UPDATE invoices SET amount = amount + 1 WHERE customer = 'acme';
+\echo :LAST_ERROR_SQLSTATE
+UPDATE invoices SET amount = amount + 1, fencing_token = 2 WHERE customer = 'acme';
+SELECT customer, amount, fencing_token FROM invoices WHERE customer = 'acme' ORDER BY id;
+
+-- DELETE carries its token in leader_election.fencing_token.
+DELETE FROM invoices WHERE amount = 100;
+\echo :LAST_ERROR_SQLSTATE
+BEGIN;
+SET LOCAL leader_election.fencing_token = 1;
+DELETE FROM invoices WHERE amount = 100;
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+BEGIN;
+SET LOCAL leader_election.fencing_token = 2;
+DELETE FROM invoices WHERE amount = 100;
+COMMIT;
+SELECT count(*) FROM invoices WHERE customer = 'bulk';
+-- SET LOCAL ends with the transaction.
+SHOW leader_election.fencing_token;
+
+-- When set, the setting must agree with the row's token (22023).
+BEGIN;
+SET LOCAL leader_election.fencing_token = 3;
+INSERT INTO invoices (customer, amount, fencing_token) VALUES ('acme', 15, 2);
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+-- Not a token at all (22023).
+SET leader_election.fencing_token = 'abc';
+\echo :LAST_ERROR_SQLSTATE
+SET leader_election.fencing_token = -1;
+\echo :LAST_ERROR_SQLSTATE
+
+-- NULL and non-positive tokens in the row (22004, 22023).
+ALTER TABLE invoices ALTER fencing_token DROP NOT NULL;
+INSERT INTO invoices (customer, amount, fencing_token) VALUES ('acme', 16, NULL);
+\echo :LAST_ERROR_SQLSTATE
+INSERT INTO invoices (customer, amount, fencing_token) VALUES ('acme', 16, 0);
+\echo :LAST_ERROR_SQLSTATE
+
+-- TRUNCATE is refused without the current token, allowed with it.
+TRUNCATE invoices;
+\echo :LAST_ERROR_SQLSTATE
+BEGIN;
+SET LOCAL leader_election.fencing_token = 1;
+TRUNCATE invoices;
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+SELECT count(*) > 0 AS rows_kept FROM invoices;
+BEGIN;
+SET LOCAL leader_election.fencing_token = 2;
+TRUNCATE invoices;
+COMMIT;
+SELECT count(*) AS rows_after_truncate FROM invoices;
+
+-- Expiry is judged by the server clock at the write, even inside one
+-- transaction that verified the token before (LE002).
+SELECT acquired, fencing_token FROM le_acquire('short', 'a', '2 seconds');
+CREATE TABLE short_t (v int, fencing_token bigint);
+SELECT le_protect('short_t', 'short');
+BEGIN;
+INSERT INTO short_t VALUES (1, 1);
+SELECT pg_sleep(2.2);
+INSERT INTO short_t VALUES (2, 1);
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+
+-- ... and a renewal in between extends it: the fence reads the row again
+-- before rejecting.
+SELECT acquired, fencing_token FROM le_acquire('short', 'a', '2 seconds');
+BEGIN;
+INSERT INTO short_t VALUES (3, 2);
+SELECT le_renew('short', 'a', 2, '1 minute') IS NOT NULL AS renewed;
+SELECT pg_sleep(2.2);
+INSERT INTO short_t VALUES (4, 2);
+COMMIT;
+SELECT * FROM short_t ORDER BY v;
+
+-- le_unprotect removes the fence.
+SELECT le_unprotect('short_t');
+SELECT le_unprotect('short_t');
+INSERT INTO short_t VALUES (5, 999);
+SELECT count(*) FROM short_t;
+
+-- le_protect again replaces the fence (e.g. another key or column).
+SELECT le_protect('invoices', 'billing-scheduler');
+SELECT count(*) FROM pg_trigger WHERE tgrelid = 'invoices'::regclass;
+
+DROP TABLE invoices, short_t;
+DROP EXTENSION leader_election;

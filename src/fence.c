@@ -1,0 +1,634 @@
+/*-------------------------------------------------------------------------
+ *
+ * fence.c
+ *		The fence: the le_fence() trigger, le_fence_check(), le_protect()
+ *		and le_unprotect().
+ *
+ * A protected write carries a fencing token.  The fence accepts it only when
+ * the token equals the lease's current token and the lease is held and
+ * unexpired by the server clock at check time; otherwise it raises LE001
+ * (stale or never issued token) or LE002 (lease not held: released,
+ * expired or never acquired), and the write is not done.
+ *
+ * Locking rules.  Before reading the lease, the check takes the lease's
+ * fence lock in LE_FENCE_WRITER_LOCKMODE (le_fence_lock_writer) and keeps it
+ * to the end of the transaction; acquire, release and force-release take it
+ * in LE_FENCE_CHANGE_LOCKMODE before they change the token or free the
+ * lease.  The row is then read with a snapshot taken after the lock was
+ * granted (le_store_read_latest), so:
+ *	- a takeover that committed before our lock was granted is seen, and our
+ *	  stale write is rejected;
+ *	- a takeover that starts after our lock was granted waits until our
+ *	  transaction ends, so a write accepted with token T never commits after
+ *	  the grant of a later token.  That wait is bounded by
+ *	  leader_election.lock_timeout on the acquirer's side (55P03).
+ * Renewals take no fence lock: they change only expires_at, never the token.
+ *
+ * Speed.  A fenced INSERT must cost little more than an unfenced one, so the
+ * trigger uses no SPI, no user switch and no setting changes on its normal
+ * path.  Per backend we cache the oids of le_lease and its key index and the
+ * lease_id of each key (lease rows are never deleted; the cache is dropped
+ * on any relcache invalidation of le_lease or its index, e.g. when the
+ * extension is dropped).  Per transaction we remember the last (lease,
+ * token, expiry) verified under the fence lock: while this transaction keeps
+ * holding that lock in share mode (and does not hold it exclusively
+ * itself), the token and holder cannot change, so the next row only needs
+ * the clock compared with the remembered expiry.  When that comparison
+ * fails the row is read again before rejecting, because a renewal may have
+ * extended the lease meanwhile.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "access/relation.h"
+#include "access/xact.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_type.h"
+#include "commands/trigger.h"
+#include "executor/spi.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/timestamp.h"
+
+#include "leader_election.h"
+
+PG_FUNCTION_INFO_V1(le_fence);
+PG_FUNCTION_INFO_V1(le_fence_check);
+PG_FUNCTION_INFO_V1(le_protect);
+PG_FUNCTION_INFO_V1(le_unprotect);
+
+/* Names of the triggers le_protect() attaches. */
+#define LE_FENCE_ROW_TRIGGER		"le_fence"
+#define LE_FENCE_TRUNCATE_TRIGGER	"le_fence_truncate"
+
+/* Per-backend cache of where le_lease lives and of key -> lease_id. */
+typedef struct LeaseIdEntry
+{
+	char		key[LE_MAX_KEY_LEN + 1];	/* hash key */
+	int64		lease_id;
+	ItemPointerData tid;		/* where the index last found the row */
+} LeaseIdEntry;
+
+static bool cache_callbacks_registered = false;
+static Oid	cache_nsp = InvalidOid;
+static Oid	cache_lease_relid = InvalidOid;
+static Oid	cache_key_indexid = InvalidOid;
+static HTAB *cache_lease_ids = NULL;
+static bool cache_stale = false;
+
+/*
+ * What this transaction last verified under the fence lock.  Reset at the
+ * end of every transaction.
+ */
+static struct
+{
+	bool		valid;
+	Oid			nsp;
+	int64		lease_id;
+	int64		token;
+	TimestampTz expires_at;
+	Oid			strict_userid;	/* role that passed the strict check, if any */
+}			verified;
+
+/* What a trigger's arguments say; kept in fn_extra for one query. */
+typedef struct FenceTriggerInfo
+{
+	Oid			tgoid;
+	Oid			nsp;			/* schema of le_fence, i.e. of the extension */
+	char	   *key;
+	AttrNumber	attnum;			/* token column */
+	Oid			atttypid;
+	bool		strict;
+} FenceTriggerInfo;
+
+/*
+ * Note that le_lease or its index changed (or the relcache was reset): the
+ * next check looks the oids up again and, if they changed (the extension
+ * was dropped and created again), forgets the lease ids too.  Nothing is
+ * freed here: a check in progress keeps using what it looked up.
+ */
+static void
+le_fence_relcache_callback(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == cache_lease_relid || relid == cache_key_indexid)
+		cache_stale = true;
+}
+
+/* Forget what was verified when the transaction ends (its locks go with it). */
+static void
+le_fence_xact_callback(XactEvent event, void *arg)
+{
+	verified.valid = false;
+}
+
+/* Make sure the caches describe the extension living in schema nsp. */
+static void
+le_fence_cache_prepare(Oid nsp)
+{
+	HASHCTL		ctl;
+	Oid			lease_relid;
+	Oid			key_indexid;
+
+	if (!cache_callbacks_registered)
+	{
+		CacheRegisterRelcacheCallback(le_fence_relcache_callback, (Datum) 0);
+		RegisterXactCallback(le_fence_xact_callback, NULL);
+		cache_callbacks_registered = true;
+	}
+	if (cache_nsp == nsp && !cache_stale)
+		return;
+
+	cache_stale = false;
+	le_store_relids(nsp, &lease_relid, &key_indexid);
+	if (cache_nsp == nsp && lease_relid == cache_lease_relid &&
+		key_indexid == cache_key_indexid && cache_lease_ids != NULL)
+		return;
+
+	/* Another extension instance: lease ids and TIDs mean nothing now. */
+	verified.valid = false;
+	if (cache_lease_ids != NULL)
+		hash_destroy(cache_lease_ids);
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = LE_MAX_KEY_LEN + 1;
+	ctl.entrysize = sizeof(LeaseIdEntry);
+	ctl.hcxt = CacheMemoryContext;
+	cache_lease_ids = hash_create("leader_election lease ids", 64, &ctl,
+								  HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+	cache_nsp = nsp;
+	cache_lease_relid = lease_relid;
+	cache_key_indexid = key_indexid;
+}
+
+/* Reject a lease that has never been acquired. */
+static void
+le_fence_reject_unknown(const char *key, int64 token)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_LE_LEASE_NOT_HELD),
+			 errmsg("lease \"%s\" has never been acquired", key),
+			 errdetail("The write carries fencing token " INT64_FORMAT ".", token),
+			 errhint("Writes to data fenced by a lease need a token returned by le_acquire() for that lease.")));
+}
+
+/*
+ * The fence check shared by the trigger, le_fence_check() and the jobs
+ * functions: take the fence lock, then accept the token only if it is the
+ * lease's current one and the lease is held and unexpired now; in strict
+ * mode the current role must also be the role that acquired the lease.
+ * Raises LE001, LE002 or 42501 otherwise.
+ */
+void
+le_fence_check_lease(Oid nsp, const char *key, int64 token, bool strict)
+{
+	LeaseIdEntry *entry;
+	LeaseRow	row;
+	bool		found;
+	bool		held_before;
+	TimestampTz now;
+	Oid			lease_relid;
+	Oid			key_indexid;
+
+	le_fence_cache_prepare(nsp);
+	lease_relid = cache_lease_relid;
+	key_indexid = cache_key_indexid;
+
+	entry = (LeaseIdEntry *) hash_search(cache_lease_ids, key, HASH_FIND, NULL);
+	if (entry == NULL)
+	{
+		/* First use of this key in this backend: learn its lease_id. */
+		ItemPointerData tid;
+
+		ItemPointerSetInvalid(&tid);
+		if (!le_store_read_latest(lease_relid, key_indexid, key, &tid, &row))
+			le_fence_reject_unknown(key, token);
+		entry = (LeaseIdEntry *) hash_search(cache_lease_ids, key, HASH_ENTER, &found);
+		entry->lease_id = row.lease_id;
+		entry->tid = tid;
+	}
+
+	held_before = le_fence_lock_writer(entry->lease_id, key);
+	now = GetCurrentTimestamp();
+
+	/* Same lease and token already verified under this very lock. */
+	if (held_before && verified.valid && verified.nsp == nsp &&
+		verified.lease_id == entry->lease_id && verified.token == token &&
+		now < verified.expires_at &&
+		(!strict || verified.strict_userid == GetUserId()))
+		return;
+
+	/* The latest committed row, read after the lock was granted. */
+	if (!le_store_read_latest(lease_relid, key_indexid, key, &entry->tid, &row))
+		le_fence_reject_unknown(key, token);
+
+	if (row.fencing_token != token)
+		ereport(ERROR,
+				(errcode(ERRCODE_LE_STALE_FENCING_TOKEN),
+				 token < row.fencing_token ?
+				 errmsg("fencing token " INT64_FORMAT " of lease \"%s\" is stale", token, key) :
+				 errmsg("fencing token " INT64_FORMAT " of lease \"%s\" was never issued", token, key),
+				 errdetail("The current fencing token is " INT64_FORMAT ".", row.fencing_token),
+				 errhint("A leader whose token was superseded must stop working, not retry.")));
+
+	if (!le_lease_is_valid(&row, now))
+	{
+		if (row.holder == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_LE_LEASE_NOT_HELD),
+					 errmsg("lease \"%s\" is not held", key),
+					 errdetail("Fencing token " INT64_FORMAT " is the current token, but the lease was released.", token),
+					 errhint("A leader whose lease ended must stop working; acquire the lease again for a new token.")));
+		ereport(ERROR,
+				(errcode(ERRCODE_LE_LEASE_NOT_HELD),
+				 errmsg("lease \"%s\" is not held", key),
+				 errdetail("Fencing token " INT64_FORMAT " is the current token, but the lease expired at %s.",
+						   token, timestamptz_to_str(row.expires_at)),
+				 errhint("A leader whose lease ended must stop working; acquire the lease again for a new token.")));
+	}
+
+	verified.strict_userid = InvalidOid;
+	if (strict)
+	{
+		Oid			userid = GetUserId();
+		char	   *rolname = GetUserNameFromId(userid, false);
+
+		if (strcmp(rolname, row.holder_role) != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("role \"%s\" does not hold lease \"%s\"", rolname, key),
+					 errdetail("The lease is fenced in strict mode and was acquired by role \"%s\".",
+							   row.holder_role),
+					 errhint("Write as the role that acquired the lease.")));
+		verified.strict_userid = userid;
+	}
+
+	verified.valid = true;
+	verified.nsp = nsp;
+	verified.lease_id = row.lease_id;
+	verified.token = token;
+	verified.expires_at = row.expires_at;
+}
+
+/* Is mode a valid mode argument of the fence trigger ("strict" or none)? */
+static bool
+le_fence_parse_mode(int nargs, char **args)
+{
+	if (nargs < 3)
+		return false;
+	if (strcmp(args[2], "strict") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid mode \"%s\" for the le_fence trigger", args[2]),
+				 errhint("The third argument, when present, must be 'strict'.")));
+	return true;
+}
+
+/*
+ * Check that key and column make sense for relation rel; returns the
+ * column's number and type.  Shared by le_protect() and the trigger, so a
+ * trigger attached by hand gets the same errors.
+ */
+static AttrNumber
+le_fence_validate(Relation rel, const char *key, const char *column, Oid *atttypid)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	size_t		keylen = strlen(key);
+	int			i;
+
+	if (rel->rd_rel->relkind != RELKIND_RELATION &&
+		rel->rd_rel->relkind != RELKIND_PARTITIONED_TABLE)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("\"%s\" is not a table", RelationGetRelationName(rel)),
+				 errdetail("Only tables and partitioned tables can be fenced.")));
+	if (keylen == 0 || keylen > LE_MAX_KEY_LEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid lease key for the fence of table \"%s\"", RelationGetRelationName(rel)),
+				 errdetail("A lease key is 1 to %d bytes long.", LE_MAX_KEY_LEN)));
+
+	for (i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (att->attisdropped || strcmp(NameStr(att->attname), column) != 0)
+			continue;
+		if (att->atttypid != INT8OID && att->atttypid != INT4OID && att->atttypid != INT2OID)
+			ereport(ERROR,
+					(errcode(ERRCODE_DATATYPE_MISMATCH),
+					 errmsg("token column \"%s\" of table \"%s\" must be bigint or integer",
+							column, RelationGetRelationName(rel)),
+					 errdetail("Its type is %s.", format_type_be(att->atttypid))));
+		*atttypid = att->atttypid;
+		return att->attnum;
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_UNDEFINED_COLUMN),
+			 errmsg("token column \"%s\" does not exist in table \"%s\"",
+					column, RelationGetRelationName(rel)),
+			 errhint("Add a bigint column holding the writer's fencing token, or name the column to use.")));
+	return InvalidAttrNumber;	/* keep the compiler quiet */
+}
+
+/* Parse and check the trigger's arguments, once per query and trigger. */
+static FenceTriggerInfo *
+le_fence_trigger_info(FunctionCallInfo fcinfo, TriggerData *trigdata)
+{
+	Trigger    *trigger = trigdata->tg_trigger;
+	FenceTriggerInfo *info = (FenceTriggerInfo *) fcinfo->flinfo->fn_extra;
+	MemoryContext oldcxt;
+
+	if (info != NULL && info->tgoid == trigger->tgoid)
+		return info;
+
+	if (trigger->tgnargs < 2 || trigger->tgnargs > 3)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("trigger \"%s\" on table \"%s\" passes %d arguments to le_fence()",
+						trigger->tgname, RelationGetRelationName(trigdata->tg_relation),
+						trigger->tgnargs),
+				 errdetail("le_fence() takes a lease key, a token column and optionally 'strict'."),
+				 errhint("Attach the fence with le_protect().")));
+
+	oldcxt = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
+	if (info == NULL)
+		info = palloc(sizeof(FenceTriggerInfo));
+	info->tgoid = InvalidOid;
+	info->nsp = get_func_namespace(fcinfo->flinfo->fn_oid);
+	info->key = pstrdup(trigger->tgargs[0]);
+	info->attnum = le_fence_validate(trigdata->tg_relation, trigger->tgargs[0],
+									 trigger->tgargs[1], &info->atttypid);
+	info->strict = le_fence_parse_mode(trigger->tgnargs, trigger->tgargs);
+	info->tgoid = trigger->tgoid;
+	MemoryContextSwitchTo(oldcxt);
+	fcinfo->flinfo->fn_extra = info;
+	return info;
+}
+
+/* The token in the row's token column; errors when it is NULL or not positive. */
+static int64
+le_fence_row_token(FenceTriggerInfo *info, TriggerData *trigdata, HeapTuple tuple)
+{
+	bool		isnull;
+	Datum		d;
+	int64		token;
+	const char *column;
+
+	d = heap_getattr(tuple, info->attnum, RelationGetDescr(trigdata->tg_relation), &isnull);
+	column = trigdata->tg_trigger->tgargs[1];
+	if (isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("fencing token column \"%s\" of table \"%s\" is NULL",
+						column, RelationGetRelationName(trigdata->tg_relation)),
+				 errhint("Every write to a fenced table carries the writer's fencing token.")));
+	if (info->atttypid == INT8OID)
+		token = DatumGetInt64(d);
+	else if (info->atttypid == INT4OID)
+		token = DatumGetInt32(d);
+	else
+		token = DatumGetInt16(d);
+	if (token <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("fencing token column \"%s\" of table \"%s\" must be positive, got " INT64_FORMAT,
+						column, RelationGetRelationName(trigdata->tg_relation), token)));
+
+	/* A token set for the transaction must agree with the row's. */
+	if (le_fencing_token_setting != 0 && le_fencing_token_setting != token)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("fencing token " INT64_FORMAT " in column \"%s\" disagrees with leader_election.fencing_token = " INT64_FORMAT,
+						token, column, le_fencing_token_setting),
+				 errhint("Write rows with the token the transaction was set up with.")));
+	return token;
+}
+
+/* The token a DELETE or TRUNCATE carries: leader_election.fencing_token. */
+static int64
+le_fence_setting_token(TriggerData *trigdata, const char *what)
+{
+	if (le_fencing_token_setting == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s on fenced table \"%s\" needs leader_election.fencing_token",
+						what, RelationGetRelationName(trigdata->tg_relation)),
+				 errhint("Run SET LOCAL leader_election.fencing_token = <your token> in the transaction first.")));
+	return le_fencing_token_setting;
+}
+
+/*
+ * le_fence(): BEFORE INSERT OR UPDATE OR DELETE FOR EACH ROW trigger, and
+ * BEFORE TRUNCATE FOR EACH STATEMENT trigger, with arguments (lease key,
+ * token column [, 'strict']).  Attach it with le_protect().
+ */
+Datum
+le_fence(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata;
+	FenceTriggerInfo *info;
+	TriggerEvent ev;
+	HeapTuple	result;
+	int64		token;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("le_fence() must be called as a trigger"),
+				 errhint("Use le_fence_check() to check a token without a trigger.")));
+	trigdata = (TriggerData *) fcinfo->context;
+	ev = trigdata->tg_event;
+
+	if (!TRIGGER_FIRED_BEFORE(ev))
+		ereport(ERROR,
+				(errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
+				 errmsg("trigger \"%s\" on table \"%s\" must fire BEFORE the write",
+						trigdata->tg_trigger->tgname, RelationGetRelationName(trigdata->tg_relation)),
+				 errhint("Attach the fence with le_protect().")));
+
+	if (TRIGGER_FIRED_BY_TRUNCATE(ev))
+	{
+		info = le_fence_trigger_info(fcinfo, trigdata);
+		token = le_fence_setting_token(trigdata, "TRUNCATE");
+		le_fence_check_lease(info->nsp, info->key, token, info->strict);
+		return PointerGetDatum(NULL);
+	}
+
+	if (!TRIGGER_FIRED_FOR_ROW(ev))
+		ereport(ERROR,
+				(errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
+				 errmsg("trigger \"%s\" on table \"%s\" must fire FOR EACH ROW",
+						trigdata->tg_trigger->tgname, RelationGetRelationName(trigdata->tg_relation)),
+				 errdetail("A statement-level trigger cannot see the tokens of the rows written."),
+				 errhint("Attach the fence with le_protect().")));
+
+	info = le_fence_trigger_info(fcinfo, trigdata);
+	if (TRIGGER_FIRED_BY_INSERT(ev))
+	{
+		result = trigdata->tg_trigtuple;
+		token = le_fence_row_token(info, trigdata, result);
+	}
+	else if (TRIGGER_FIRED_BY_UPDATE(ev))
+	{
+		/* The new row's token: an UPDATE that keeps a stale token fails. */
+		result = trigdata->tg_newtuple;
+		token = le_fence_row_token(info, trigdata, result);
+	}
+	else
+	{
+		result = trigdata->tg_trigtuple;
+		token = le_fence_setting_token(trigdata, "DELETE");
+	}
+
+	le_fence_check_lease(info->nsp, info->key, token, info->strict);
+	return PointerGetDatum(result);
+}
+
+/*
+ * le_fence_check(lease_key, fencing_token): the fence's check and lock for
+ * code that writes without a trigger; returns nothing or raises the
+ * fence's error.  The fence lock is kept until the transaction ends.
+ */
+Datum
+le_fence_check(PG_FUNCTION_ARGS)
+{
+	char	   *key = le_check_key(fcinfo, 0);
+	int64		token = le_check_token(fcinfo, 1);
+	Oid		   *nsp = (Oid *) fcinfo->flinfo->fn_extra;
+
+	if (nsp == NULL)
+	{
+		nsp = MemoryContextAlloc(fcinfo->flinfo->fn_mcxt, sizeof(Oid));
+		*nsp = get_func_namespace(fcinfo->flinfo->fn_oid);
+		fcinfo->flinfo->fn_extra = nsp;
+	}
+	le_fence_check_lease(*nsp, key, token, false);
+	PG_RETURN_VOID();
+}
+
+/* Run one DDL command built from quoted identifiers and literals. */
+static void
+le_fence_ddl(const char *sql)
+{
+	int			rc = SPI_execute(sql, false, 0);
+
+	if (rc != SPI_OK_UTILITY)
+		elog(ERROR, "leader_election: \"%s\" returned %s", sql, SPI_result_code_string(rc));
+}
+
+/* Drop our fence triggers from a table; true when there was one. */
+static bool
+le_fence_drop_triggers(Oid relid, const char *qualified)
+{
+	static const char *const names[] = {LE_FENCE_ROW_TRIGGER, LE_FENCE_TRUNCATE_TRIGGER};
+	bool		dropped = false;
+	size_t		i;
+
+	for (i = 0; i < lengthof(names); i++)
+	{
+		if (!OidIsValid(get_trigger_oid(relid, names[i], true)))
+			continue;
+		le_fence_ddl(psprintf("DROP TRIGGER %s ON %s", quote_identifier(names[i]), qualified));
+		dropped = true;
+	}
+	return dropped;
+}
+
+/* The schema-qualified, quoted name of a relation. */
+static char *
+le_fence_qualified_name(Oid relid)
+{
+	return quote_qualified_identifier(get_namespace_name(get_rel_namespace(relid)),
+									  get_rel_name(relid));
+}
+
+/*
+ * le_protect(table, lease_key, token_column, mode): attach the fence to a
+ * table, replacing a fence attached before.  mode 'lease' (default) checks
+ * the lease's token; 'strict' also requires the writer's role to be the
+ * role that acquired the lease; 'advance' fences with le_fence_advance()
+ * on the resource named lease_key instead of a lease.  Runs as the caller,
+ * who needs the privilege to create triggers on the table.
+ */
+Datum
+le_protect(PG_FUNCTION_ARGS)
+{
+	Oid			relid;
+	char	   *key;
+	char	   *column;
+	char	   *mode;
+	Oid			nsp = get_func_namespace(fcinfo->flinfo->fn_oid);
+	const char *function;
+	char	   *qualified;
+	char	   *args;
+	Relation	rel;
+	Oid			atttypid;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(2) || PG_ARGISNULL(3))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("table, token_column and mode must not be NULL")));
+	relid = PG_GETARG_OID(0);
+	key = le_check_key(fcinfo, 1);
+	column = NameStr(*PG_GETARG_NAME(2));
+	mode = text_to_cstring(PG_GETARG_TEXT_PP(3));
+
+	if (strcmp(mode, "lease") == 0)
+		function = "le_fence";
+	else if (strcmp(mode, "strict") == 0)
+		function = "le_fence";
+	else if (strcmp(mode, "advance") == 0)
+		function = "le_fence_advance_trigger";
+	else
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid fence mode \"%s\"", mode),
+				 errhint("Use 'lease', 'strict' or 'advance'.")));
+
+	rel = relation_open(relid, AccessShareLock);
+	(void) le_fence_validate(rel, key, column, &atttypid);
+	relation_close(rel, AccessShareLock);
+
+	qualified = le_fence_qualified_name(relid);
+	args = psprintf("%s, %s%s", quote_literal_cstr(key), quote_literal_cstr(column),
+					strcmp(mode, "strict") == 0 ? ", 'strict'" : "");
+	function = quote_qualified_identifier(get_namespace_name(nsp), function);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	(void) le_fence_drop_triggers(relid, qualified);
+	le_fence_ddl(psprintf("CREATE TRIGGER %s BEFORE INSERT OR UPDATE OR DELETE ON %s"
+						  " FOR EACH ROW EXECUTE FUNCTION %s(%s)",
+						  quote_identifier(LE_FENCE_ROW_TRIGGER), qualified, function, args));
+	le_fence_ddl(psprintf("CREATE TRIGGER %s BEFORE TRUNCATE ON %s"
+						  " FOR EACH STATEMENT EXECUTE FUNCTION %s(%s)",
+						  quote_identifier(LE_FENCE_TRUNCATE_TRIGGER), qualified, function, args));
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+/* le_unprotect(table): remove the fence; true when the table had one. */
+Datum
+le_unprotect(PG_FUNCTION_ARGS)
+{
+	Oid			relid;
+	bool		dropped;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("table must not be NULL")));
+	relid = PG_GETARG_OID(0);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	dropped = le_fence_drop_triggers(relid, le_fence_qualified_name(relid));
+	SPI_finish();
+	PG_RETURN_BOOL(dropped);
+}

@@ -1,0 +1,260 @@
+-- ---------------------------------------------------------------------------
+-- Scheduled jobs: exactly-once creation of scheduled work by the leader,
+-- and claiming by any number of workers.
+--
+-- These functions are PL/pgSQL, not C: each is one fence check (the C
+-- function le_fence_check, the part that must be fast and race-free) and
+-- one or two statements on le_scheduled_jobs in the caller's transaction;
+-- the statements would be the same through SPI.  They are SECURITY DEFINER
+-- because ordinary roles have no privileges on le_scheduled_jobs; every
+-- value reaches SQL as a parameter, and search_path is pinned.
+--
+-- Locking rules.  le_schedule_job takes the lease's fence lock (through
+-- le_fence_check) before it inserts, so a job created with token T never
+-- commits after the grant of a later token; two schedulers racing on one
+-- schedule_key are serialised by its unique index and the loser gets false.
+-- Workers need no lease: le_claim_jobs locks due rows FOR UPDATE SKIP
+-- LOCKED, so concurrent workers never get the same job; complete and fail
+-- lock the job's row and check that the caller still holds the claim.
+-- ---------------------------------------------------------------------------
+
+CREATE TABLE @extschema@.le_scheduled_jobs (
+    job_id          bigint      GENERATED ALWAYS AS IDENTITY,
+    schedule_key    text        NOT NULL,
+    job_type        text        NOT NULL,
+    scheduled_for   timestamptz NOT NULL,
+    payload         jsonb       NOT NULL DEFAULT '{}',
+    lease_key       text        NOT NULL,
+    fencing_token   bigint      NOT NULL,
+    status          text        NOT NULL DEFAULT 'pending',
+    attempts        integer     NOT NULL DEFAULT 0,
+    max_attempts    integer     NOT NULL,
+    available_at    timestamptz NOT NULL,
+    claimed_by      text,
+    claimed_at      timestamptz,
+    finished_at     timestamptz,
+    last_error      text,
+    created_at      timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    CONSTRAINT le_scheduled_jobs_pkey PRIMARY KEY (job_id),
+    CONSTRAINT le_scheduled_jobs_schedule_key UNIQUE (schedule_key),
+    CONSTRAINT le_scheduled_jobs_status CHECK (status IN ('pending', 'running', 'done', 'failed')),
+    CONSTRAINT le_scheduled_jobs_attempts CHECK (attempts >= 0 AND max_attempts >= 1)
+);
+CREATE INDEX le_scheduled_jobs_due ON @extschema@.le_scheduled_jobs (available_at)
+    WHERE status IN ('pending', 'running');
+COMMENT ON TABLE @extschema@.le_scheduled_jobs IS
+    'scheduled work created exactly once per schedule_key by a fenced leader (le_schedule_job) and run by workers (le_claim_jobs, le_complete_job, le_fail_job)';
+COMMENT ON COLUMN @extschema@.le_scheduled_jobs.available_at IS
+    'pending: when the job may be claimed (scheduled_for, or later after a failure); running: when the claim lapses and another worker may take the job (visibility timeout)';
+COMMENT ON COLUMN @extschema@.le_scheduled_jobs.fencing_token IS
+    'token of the leader that created the job (checked by the fence at creation)';
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.le_scheduled_jobs', '');
+REVOKE ALL ON @extschema@.le_scheduled_jobs FROM PUBLIC;
+
+CREATE FUNCTION @extschema@.le_schedule_job(
+    lease_key text,
+    fencing_token bigint,
+    schedule_key text,
+    job_type text,
+    scheduled_for timestamptz,
+    payload jsonb DEFAULT '{}',
+    max_attempts integer DEFAULT 5)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF schedule_key IS NULL OR job_type IS NULL OR scheduled_for IS NULL
+       OR payload IS NULL OR max_attempts IS NULL THEN
+        RAISE EXCEPTION 'schedule_key, job_type, scheduled_for, payload and max_attempts must not be NULL'
+            USING ERRCODE = '22004';
+    END IF;
+    IF schedule_key OPERATOR(pg_catalog.=) '' OR pg_catalog.octet_length(schedule_key) OPERATOR(pg_catalog.>) 200
+       OR job_type OPERATOR(pg_catalog.=) '' THEN
+        RAISE EXCEPTION 'schedule_key must be 1 to 200 bytes long and job_type not empty'
+            USING ERRCODE = '22023';
+    END IF;
+    IF max_attempts OPERATOR(pg_catalog.<) 1 OR max_attempts OPERATOR(pg_catalog.>) 1000 THEN
+        RAISE EXCEPTION 'max_attempts must be between 1 and 1000, got %', max_attempts
+            USING ERRCODE = '22023';
+    END IF;
+
+    -- The fence first: its lock is kept until the end of the transaction.
+    PERFORM @extschema@.le_fence_check(lease_key, fencing_token);
+
+    INSERT INTO @extschema@.le_scheduled_jobs AS j
+        (schedule_key, job_type, scheduled_for, payload, lease_key, fencing_token,
+         max_attempts, available_at)
+    VALUES (schedule_key, job_type, scheduled_for, payload, lease_key, fencing_token,
+            max_attempts, scheduled_for)
+    ON CONFLICT ON CONSTRAINT le_scheduled_jobs_schedule_key DO NOTHING;
+    RETURN FOUND;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.le_schedule_job(text, bigint, text, text, timestamptz, jsonb, integer) IS
+    'create a job once per schedule_key, fenced by the lease: true when created, false when that schedule_key exists already (an idempotent retry), LE001/LE002 and nothing written when the token is not current';
+REVOKE ALL ON FUNCTION @extschema@.le_schedule_job(text, bigint, text, text, timestamptz, jsonb, integer) FROM PUBLIC;
+
+-- Check a worker id argument.
+CREATE FUNCTION @extschema@.le_check_worker(worker_id text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF worker_id IS NULL THEN
+        RAISE EXCEPTION 'worker_id must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF worker_id OPERATOR(pg_catalog.=) '' OR pg_catalog.octet_length(worker_id) OPERATOR(pg_catalog.>) 200 THEN
+        RAISE EXCEPTION 'worker_id must be 1 to 200 bytes long' USING ERRCODE = '22023';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.le_check_worker(text) IS
+    'internal: argument check shared by the job functions';
+REVOKE ALL ON FUNCTION @extschema@.le_check_worker(text) FROM PUBLIC;
+
+CREATE FUNCTION @extschema@.le_claim_jobs(
+    worker_id text,
+    max_jobs integer DEFAULT 1,
+    visibility_timeout interval DEFAULT '5 minutes',
+    job_types text[] DEFAULT NULL)
+RETURNS SETOF @extschema@.le_scheduled_jobs
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    now timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    PERFORM @extschema@.le_check_worker(worker_id);
+    IF max_jobs IS NULL OR visibility_timeout IS NULL THEN
+        RAISE EXCEPTION 'max_jobs and visibility_timeout must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF max_jobs OPERATOR(pg_catalog.<) 1 OR max_jobs OPERATOR(pg_catalog.>) 10000 THEN
+        RAISE EXCEPTION 'max_jobs must be between 1 and 10000, got %', max_jobs USING ERRCODE = '22023';
+    END IF;
+    IF visibility_timeout OPERATOR(pg_catalog.<=) interval '0' OR visibility_timeout OPERATOR(pg_catalog.>) interval '7 days' THEN
+        RAISE EXCEPTION 'visibility_timeout must be positive and at most 7 days' USING ERRCODE = '22023';
+    END IF;
+
+    -- Claims that lapsed on their last attempt: the job has failed.
+    UPDATE @extschema@.le_scheduled_jobs AS j
+       SET status = 'failed', finished_at = now,
+           last_error = pg_catalog.format('claim by worker %s lapsed on attempt %s of %s', j.claimed_by, j.attempts, j.max_attempts)
+     WHERE j.job_id IN (SELECT l.job_id FROM @extschema@.le_scheduled_jobs AS l
+                         WHERE l.status OPERATOR(pg_catalog.=) 'running'
+                           AND l.available_at OPERATOR(pg_catalog.<=) now
+                           AND l.attempts OPERATOR(pg_catalog.>=) l.max_attempts
+                           FOR UPDATE SKIP LOCKED);
+
+    -- Due jobs, and jobs whose worker vanished (claim lapsed), oldest first.
+    RETURN QUERY
+    UPDATE @extschema@.le_scheduled_jobs AS j
+       SET status = 'running', claimed_by = worker_id, claimed_at = now,
+           available_at = now OPERATOR(pg_catalog.+) visibility_timeout,
+           attempts = j.attempts OPERATOR(pg_catalog.+) 1,
+           last_error = CASE WHEN j.status OPERATOR(pg_catalog.=) 'running'
+                             THEN pg_catalog.format('claim by worker %s lapsed', j.claimed_by)
+                             ELSE j.last_error END
+      FROM (SELECT d.job_id FROM @extschema@.le_scheduled_jobs AS d
+             WHERE d.status IN ('pending', 'running')
+               AND d.available_at OPERATOR(pg_catalog.<=) now
+               AND d.attempts OPERATOR(pg_catalog.<) d.max_attempts
+               AND (job_types IS NULL OR d.job_type OPERATOR(pg_catalog.=) ANY (job_types))
+             ORDER BY d.available_at, d.job_id
+             LIMIT max_jobs
+             FOR UPDATE SKIP LOCKED) AS due
+     WHERE j.job_id OPERATOR(pg_catalog.=) due.job_id
+    RETURNING j.*;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.le_claim_jobs(text, integer, interval, text[]) IS
+    'claim up to max_jobs due jobs for worker_id (FOR UPDATE SKIP LOCKED: each job goes to one worker); a claim not completed or failed within visibility_timeout lapses and the job can be claimed again (it counts as an attempt)';
+REVOKE ALL ON FUNCTION @extschema@.le_claim_jobs(text, integer, interval, text[]) FROM PUBLIC;
+
+-- Lock a job's row and check that worker_id holds its claim; returns it.
+CREATE FUNCTION @extschema@.le_lock_claimed_job(schedule_key text, worker_id text)
+RETURNS @extschema@.le_scheduled_jobs
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    job @extschema@.le_scheduled_jobs;
+BEGIN
+    PERFORM @extschema@.le_check_worker(worker_id);
+    IF schedule_key IS NULL THEN
+        RAISE EXCEPTION 'schedule_key must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    SELECT * INTO job FROM @extschema@.le_scheduled_jobs AS j
+     WHERE j.schedule_key OPERATOR(pg_catalog.=) le_lock_claimed_job.schedule_key
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'job "%" does not exist', schedule_key USING ERRCODE = 'P0002';
+    END IF;
+    IF job.status OPERATOR(pg_catalog.<>) 'running' OR job.claimed_by OPERATOR(pg_catalog.<>) worker_id THEN
+        RAISE EXCEPTION 'job "%" is not claimed by worker "%"', schedule_key, worker_id
+            USING ERRCODE = 'LE003',
+                  DETAIL = pg_catalog.format('Its status is %s, last claimed by %s.', job.status,
+                                             COALESCE(job.claimed_by, 'nobody')),
+                  HINT = 'Only the worker holding the claim may complete or fail a job; a worker whose claim lapsed (visibility timeout) must assume the job runs again elsewhere.';
+    END IF;
+    RETURN job;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.le_lock_claimed_job(text, text) IS
+    'internal: lock a job''s row and raise LE003 unless worker_id holds its claim';
+REVOKE ALL ON FUNCTION @extschema@.le_lock_claimed_job(text, text) FROM PUBLIC;
+
+CREATE FUNCTION @extschema@.le_complete_job(schedule_key text, worker_id text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    job @extschema@.le_scheduled_jobs := @extschema@.le_lock_claimed_job(schedule_key, worker_id);
+BEGIN
+    UPDATE @extschema@.le_scheduled_jobs AS j
+       SET status = 'done', finished_at = pg_catalog.clock_timestamp()
+     WHERE j.job_id OPERATOR(pg_catalog.=) job.job_id;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.le_complete_job(text, text) IS
+    'mark a job done; raises LE003 when worker_id does not hold its claim (never claimed, claimed by another worker, or already finished)';
+REVOKE ALL ON FUNCTION @extschema@.le_complete_job(text, text) FROM PUBLIC;
+
+CREATE FUNCTION @extschema@.le_fail_job(
+    schedule_key text,
+    worker_id text,
+    error text,
+    retry_delay interval DEFAULT '10 seconds')
+RETURNS text
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    job @extschema@.le_scheduled_jobs := @extschema@.le_lock_claimed_job(schedule_key, worker_id);
+    now timestamptz := pg_catalog.clock_timestamp();
+    delay interval;
+BEGIN
+    IF retry_delay IS NULL OR retry_delay OPERATOR(pg_catalog.<) interval '0'
+       OR retry_delay OPERATOR(pg_catalog.>) interval '1 day' THEN
+        RAISE EXCEPTION 'retry_delay must be between 0 and 1 day' USING ERRCODE = '22023';
+    END IF;
+    IF job.attempts OPERATOR(pg_catalog.>=) job.max_attempts THEN
+        UPDATE @extschema@.le_scheduled_jobs AS j
+           SET status = 'failed', finished_at = now, last_error = error
+         WHERE j.job_id OPERATOR(pg_catalog.=) job.job_id;
+        RETURN 'failed';
+    END IF;
+    -- Exponential backoff: retry_delay, 2 x retry_delay, 4 x ..., at most a day.
+    delay := LEAST(retry_delay OPERATOR(pg_catalog.*) pg_catalog.power(2, job.attempts OPERATOR(pg_catalog.-) 1),
+                   interval '1 day');
+    UPDATE @extschema@.le_scheduled_jobs AS j
+       SET status = 'pending', available_at = now OPERATOR(pg_catalog.+) delay, last_error = error
+     WHERE j.job_id OPERATOR(pg_catalog.=) job.job_id;
+    RETURN 'pending';
+END
+$$;
+COMMENT ON FUNCTION @extschema@.le_fail_job(text, text, text, interval) IS
+    'record a failed attempt: the job is retried after retry_delay x 2^(attempts-1) (at most a day) while attempts < max_attempts, else it becomes failed; returns the new status; LE003 when worker_id does not hold the claim';
+REVOKE ALL ON FUNCTION @extschema@.le_fail_job(text, text, text, interval) FROM PUBLIC;

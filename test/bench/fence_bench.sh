@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Benchmark of the fence (issue 3, "Speed"); not part of the test suite.
+#
+#   test/bench/fence_bench.sh [SECONDS_PER_ROUND] [ROUNDS]
+#
+# Starts its own throwaway cluster (as the postgres user when run as root;
+# own socket directory and port), installs nothing, and runs pgbench with
+# synchronous_commit = off and 2 clients.  Variants run in alternating
+# rounds so that background load hits them alike; it prints the total
+# transactions per second of each and these ratios:
+#   fenced INSERT (le_protect) / the same INSERT without trigger   target >= 0.9
+#   PL/pgSQL "SELECT ... FOR SHARE" trigger / INSERT without trigger (baseline)
+#   le_schedule_job / le_fence_check + INSERT ... ON CONFLICT DO NOTHING
+# The extension must be installed in the PostgreSQL of PG_CONFIG (make
+# install, or test/run.sh which installs it).
+set -euo pipefail
+here=$(cd "$(dirname "$0")/../.." && pwd)
+secs=${1:-5}
+rounds=${2:-3}
+PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+bindir=$("$PG_CONFIG" --bindir)
+
+as_pg() {
+    if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+dir=$(mktemp -d /tmp/le-bench.XXXXXX)
+[ "$(id -u)" -eq 0 ] && chown postgres: "$dir"
+port=$(( 56000 + RANDOM % 2000 ))
+cleanup() {
+    as_pg "$bindir/pg_ctl" -D "$dir/data" -m immediate stop >/dev/null 2>&1 || true
+    rm -rf "$dir"
+}
+trap cleanup EXIT
+
+as_pg "$bindir/initdb" -D "$dir/data" -A trust -U postgres >/dev/null
+cat >> "$dir/data/postgresql.conf" <<CONF
+listen_addresses = ''
+unix_socket_directories = '$dir'
+port = $port
+synchronous_commit = off
+shared_buffers = 128MB
+max_wal_size = 2GB
+CONF
+as_pg "$bindir/pg_ctl" -D "$dir/data" -l "$dir/log" -w start >/dev/null
+
+psql() { as_pg "$bindir/psql" -X -q -h "$dir" -p "$port" -U postgres -d postgres -v ON_ERROR_STOP=1 "$@"; }
+
+psql <<'SQL'
+CREATE EXTENSION leader_election;
+SELECT fencing_token FROM le_acquire('bench', 'bench-leader', '50 minutes') \gset
+CREATE TABLE plain_t  (id bigserial PRIMARY KEY, payload text, fencing_token bigint NOT NULL);
+CREATE TABLE fenced_t (id bigserial PRIMARY KEY, payload text, fencing_token bigint NOT NULL);
+CREATE TABLE share_t  (id bigserial PRIMARY KEY, payload text, fencing_token bigint NOT NULL);
+SELECT le_protect('fenced_t', 'bench') \gset
+-- The baseline the issue names: a PL/pgSQL trigger locking the lease row.
+CREATE FUNCTION share_fence() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE cur bigint;
+BEGIN
+    SELECT fencing_token INTO cur FROM le_lease
+     WHERE lease_key = TG_ARGV[0] AND holder IS NOT NULL AND expires_at > clock_timestamp()
+       FOR SHARE;
+    IF cur IS DISTINCT FROM NEW.fencing_token THEN
+        RAISE EXCEPTION 'stale token' USING ERRCODE = 'LE001';
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER share_fence BEFORE INSERT ON share_t FOR EACH ROW EXECUTE FUNCTION share_fence('bench');
+-- The hand-written pattern for users' own tables.
+CREATE TABLE my_jobs (schedule_key text PRIMARY KEY, job_type text, scheduled_for timestamptz,
+                      payload jsonb, fencing_token bigint);
+SQL
+token=$(psql -At -c "SELECT fencing_token FROM le_leases WHERE lease_key = 'bench'")
+
+w() { printf '%s\n' "$2" > "$dir/$1.sql"; }
+w plain  'INSERT INTO plain_t (payload, fencing_token) VALUES ('"'"'x'"'"', :token);'
+w fenced 'INSERT INTO fenced_t (payload, fencing_token) VALUES ('"'"'x'"'"', :token);'
+w share  'INSERT INTO share_t (payload, fencing_token) VALUES ('"'"'x'"'"', :token);'
+w sched  '\set k random(1, 1000000000000)
+SELECT le_schedule_job('"'"'bench'"'"', :token, '"'"'s'"'"' || :k, '"'"'bench'"'"', now(), '"'"'{}'"'"');'
+w hand   '\set k random(1, 1000000000000)
+BEGIN;
+SELECT le_fence_check('"'"'bench'"'"', :token);
+INSERT INTO my_jobs VALUES ('"'"'h'"'"' || :k, '"'"'bench'"'"', now(), '"'"'{}'"'"', :token) ON CONFLICT (schedule_key) DO NOTHING;
+COMMIT;'
+[ "$(id -u)" -eq 0 ] && chown postgres: "$dir"/*.sql
+
+variants=${VARIANTS:-"plain fenced share sched hand"}
+declare -A total tps
+ratios_fenced=() ratios_share=() ratios_sched=()
+echo "pgbench: 2 clients, synchronous_commit=off, $rounds rounds of ${secs}s per variant, token $token"
+for r in $(seq 1 "$rounds"); do
+    line="  round $r:"
+    for v in $variants; do
+        t=$(as_pg "$bindir/pgbench" -n -h "$dir" -p "$port" -U postgres -c 2 -j 2 -T "$secs" \
+                -D token="$token" -f "$dir/$v.sql" postgres 2>/dev/null |
+            sed -n 's/^tps = \([0-9.]*\) .*/\1/p')
+        tps[$v]=${t:-0}
+        total[$v]=$(awk -v a="${total[$v]:-0}" -v b="${tps[$v]}" 'BEGIN { print a + b }')
+        line+=$(printf ' %s %.0f' "$v" "${tps[$v]}")
+    done
+    echo "$line tps"
+    r_of() { awk -v a="${tps[$1]:-0}" -v b="${tps[$2]:-0}" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print 0 }'; }
+    ratios_fenced+=("$(r_of fenced plain)")
+    ratios_share+=("$(r_of share plain)")
+    ratios_sched+=("$(r_of sched hand)")
+done
+
+# Background load on a shared machine hits single rounds: report the median
+# of the per-round ratios, and the ratio of the totals.
+median() { printf '%s\n' "$@" | sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+ratio() { awk -v a="${total[$1]:-0}" -v b="${total[$2]:-0}" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "n/a" }'; }
+echo
+echo "ratio (median of rounds / of totals)"
+echo "  fenced INSERT / INSERT without trigger:              $(median "${ratios_fenced[@]}") / $(ratio fenced plain)   (target >= 0.9)"
+echo "  PL/pgSQL FOR SHARE trigger / INSERT without trigger: $(median "${ratios_share[@]}") / $(ratio share plain)"
+echo "  le_schedule_job / le_fence_check + INSERT ON CONFLICT: $(median "${ratios_sched[@]}") / $(ratio sched hand)"
