@@ -115,6 +115,36 @@ sub first_event_after
 	wait_for(sub { defined reap($a) && defined reap($b) }, 10);
 }
 
+# --- 3. a lone leader frozen past its local deadline but not its lease -----------
+# Safety margin 1.9 s of a 4 s ttl: the local deadline passes 2.1 s after a
+# renewal was sent, the server's expiry only after 4 s.  After a 2.5 s freeze
+# the server still holds the lease for us; the elector must not keep using
+# (or be handed back) the token it gave up: it releases it and gets a new one.
+{
+	my $events = "$dir/lone.events";
+	my $job = write_job($dir, $events, 0);
+	my $a = start_candidate(dir => $dir, name => 'lone', dsn => $dsn, key => 'lone',
+		opts => [ '--ttl', '4s', '--safety-margin', '1900ms', '--renew', '1s', '--retry', '300ms',
+			'--grace', '1s', '--loop', '-v' ], command => [$job]);
+	ok(wait_for(sub { grep({ $_->[1] eq 'renewed' } log_events($a)) >= 1 }, 30), 'lone leader renews');
+	my ($start) = grep { $_->[0] eq 'start' } read_events($events);
+	my $tok = $start->[1];
+	kill 'STOP', -$a->{pid}, -$start->[3];
+	usleep(2_500_000);
+	my $held = lease_state($node, 'lone');
+	kill 'CONT', -$a->{pid}, -$start->[3];
+	is($held, "lone|$tok|t", 'while frozen the server still counts the lease as held');
+	ok(wait_for(sub { grep({ $_->[0] eq 'start' && $_->[1] > $tok } read_events($events)) }, 20),
+		'after the resume the command is restarted with a new token');
+	ok(log_has($a, qr/stopped_leading .*token=$tok .*reason=deadline_passed/), 'the old period ended at the local deadline');
+	my @h = history_rows($node, 'lone');
+	is(join(',', map { "$_->[1]:$_->[4]" } @h[0, 1]), "$tok:released," . ($tok + 1) . ':',
+		'the old token was released, not reused; the new period has the next token');
+	is_deeply([ check_no_overlap($events) ], [], 'the old command stopped before the new one started');
+	kill 'TERM', $a->{pid};
+	wait_for(sub { defined reap($a) }, 10);
+}
+
 stop_all();
 $node->stop;
 done_testing();
