@@ -41,7 +41,7 @@ $(OBJS): src/leader_election.h src/compat.h
 # The libpq client library and pg_leader CLI (src/client/Makefile): built by
 # "make", installed by "make install" into pg_config's bindir, libdir and
 # includedir.  It is not part of OBJS (src/*.c does not recurse).
-.PHONY: client install-client clean-client
+.PHONY: client install-client clean-client demo
 all: client
 client:
 	$(MAKE) -C src/client PG_CONFIG='$(PG_CONFIG)'
@@ -51,6 +51,11 @@ install-client: client
 clean: clean-client
 clean-client:
 	$(MAKE) -C src/client PG_CONFIG='$(PG_CONFIG)' clean
+
+# The demo: three pg_leader candidates, SIGSTOP/SIGKILL of leaders, the fence
+# rejecting a stale write (installs, builds and cleans up; see doc/client.md).
+demo:
+	PG_CONFIG='$(PG_CONFIG)' demo/run.sh
 
 # The three kinds of tests one at a time (PGXS's installcheck runs them all
 # and stops at the first failing kind).

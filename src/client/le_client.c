@@ -596,6 +596,13 @@ end_leadership(le_elector *e, uint64_t period, le_stop_reason reason, const char
 		e->cfg.on_stopped(e->cfg.cb_arg, &info, reason, detail);
 }
 
+/* Is the elector leading now?  mu must be held. */
+static bool
+leading_now(le_elector *e)
+{
+	return e->leading && le_monotonic_ms() < e->deadline;
+}
+
 /* True while leading and before the deadline; the deadline test needs no thread. */
 bool
 le_elector_is_leader(le_elector *e, le_lease_info *lease)
@@ -603,7 +610,7 @@ le_elector_is_leader(le_elector *e, le_lease_info *lease)
 	bool		yes;
 
 	pthread_mutex_lock(&e->mu);
-	yes = e->leading && le_monotonic_ms() < e->deadline;
+	yes = leading_now(e);
 	if (lease)
 		fill_info(e, lease);
 	pthread_mutex_unlock(&e->mu);
@@ -1501,9 +1508,16 @@ le_elector_start(le_elector *e, char *err, size_t errlen)
 	return LE_OK;
 }
 
-/* Wait for leadership up to timeout_ms (-1 forever). */
-bool
-le_elector_wait_leader(le_elector *e, int64_t timeout_ms)
+/* Has an acquire attempt been answered?  mu must be held. */
+static bool
+attempted(le_elector *e)
+{
+	return e->attempts > 0;
+}
+
+/* Wait on e->cv until cond holds, the elector stops or timeout_ms (-1 forever) passes. */
+static bool
+wait_for_state(le_elector *e, int64_t timeout_ms, bool (*cond) (le_elector *))
 {
 	int64_t		until = le_monotonic_ms() + timeout_ms;
 	bool		yes;
@@ -1513,7 +1527,7 @@ le_elector_wait_leader(le_elector *e, int64_t timeout_ms)
 	{
 		int64_t		now = le_monotonic_ms();
 
-		yes = e->leading && now < e->deadline;
+		yes = cond(e);
 		if (yes || e->quit || (timeout_ms >= 0 && now >= until))
 			break;
 		cv_wait_ms(e, timeout_ms < 0 ? 1000 : until - now);
@@ -1522,25 +1536,18 @@ le_elector_wait_leader(le_elector *e, int64_t timeout_ms)
 	return yes;
 }
 
+/* Wait for leadership up to timeout_ms (-1 forever). */
+bool
+le_elector_wait_leader(le_elector *e, int64_t timeout_ms)
+{
+	return wait_for_state(e, timeout_ms, leading_now);
+}
+
 /* Wait until at least one acquire attempt was answered. */
 bool
 le_elector_wait_attempt(le_elector *e, int64_t timeout_ms)
 {
-	int64_t		until = le_monotonic_ms() + timeout_ms;
-	bool		yes;
-
-	pthread_mutex_lock(&e->mu);
-	for (;;)
-	{
-		int64_t		now = le_monotonic_ms();
-
-		yes = e->attempts > 0;
-		if (yes || e->quit || (timeout_ms >= 0 && now >= until))
-			break;
-		cv_wait_ms(e, timeout_ms < 0 ? 1000 : until - now);
-	}
-	pthread_mutex_unlock(&e->mu);
-	return yes;
+	return wait_for_state(e, timeout_ms, attempted);
 }
 
 /* Copy the elector's state. */
@@ -1549,7 +1556,7 @@ le_elector_status(le_elector *e, le_status *st)
 {
 	pthread_mutex_lock(&e->mu);
 	memset(st, 0, sizeof(*st));
-	st->leading = e->leading && le_monotonic_ms() < e->deadline;
+	st->leading = leading_now(e);
 	st->fencing_token = e->token;
 	st->period = e->period;
 	st->attempts = e->attempts;

@@ -360,15 +360,17 @@ parse_options(int argc, char **argv, options *o)
 	};
 	int			c;
 	char	   *end;
+	le_config	defaults;
 
+	le_config_init(&defaults);
 	memset(o, 0, sizeof(*o));
 	o->dsn = "";
-	o->ttl = 15000;
-	o->retry = 2000;
-	o->jitter = 20;
+	o->ttl = defaults.ttl_ms;
+	o->retry = defaults.retry_ms;
+	o->jitter = defaults.retry_jitter_pct;
 	o->grace = 5000;
-	o->connect_timeout = 5000;
-	o->statement_timeout = 5000;
+	o->connect_timeout = defaults.connect_timeout_ms;
+	o->statement_timeout = defaults.statement_timeout_ms;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "+d:l:vh", longopts, NULL)) != -1)
 	{

@@ -126,6 +126,25 @@ ok(log_has($c, qr/stopped_leading .*reason=lost/), 'stop reason "lost" logged');
 my @ev = read_events("$dir/lost.events");
 is($ev[-1][0], 'stop', 'the command was stopped (SIGTERM) when leadership was lost');
 
+# --- a renewal error that retrying cannot fix: renew_failed, as a non-superuser ---
+$node->safe_psql('postgres', q{
+	CREATE ROLE alice LOGIN;
+	GRANT EXECUTE ON FUNCTION le_acquire(text, text, interval), le_renew(text, text, bigint, interval),
+		le_release(text, text, bigint) TO alice;
+});
+(my $alice = $dsn) =~ s/$/ user=alice/;
+my $job2 = write_job($dir, "$dir/revoked.events", 0);
+my $r = start_candidate(dir => $dir, name => 'revoked', dsn => $alice, key => 'revoked-key',
+	opts => [ '--ttl', '3s', '--grace', '1s', '-v' ], command => [$job2]);
+ok(wait_for(sub { log_has($r, qr/ renewed /) }, 30), 'a non-superuser granted EXECUTE leads and renews');
+$node->safe_psql('postgres', 'REVOKE EXECUTE ON FUNCTION le_renew(text, text, bigint, interval) FROM alice');
+ok(wait_for(sub { defined reap($r) }, 20), 'wrapper exits when renewal is refused');
+is($r->{status}, 79, 'leadership lost: status 79');
+ok(log_has($r, qr/stopped_leading .*reason=renew_failed: SQLSTATE 42501/),
+	'stop reason renew_failed with the SQLSTATE, without waiting for the deadline');
+@ev = read_events("$dir/revoked.events");
+is($ev[-1][0], 'stop', 'the command was stopped');
+
 # --- status and release ---------------------------------------------------------
 my $tok = $node->safe_psql('postgres', "SELECT fencing_token FROM le_acquire('rel-key', 'o1', '1 minute')");
 ($rc, $out) = cli('status', '-d', $dsn);

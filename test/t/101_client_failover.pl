@@ -39,12 +39,13 @@ sub handover_gaps
 }
 
 # --- 1. one leader among four candidates, --loop, short jobs ---------------------
+# They poll only every 4 s, so quick handovers prove that LISTEN works.
 {
 	my $events = "$dir/single.events";
 	my $job = write_job($dir, $events, 3);
 	my @c = map {
 		start_candidate(dir => $dir, name => "cand$_", dsn => $dsn, key => 'single',
-			opts => [ @timing, '--loop' ], command => [$job])
+			opts => [ @timing, '--loop', '--retry', '4s' ], command => [$job])
 	} 1 .. 4;
 	ok(wait_for(sub { grep({ $_->[0] eq 'start' } read_events($events)) >= 8 }, 60),
 		'four --loop candidates ran at least 8 jobs');
@@ -60,7 +61,7 @@ sub handover_gaps
 	@gaps = sort { $a <=> $b } @gaps;
 	note(sprintf('release -> next grant (LISTEN): n=%d median %.1f ms, max %.1f ms (target < 100 ms)',
 		scalar @gaps, 1000 * $gaps[ $#gaps / 2 ], 1000 * $gaps[-1]));
-	cmp_ok($gaps[ $#gaps / 2 ], '<', 1.0, 'median handover after a release is well under the retry interval (LISTEN works)');
+	cmp_ok($gaps[ $#gaps / 2 ], '<', 2.0, 'median handover after a release is well under the retry interval (LISTEN works)');
 	is(lease_state($node, 'single') =~ /\|t$/ ? 'held' : 'free', 'free', 'lease free after all stopped');
 }
 
@@ -72,7 +73,7 @@ sub handover_gaps
 		opts => [@timing], command => [$job]);
 	ok(wait_for(sub { lease_state($node, 'graceful') =~ /^gA\|/ }, 30), 'gA leads');
 	my $b = start_candidate(dir => $dir, name => 'gB', dsn => $dsn, key => 'graceful',
-		opts => [@timing], command => [$job]);
+		opts => [ @timing, '--retry', '5s' ], command => [$job]);
 	ok(wait_for(sub { log_has($b, qr/new_leader .*holder gA/) }, 30), 'gB observes gA as leader');
 	my $t0 = time();
 	kill 'TERM', $a->{pid};
@@ -86,7 +87,7 @@ sub handover_gaps
 	my ($gap) = handover_gaps('graceful');
 	note(sprintf('graceful shutdown: SIGTERM -> gB leads in %.0f ms; release -> grant %.1f ms (target < 100 ms)',
 		1000 * $took, 1000 * $gap));
-	cmp_ok($gap, '<', 1.0, 'release -> grant well under the retry interval');
+	cmp_ok($gap, '<', 2.0, 'release -> grant well under the follower\'s 5 s retry interval (LISTEN)');
 	kill 'TERM', $b->{pid};
 	wait_for(sub { defined reap($b) }, 10);
 }

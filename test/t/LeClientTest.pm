@@ -41,6 +41,8 @@ sub start_candidate
 	if ($pid == 0)
 	{
 		setpgid(0, 0);
+		# PostgreSQL::Test::Utils sets PGAPPNAME; let pg_leader name its connections
+		delete $ENV{PGAPPNAME};
 		open(STDOUT, '>>', $log) or die;
 		open(STDERR, '>>', $log) or die;
 		exec(@cmd) or die "exec: $!";
@@ -186,7 +188,7 @@ sub log_events
 		my $t = timegm($6, $5, $4, $3, $2 - 1, $1) + $7 / 1000;
 		my $ev = $8;
 		my ($tok) = /token=(\d+)/;
-		my ($reason) = /reason=(\S+)/;
+		my ($reason) = /reason=([^\s:]+)/;
 		push @ev, [ $t, $ev, $tok // 0, $reason // '' ];
 	}
 	return @ev;

@@ -1,0 +1,150 @@
+# pg_leader frozen with SIGSTOP past its ttl: a follower takes over with a
+# higher token while the leader is frozen, and when the leader resumes it
+# notices its passed local deadline at once and stops its command.
+# Once with only the wrapper frozen (its command keeps running meanwhile:
+# only a fence can stop those writes), once with the whole tree frozen.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use Time::HiRes qw(time usleep);
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use LeClientTest;
+
+my $node = PostgreSQL::Test::Cluster->new('client_sigstop');
+$node->init;
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION leader_election');
+my $dsn = $node->connstr('postgres');
+my $dir = PostgreSQL::Test::Utils::tempdir;
+my $ttl_s = 2;
+my @timing = ('--ttl', "${ttl_s}s", '--retry', '300ms', '--grace', '1s');
+
+# Start a leader and a follower on $key; returns (leader, follower, leader's job start event).
+sub leader_and_follower
+{
+	my ($key, $events, $leader_opts) = @_;
+	my $job = write_job($dir, $events, 0);
+	my $a = start_candidate(dir => $dir, name => "${key}A", dsn => $dsn, key => $key,
+		opts => [ @timing, @$leader_opts ], command => [$job]);
+	wait_for(sub { grep({ $_->[0] eq 'start' } read_events($events)) == 1 }, 30)
+	  or die "leader did not start its job";
+	my $b = start_candidate(dir => $dir, name => "${key}B", dsn => $dsn, key => $key,
+		opts => [@timing], command => [$job]);
+	wait_for(sub { log_has($b, qr/new_leader .*holder ${key}A/) }, 30)
+	  or die "follower did not see the leader";
+	my ($start) = grep { $_->[0] eq 'start' } read_events($events);
+	return ($a, $b, $start);
+}
+
+# First log event of a wrapper named $name at or after $t: [epoch, ...] or undef.
+sub first_event_after
+{
+	my ($c, $name, $t) = @_;
+	my ($e) = grep { $_->[1] eq $name && $_->[0] >= $t - 0.05 } log_events($c);
+	return $e;
+}
+
+# --- 1. only the wrapper is frozen ------------------------------------------------
+{
+	my $events = "$dir/wrapper.events";
+	my ($a, $b, $start) = leader_and_follower('wrapper', $events, []);
+	my ($tokA, $child) = ($start->[1], $start->[3]);
+
+	my $t_stop = time();
+	kill 'STOP', $a->{pid};
+	ok(wait_for(sub { grep({ $_->[0] eq 'start' && $_->[2] eq 'wrapperB' } read_events($events)) }, $ttl_s + 20),
+		'a follower takes over while the leader is frozen');
+	my ($startB) = grep { $_->[0] eq 'start' && $_->[2] eq 'wrapperB' } read_events($events);
+	cmp_ok($startB->[1], '>', $tokA, 'with a higher token');
+	ok(alive($child), 'the frozen wrapper\'s command still runs (nothing but a fence can stop its writes now)');
+	usleep(1_000_000 * ($ttl_s + 0.5 - (time() - $t_stop))) if time() - $t_stop < $ttl_s + 0.5;
+
+	my $t_cont = time();
+	kill 'CONT', $a->{pid};
+	my $gone = wait_for(sub { !alive($child) }, 10);
+	ok(defined $gone, 'after SIGCONT the wrapper stops its command');
+	my $ev = first_event_after($a, 'stopping_command', $t_cont);
+	ok($ev && $ev->[3] eq 'deadline_passed', 'because its local deadline had passed');
+	note(sprintf('wrapper frozen %.1f s (ttl %d s); resumed -> SIGTERM to command %.0f ms, command gone %.0f ms',
+		$t_cont - $t_stop, $ttl_s, $ev ? 1000 * ($ev->[0] - $t_cont) : -1, 1000 * ($gone // -1)));
+	cmp_ok($ev->[0] - $t_cont, '<', 2, 'the command is signalled right after the resume');
+	ok(log_has($a, qr/stopped_leading .*reason=deadline_passed/), 'stop reason deadline_passed logged');
+	ok(wait_for(sub { defined reap($a) }, 10), 'the old leader exits (no --loop)');
+	is($a->{status}, 79, 'with status 79 (leadership lost)');
+	is((split /\|/, lease_state($node, 'wrapper'))[0], 'wrapperB', 'the follower still leads');
+	my @beats = grep { $_->[0] eq 'beat' && $_->[1] == $tokA && $_->[4] > $startB->[4] } read_events($events);
+	note(scalar(@beats) . " writes of the old leader's command carried stale token $tokA after the takeover");
+	kill 'TERM', $b->{pid};
+	wait_for(sub { defined reap($b) }, 10);
+}
+
+# --- 2. the whole tree (wrapper and its command) is frozen -------------------------
+{
+	my $events = "$dir/tree.events";
+	my ($a, $b, $start) = leader_and_follower('tree', $events, ['--loop']);
+	my ($tokA, $child) = ($start->[1], $start->[3]);
+
+	my $t_stop = time();
+	kill 'STOP', -$a->{pid}, -$child;
+	ok(wait_for(sub { grep({ $_->[0] eq 'start' && $_->[2] eq 'treeB' } read_events($events)) }, $ttl_s + 20),
+		'a follower takes over while the leader\'s tree is frozen');
+	my ($startB) = grep { $_->[0] eq 'start' && $_->[2] eq 'treeB' } read_events($events);
+	cmp_ok($startB->[1], '>', $tokA, 'with a higher token');
+	usleep(1_000_000 * ($ttl_s + 0.5 - (time() - $t_stop))) if time() - $t_stop < $ttl_s + 0.5;
+
+	my $t_cont = time();
+	kill 'CONT', -$a->{pid}, -$child;
+	my $gone = wait_for(sub { !alive($child) }, 10);
+	ok(defined $gone, 'after SIGCONT the old command is stopped');
+	my $ev = first_event_after($a, 'stopping_command', $t_cont);
+	ok($ev && $ev->[3] eq 'deadline_passed', 'because the local deadline had passed');
+	note(sprintf('tree frozen %.1f s; resumed -> SIGTERM %.0f ms, command gone %.0f ms',
+		$t_cont - $t_stop, $ev ? 1000 * ($ev->[0] - $t_cont) : -1, 1000 * ($gone // -1)));
+	my @late = grep { $_->[0] eq 'beat' && $_->[1] == $tokA && $_->[4] >= $t_cont } read_events($events);
+	note(scalar(@late) . " writes with stale token $tokA after the resume (a fence rejects them)");
+	cmp_ok(scalar @late, '<=', 10, 'the resumed command is stopped within a few beats');
+	ok(!defined reap($a), 'the --loop leader keeps running as a follower');
+	usleep(1_000_000);
+	my @startsA = grep { $_->[0] eq 'start' && $_->[2] eq 'treeA' } read_events($events);
+	is(scalar @startsA, 1, 'and starts no new command while the follower leads');
+	like(lease_state($node, 'tree'), qr/^treeB\|$startB->[1]\|t$/, 'the follower still leads with its token');
+	kill 'TERM', $a->{pid}, $b->{pid};
+	wait_for(sub { defined reap($a) && defined reap($b) }, 10);
+}
+
+# --- 3. a lone leader frozen past its local deadline but not its lease -----------
+# Safety margin 1.9 s of a 4 s ttl: the local deadline passes 2.1 s after a
+# renewal was sent, the server's expiry only after 4 s.  After a 2.5 s freeze
+# the server still holds the lease for us; the elector must not keep using
+# (or be handed back) the token it gave up: it releases it and gets a new one.
+{
+	my $events = "$dir/lone.events";
+	my $job = write_job($dir, $events, 0);
+	my $a = start_candidate(dir => $dir, name => 'lone', dsn => $dsn, key => 'lone',
+		opts => [ '--ttl', '4s', '--safety-margin', '1900ms', '--renew', '1s', '--retry', '300ms',
+			'--grace', '1s', '--loop', '-v' ], command => [$job]);
+	ok(wait_for(sub { grep({ $_->[1] eq 'renewed' } log_events($a)) >= 1 }, 30), 'lone leader renews');
+	my ($start) = grep { $_->[0] eq 'start' } read_events($events);
+	my $tok = $start->[1];
+	kill 'STOP', -$a->{pid}, -$start->[3];
+	usleep(2_500_000);
+	my $held = lease_state($node, 'lone');
+	kill 'CONT', -$a->{pid}, -$start->[3];
+	is($held, "lone|$tok|t", 'while frozen the server still counts the lease as held');
+	ok(wait_for(sub { grep({ $_->[0] eq 'start' && $_->[1] > $tok } read_events($events)) }, 20),
+		'after the resume the command is restarted with a new token');
+	ok(log_has($a, qr/stopped_leading .*token=$tok .*reason=deadline_passed/), 'the old period ended at the local deadline');
+	my @h = history_rows($node, 'lone');
+	is(join(',', map { "$_->[1]:$_->[4]" } @h[0, 1]), "$tok:released," . ($tok + 1) . ':',
+		'the old token was released, not reused; the new period has the next token');
+	is_deeply([ check_no_overlap($events) ], [], 'the old command stopped before the new one started');
+	kill 'TERM', $a->{pid};
+	wait_for(sub { defined reap($a) }, 10);
+}
+
+stop_all();
+$node->stop;
+done_testing();
