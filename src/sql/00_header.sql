@@ -5,8 +5,12 @@
  * pieces, never the generated leader_election--1.0.sql.  Once 1.0 is
  * released, later changes go into leader_election--1.0--1.1.sql and so on.
  *
- * Rules for every piece: objects are qualified with @extschema@ (never inside
- * quotes), built-ins and operators with pg_catalog; every function pins
+ * Rules for every piece: objects are qualified with @extschema@, built-ins
+ * and operators with pg_catalog; @extschema@ never appears inside quotes
+ * (CVE-2023-39417).  Where a name must be a string (regclass literals for
+ * nextval defaults and pg_extension_config_dump) it stays unqualified: CREATE
+ * EXTENSION runs this script with search_path set to the extension's schema,
+ * and the literal becomes an OID at that moment; every function pins
  * search_path; every object has a COMMENT; nothing that mutates state is
  * executable by PUBLIC unless stated.
  */

@@ -9,7 +9,7 @@ COMMENT ON SEQUENCE @extschema@.le_lease_id_seq IS
     'surrogate ids of lease rows; also the collision-free lock tag of each lease''s fence lock';
 
 CREATE TABLE @extschema@.le_lease (
-    lease_id        bigint      NOT NULL DEFAULT pg_catalog.nextval('@extschema@.le_lease_id_seq'::pg_catalog.regclass),
+    lease_id        bigint      NOT NULL DEFAULT pg_catalog.nextval('le_lease_id_seq'::pg_catalog.regclass),
     lease_key       text        NOT NULL,
     holder          text,
     holder_role     name,
@@ -49,7 +49,7 @@ CREATE SEQUENCE @extschema@.le_lease_history_id_seq AS bigint;
 COMMENT ON SEQUENCE @extschema@.le_lease_history_id_seq IS 'ids of le_lease_history rows';
 
 CREATE TABLE @extschema@.le_lease_history (
-    history_id      bigint      NOT NULL DEFAULT pg_catalog.nextval('@extschema@.le_lease_history_id_seq'::pg_catalog.regclass),
+    history_id      bigint      NOT NULL DEFAULT pg_catalog.nextval('le_lease_history_id_seq'::pg_catalog.regclass),
     lease_id        bigint      NOT NULL,
     lease_key       text        NOT NULL,
     holder          text        NOT NULL,
@@ -71,10 +71,10 @@ COMMENT ON COLUMN @extschema@.le_lease_history.ended_at IS
     'when the period ended: the release time, or for expired periods the expiry time that was in force';
 
 -- Lease state must survive pg_dump/pg_restore, or tokens would start again.
-SELECT pg_catalog.pg_extension_config_dump('@extschema@.le_lease', '');
-SELECT pg_catalog.pg_extension_config_dump('@extschema@.le_lease_id_seq', '');
-SELECT pg_catalog.pg_extension_config_dump('@extschema@.le_lease_history', '');
-SELECT pg_catalog.pg_extension_config_dump('@extschema@.le_lease_history_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('le_lease', '');
+SELECT pg_catalog.pg_extension_config_dump('le_lease_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('le_lease_history', '');
+SELECT pg_catalog.pg_extension_config_dump('le_lease_history_id_seq', '');
 
 REVOKE ALL ON @extschema@.le_lease, @extschema@.le_lease_history FROM PUBLIC;
 REVOKE ALL ON SEQUENCE @extschema@.le_lease_id_seq, @extschema@.le_lease_history_id_seq FROM PUBLIC;

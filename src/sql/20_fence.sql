@@ -55,7 +55,7 @@ CREATE TABLE @extschema@.le_fence_resource (
 );
 COMMENT ON TABLE @extschema@.le_fence_resource IS
     'highest fencing token accepted so far per resource name, written only by le_fence_advance()';
-SELECT pg_catalog.pg_extension_config_dump('@extschema@.le_fence_resource', '');
+SELECT pg_catalog.pg_extension_config_dump('le_fence_resource', '');
 REVOKE ALL ON @extschema@.le_fence_resource FROM PUBLIC;
 GRANT SELECT ON @extschema@.le_fence_resource TO PUBLIC;
 

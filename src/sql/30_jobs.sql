@@ -48,7 +48,7 @@ COMMENT ON COLUMN @extschema@.le_scheduled_jobs.available_at IS
     'pending: when the job may be claimed (scheduled_for, or later after a failure); running: when the claim lapses and another worker may take the job (visibility timeout)';
 COMMENT ON COLUMN @extschema@.le_scheduled_jobs.fencing_token IS
     'token of the leader that created the job (checked by the fence at creation)';
-SELECT pg_catalog.pg_extension_config_dump('@extschema@.le_scheduled_jobs', '');
+SELECT pg_catalog.pg_extension_config_dump('le_scheduled_jobs', '');
 REVOKE ALL ON @extschema@.le_scheduled_jobs FROM PUBLIC;
 
 CREATE FUNCTION @extschema@.le_schedule_job(
