@@ -52,6 +52,7 @@
 #include "access/relation.h"
 #include "access/xact.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_inherits.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
@@ -571,24 +572,6 @@ le_fence_ddl(const char *sql)
 		elog(ERROR, "leader_election: \"%s\" returned %s", sql, SPI_result_code_string(rc));
 }
 
-/* Drop our fence triggers from a table; true when there was one. */
-static bool
-le_fence_drop_triggers(Oid relid, const char *qualified)
-{
-	static const char *const names[] = {LE_FENCE_ROW_TRIGGER, LE_FENCE_TRUNCATE_TRIGGER};
-	bool		dropped = false;
-	size_t		i;
-
-	for (i = 0; i < lengthof(names); i++)
-	{
-		if (!OidIsValid(get_trigger_oid(relid, names[i], true)))
-			continue;
-		le_fence_ddl(psprintf("DROP TRIGGER %s ON %s", quote_identifier(names[i]), qualified));
-		dropped = true;
-	}
-	return dropped;
-}
-
 /* The schema-qualified, quoted name of a relation. */
 static char *
 le_fence_qualified_name(Oid relid)
@@ -598,8 +581,50 @@ le_fence_qualified_name(Oid relid)
 }
 
 /*
+ * The relations that carry a fence's TRUNCATE trigger: the table and, for a
+ * partitioned table, every partition below it (TRUNCATE of one partition
+ * fires only that partition's triggers; row triggers are cloned to
+ * partitions by PostgreSQL itself).
+ */
+static List *
+le_fence_truncate_targets(Oid relid)
+{
+	if (get_rel_relkind(relid) == RELKIND_PARTITIONED_TABLE)
+		return find_all_inheritors(relid, AccessShareLock, NULL);
+	return list_make1_oid(relid);
+}
+
+/* Drop our fence triggers from a table (and its partitions); true when there was one. */
+static bool
+le_fence_drop_triggers(Oid relid)
+{
+	bool		dropped = false;
+	ListCell   *lc;
+
+	if (OidIsValid(get_trigger_oid(relid, LE_FENCE_ROW_TRIGGER, true)))
+	{
+		le_fence_ddl(psprintf("DROP TRIGGER %s ON %s", quote_identifier(LE_FENCE_ROW_TRIGGER),
+							  le_fence_qualified_name(relid)));
+		dropped = true;
+	}
+	foreach(lc, le_fence_truncate_targets(relid))
+	{
+		Oid			target = lfirst_oid(lc);
+
+		if (!OidIsValid(get_trigger_oid(target, LE_FENCE_TRUNCATE_TRIGGER, true)))
+			continue;
+		le_fence_ddl(psprintf("DROP TRIGGER %s ON %s", quote_identifier(LE_FENCE_TRUNCATE_TRIGGER),
+							  le_fence_qualified_name(target)));
+		dropped = true;
+	}
+	return dropped;
+}
+
+
+/*
  * le_protect(table, lease_key, token_column, mode): attach the fence to a
- * table, replacing a fence attached before.  mode 'lease' (default) checks
+ * table (the TRUNCATE guard also to each of its partitions; run it again
+ * after adding partitions), replacing a fence attached before.  mode 'lease' (default) checks
  * the lease's token; 'strict' also requires the writer's role to be the
  * role that acquired the lease; 'advance' fences with le_fence_advance()
  * on the resource named lease_key instead of a lease.  Runs as the caller,
@@ -618,6 +643,7 @@ le_protect(PG_FUNCTION_ARGS)
 	char	   *args;
 	Relation	rel;
 	Oid			atttypid;
+	ListCell   *lc;
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(2) || PG_ARGISNULL(3))
 		ereport(ERROR,
@@ -651,13 +677,15 @@ le_protect(PG_FUNCTION_ARGS)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	(void) le_fence_drop_triggers(relid, qualified);
+	(void) le_fence_drop_triggers(relid);
 	le_fence_ddl(psprintf("CREATE TRIGGER %s BEFORE INSERT OR UPDATE OR DELETE ON %s"
 						  " FOR EACH ROW EXECUTE FUNCTION %s(%s)",
 						  quote_identifier(LE_FENCE_ROW_TRIGGER), qualified, function, args));
-	le_fence_ddl(psprintf("CREATE TRIGGER %s BEFORE TRUNCATE ON %s"
-						  " FOR EACH STATEMENT EXECUTE FUNCTION %s(%s)",
-						  quote_identifier(LE_FENCE_TRUNCATE_TRIGGER), qualified, function, args));
+	foreach(lc, le_fence_truncate_targets(relid))
+		le_fence_ddl(psprintf("CREATE TRIGGER %s BEFORE TRUNCATE ON %s"
+							  " FOR EACH STATEMENT EXECUTE FUNCTION %s(%s)",
+							  quote_identifier(LE_FENCE_TRUNCATE_TRIGGER),
+							  le_fence_qualified_name(lfirst_oid(lc)), function, args));
 	SPI_finish();
 	PG_RETURN_VOID();
 }
@@ -676,7 +704,7 @@ le_unprotect(PG_FUNCTION_ARGS)
 	relid = PG_GETARG_OID(0);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	dropped = le_fence_drop_triggers(relid, le_fence_qualified_name(relid));
+	dropped = le_fence_drop_triggers(relid);
 	SPI_finish();
 	PG_RETURN_BOOL(dropped);
 }
