@@ -109,6 +109,12 @@ INSERT INTO parted VALUES (2, 2);
 \echo :LAST_ERROR_SQLSTATE
 INSERT INTO parted_1 VALUES (3, 2);
 \echo :LAST_ERROR_SQLSTATE
+-- TRUNCATE of one partition fires only that partition's triggers: the
+-- TRUNCATE guard is attached to each partition too.
+TRUNCATE parted_1;
+\echo :LAST_ERROR_SQLSTATE
+SELECT tgrelid::regclass AS rel, tgname FROM pg_trigger
+ WHERE tgrelid IN ('parted'::regclass, 'parted_1'::regclass) ORDER BY 1, 2;
 SELECT * FROM parted;
 
 -- leader_election.fencing_token set with SET LOCAL in a new session, before

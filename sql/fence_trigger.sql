@@ -100,6 +100,7 @@ SELECT count(*) AS rows_after_truncate FROM invoices;
 -- transaction that verified the token before (LE002).
 SELECT acquired, fencing_token FROM le_acquire('short', 'a', '2 seconds');
 CREATE TABLE short_t (v int, fencing_token bigint);
+CREATE TABLE plain_log (note text);
 SELECT le_protect('short_t', 'short');
 BEGIN;
 INSERT INTO short_t VALUES (1, 1);
@@ -108,28 +109,52 @@ INSERT INTO short_t VALUES (2, 1);
 \echo :LAST_ERROR_SQLSTATE
 ROLLBACK;
 
+-- A write rolled back to a savepoint leaves nothing to check at COMMIT,
+-- even after the lease expired.
+SELECT acquired, fencing_token FROM le_acquire('short', 'b', '2 seconds');
+BEGIN;
+SAVEPOINT s;
+INSERT INTO short_t VALUES (11, 2);
+ROLLBACK TO SAVEPOINT s;
+SELECT pg_sleep(2.2);
+INSERT INTO plain_log VALUES ('kept');
+COMMIT;
+SELECT * FROM plain_log;
+
+-- The commit itself: a transaction cannot commit fenced writes once its
+-- lease has expired (LE002 at COMMIT, nothing written), whatever the clock
+-- said at the write.
+SELECT acquired, fencing_token FROM le_acquire('short', 'b', '2 seconds');
+BEGIN;
+INSERT INTO short_t VALUES (10, 3);
+SELECT pg_sleep(2.2);
+COMMIT;
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) AS short_rows FROM short_t;
+
 -- ... and a renewal in between extends it: the fence reads the row again
--- before rejecting.
+-- before rejecting, and the commit goes through.
 SELECT acquired, fencing_token FROM le_acquire('short', 'a', '2 seconds');
 BEGIN;
-INSERT INTO short_t VALUES (3, 2);
-SELECT le_renew('short', 'a', 2, '1 minute') IS NOT NULL AS renewed;
+INSERT INTO short_t VALUES (3, 4);
+SELECT le_renew('short', 'a', 4, '1 minute') IS NOT NULL AS renewed;
 SELECT pg_sleep(2.2);
-INSERT INTO short_t VALUES (4, 2);
+INSERT INTO short_t VALUES (4, 4);
 COMMIT;
 SELECT * FROM short_t ORDER BY v;
 
 -- A transaction that wrote with its token and then releases the lease
 -- itself cannot keep writing with it: the fence reads the row again when
 -- the transaction holds the fence lock exclusively.
-SELECT le_release('short', 'a', 2);
+SELECT le_release('short', 'a', 4);
 SELECT acquired, fencing_token FROM le_acquire('short', 'c', '1 minute');
 BEGIN;
-INSERT INTO short_t VALUES (5, 3);
-SELECT le_release('short', 'c', 3);
-INSERT INTO short_t VALUES (6, 3);
+INSERT INTO short_t VALUES (5, 5);
+SELECT le_release('short', 'c', 5);
+INSERT INTO short_t VALUES (6, 5);
 \echo :LAST_ERROR_SQLSTATE
 ROLLBACK;
+SELECT * FROM short_t ORDER BY v;
 
 -- le_unprotect removes the fence.
 SELECT le_unprotect('short_t');
@@ -141,5 +166,5 @@ SELECT count(*) FROM short_t;
 SELECT le_protect('invoices', 'billing-scheduler');
 SELECT count(*) FROM pg_trigger WHERE tgrelid = 'invoices'::regclass;
 
-DROP TABLE invoices, short_t;
+DROP TABLE invoices, short_t, plain_log;
 DROP EXTENSION leader_election;

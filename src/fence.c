@@ -24,6 +24,12 @@
  *	  leader_election.lock_timeout on the acquirer's side (55P03).
  * Renewals take no fence lock: they change only expires_at, never the token.
  *
+ * At commit (and PREPARE) every lease the transaction passed the fence with
+ * is checked again if its expiry, as last read, has passed: a transaction
+ * whose process was paused between its writes and COMMIT past the lease's
+ * end fails to commit (LE002).  Leases passed only in subtransactions that
+ * rolled back are not checked.
+ *
  * Speed.  A fenced INSERT must cost little more than an unfenced one, so the
  * trigger uses no SPI, no user switch and no setting changes on its normal
  * path.  Per backend we cache the oids of le_lease and its key index, and
@@ -52,6 +58,7 @@
 #include "access/relation.h"
 #include "access/xact.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_inherits.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
@@ -107,6 +114,26 @@ static struct
 }			verified;
 
 /*
+ * Every (lease, token) this transaction passed the fence with, checked again
+ * at commit: a transaction must not commit writes under a lease that has
+ * expired meanwhile (say, its process was paused between the write and the
+ * COMMIT).  Allocated in TopTransactionContext; entries made in a
+ * subtransaction that rolls back are dropped with it.
+ */
+typedef struct FencedLease
+{
+	Oid			nsp;
+	int64		lease_id;
+	int64		token;
+	TimestampTz expires_at;		/* as last read */
+	SubTransactionId subid;		/* (sub)transaction that first passed */
+	ItemPointerData tid;
+	char		key[LE_MAX_KEY_LEN + 1];
+} FencedLease;
+
+static List *fenced_leases = NIL;
+
+/*
  * What a trigger's arguments say, checked against its table; cached per
  * backend by trigger oid until the next relcache or pg_proc invalidation
  * (ALTER TABLE, DROP TRIGGER, ...), so that statements after the first need
@@ -146,11 +173,135 @@ le_fence_proc_callback(Datum arg, int cacheid, uint32 hashvalue)
 	trigger_infos_stale = true;
 }
 
-/* Forget what was verified when the transaction ends (its locks go with it). */
+/*
+ * At commit (or PREPARE), check again every lease this transaction passed
+ * the fence with whose expiry, as last read, has passed: the row is read
+ * again (a renewal may have extended it) and the commit fails with LE002
+ * (LE001 if the token moved) when the lease is no longer held.
+ */
+static void
+le_fence_commit_check(void)
+{
+	ListCell   *lc;
+
+	foreach(lc, fenced_leases)
+	{
+		FencedLease *fl = (FencedLease *) lfirst(lc);
+		TimestampTz now = GetCurrentTimestamp();
+		Oid			lease_relid;
+		Oid			key_indexid;
+		LeaseRow	row;
+
+		if (now < fl->expires_at)
+			continue;
+		le_store_relids(fl->nsp, &lease_relid, &key_indexid);
+		if (!le_store_read_latest(lease_relid, key_indexid, fl->key, &fl->tid, &row))
+			row.fencing_token = 0;
+		if (row.fencing_token != fl->token)
+			ereport(ERROR,
+					(errcode(ERRCODE_LE_STALE_FENCING_TOKEN),
+					 errmsg("fencing token " INT64_FORMAT " of lease \"%s\" became stale before this transaction committed",
+							fl->token, fl->key),
+					 errdetail("The current fencing token is " INT64_FORMAT "; the transaction is rolled back.",
+							   row.fencing_token),
+					 errhint("A leader whose token was superseded must stop working, not retry.")));
+		if (!le_lease_is_valid(&row, now))
+			ereport(ERROR,
+					(errcode(ERRCODE_LE_LEASE_NOT_HELD),
+					 errmsg("lease \"%s\" ended before this transaction committed", fl->key),
+					 row.holder == NULL ?
+					 errdetail("The transaction wrote with fencing token " INT64_FORMAT "; the lease was released. The transaction is rolled back.",
+							   fl->token) :
+					 errdetail("The transaction wrote with fencing token " INT64_FORMAT "; the lease expired at %s. The transaction is rolled back.",
+							   fl->token, timestamptz_to_str(row.expires_at)),
+					 errhint("Renew the lease before it expires, or keep fenced transactions shorter than the ttl.")));
+		fl->expires_at = row.expires_at;
+	}
+}
+
+/*
+ * Transaction end: check the leases written under before commit or
+ * PREPARE; forget everything once the transaction is over (its fence
+ * locks go with it).
+ */
 static void
 le_fence_xact_callback(XactEvent event, void *arg)
 {
-	verified.valid = false;
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+		case XACT_EVENT_PRE_PREPARE:
+			le_fence_commit_check();
+			break;
+		case XACT_EVENT_PARALLEL_PRE_COMMIT:
+			break;
+		default:
+			verified.valid = false;
+			fenced_leases = NIL;	/* its memory goes with the transaction */
+			break;
+	}
+}
+
+/*
+ * A subtransaction ended: drop what it recorded if it rolled back (its
+ * writes and fence locks are gone), hand it to the parent if it committed.
+ */
+static void
+le_fence_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+						  SubTransactionId parentSubid, void *arg)
+{
+	ListCell   *lc;
+
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+	{
+		verified.valid = false;
+		foreach(lc, fenced_leases)
+		{
+			if (((FencedLease *) lfirst(lc))->subid == mySubid)
+				fenced_leases = foreach_delete_current(fenced_leases, lc);
+		}
+	}
+	else if (event == SUBXACT_EVENT_COMMIT_SUB)
+	{
+		foreach(lc, fenced_leases)
+		{
+			FencedLease *fl = (FencedLease *) lfirst(lc);
+
+			if (fl->subid == mySubid)
+				fl->subid = parentSubid;
+		}
+	}
+}
+
+/* Remember that this transaction passed the fence of a lease with a token. */
+static void
+le_fence_remember(Oid nsp, const char *key, const LeaseRow *row, ItemPointer tid)
+{
+	ListCell   *lc;
+	FencedLease *fl;
+	MemoryContext oldcxt;
+
+	foreach(lc, fenced_leases)
+	{
+		fl = (FencedLease *) lfirst(lc);
+		if (fl->nsp == nsp && fl->lease_id == row->lease_id &&
+			fl->token == row->fencing_token)
+		{
+			fl->expires_at = row->expires_at;
+			return;
+		}
+	}
+	oldcxt = MemoryContextSwitchTo(TopTransactionContext);
+	fl = (FencedLease *) palloc(sizeof(FencedLease));
+	fl->nsp = nsp;
+	fl->lease_id = row->lease_id;
+	fl->token = row->fencing_token;
+	fl->expires_at = row->expires_at;
+	fl->subid = GetCurrentSubTransactionId();
+	fl->tid = *tid;
+	strlcpy(fl->key, key, sizeof(fl->key));
+	fenced_leases = lappend(fenced_leases, fl);
+	MemoryContextSwitchTo(oldcxt);
 }
 
 /* Register the invalidation and transaction callbacks, once per backend. */
@@ -162,6 +313,7 @@ le_fence_register_callbacks(void)
 	CacheRegisterRelcacheCallback(le_fence_relcache_callback, (Datum) 0);
 	CacheRegisterSyscacheCallback(PROCOID, le_fence_proc_callback, (Datum) 0);
 	RegisterXactCallback(le_fence_xact_callback, NULL);
+	RegisterSubXactCallback(le_fence_subxact_callback, NULL);
 	cache_callbacks_registered = true;
 }
 
@@ -300,6 +452,7 @@ le_fence_check_lease(Oid nsp, const char *key, int64 token, bool strict)
 		verified.strict_userid = userid;
 	}
 
+	le_fence_remember(nsp, key, &row, &entry->tid);
 	verified.valid = true;
 	verified.nsp = nsp;
 	verified.lease_id = row.lease_id;
@@ -571,24 +724,6 @@ le_fence_ddl(const char *sql)
 		elog(ERROR, "leader_election: \"%s\" returned %s", sql, SPI_result_code_string(rc));
 }
 
-/* Drop our fence triggers from a table; true when there was one. */
-static bool
-le_fence_drop_triggers(Oid relid, const char *qualified)
-{
-	static const char *const names[] = {LE_FENCE_ROW_TRIGGER, LE_FENCE_TRUNCATE_TRIGGER};
-	bool		dropped = false;
-	size_t		i;
-
-	for (i = 0; i < lengthof(names); i++)
-	{
-		if (!OidIsValid(get_trigger_oid(relid, names[i], true)))
-			continue;
-		le_fence_ddl(psprintf("DROP TRIGGER %s ON %s", quote_identifier(names[i]), qualified));
-		dropped = true;
-	}
-	return dropped;
-}
-
 /* The schema-qualified, quoted name of a relation. */
 static char *
 le_fence_qualified_name(Oid relid)
@@ -598,8 +733,50 @@ le_fence_qualified_name(Oid relid)
 }
 
 /*
+ * The relations that carry a fence's TRUNCATE trigger: the table and, for a
+ * partitioned table, every partition below it (TRUNCATE of one partition
+ * fires only that partition's triggers; row triggers are cloned to
+ * partitions by PostgreSQL itself).
+ */
+static List *
+le_fence_truncate_targets(Oid relid)
+{
+	if (get_rel_relkind(relid) == RELKIND_PARTITIONED_TABLE)
+		return find_all_inheritors(relid, AccessShareLock, NULL);
+	return list_make1_oid(relid);
+}
+
+/* Drop our fence triggers from a table (and its partitions); true when there was one. */
+static bool
+le_fence_drop_triggers(Oid relid)
+{
+	bool		dropped = false;
+	ListCell   *lc;
+
+	if (OidIsValid(get_trigger_oid(relid, LE_FENCE_ROW_TRIGGER, true)))
+	{
+		le_fence_ddl(psprintf("DROP TRIGGER %s ON %s", quote_identifier(LE_FENCE_ROW_TRIGGER),
+							  le_fence_qualified_name(relid)));
+		dropped = true;
+	}
+	foreach(lc, le_fence_truncate_targets(relid))
+	{
+		Oid			target = lfirst_oid(lc);
+
+		if (!OidIsValid(get_trigger_oid(target, LE_FENCE_TRUNCATE_TRIGGER, true)))
+			continue;
+		le_fence_ddl(psprintf("DROP TRIGGER %s ON %s", quote_identifier(LE_FENCE_TRUNCATE_TRIGGER),
+							  le_fence_qualified_name(target)));
+		dropped = true;
+	}
+	return dropped;
+}
+
+
+/*
  * le_protect(table, lease_key, token_column, mode): attach the fence to a
- * table, replacing a fence attached before.  mode 'lease' (default) checks
+ * table (the TRUNCATE guard also to each of its partitions; run it again
+ * after adding partitions), replacing a fence attached before.  mode 'lease' (default) checks
  * the lease's token; 'strict' also requires the writer's role to be the
  * role that acquired the lease; 'advance' fences with le_fence_advance()
  * on the resource named lease_key instead of a lease.  Runs as the caller,
@@ -618,6 +795,7 @@ le_protect(PG_FUNCTION_ARGS)
 	char	   *args;
 	Relation	rel;
 	Oid			atttypid;
+	ListCell   *lc;
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(2) || PG_ARGISNULL(3))
 		ereport(ERROR,
@@ -651,13 +829,15 @@ le_protect(PG_FUNCTION_ARGS)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	(void) le_fence_drop_triggers(relid, qualified);
+	(void) le_fence_drop_triggers(relid);
 	le_fence_ddl(psprintf("CREATE TRIGGER %s BEFORE INSERT OR UPDATE OR DELETE ON %s"
 						  " FOR EACH ROW EXECUTE FUNCTION %s(%s)",
 						  quote_identifier(LE_FENCE_ROW_TRIGGER), qualified, function, args));
-	le_fence_ddl(psprintf("CREATE TRIGGER %s BEFORE TRUNCATE ON %s"
-						  " FOR EACH STATEMENT EXECUTE FUNCTION %s(%s)",
-						  quote_identifier(LE_FENCE_TRUNCATE_TRIGGER), qualified, function, args));
+	foreach(lc, le_fence_truncate_targets(relid))
+		le_fence_ddl(psprintf("CREATE TRIGGER %s BEFORE TRUNCATE ON %s"
+							  " FOR EACH STATEMENT EXECUTE FUNCTION %s(%s)",
+							  quote_identifier(LE_FENCE_TRUNCATE_TRIGGER),
+							  le_fence_qualified_name(lfirst_oid(lc)), function, args));
 	SPI_finish();
 	PG_RETURN_VOID();
 }
@@ -676,7 +856,7 @@ le_unprotect(PG_FUNCTION_ARGS)
 	relid = PG_GETARG_OID(0);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	dropped = le_fence_drop_triggers(relid, le_fence_qualified_name(relid));
+	dropped = le_fence_drop_triggers(relid);
 	SPI_finish();
 	PG_RETURN_BOOL(dropped);
 }
