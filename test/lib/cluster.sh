@@ -1,0 +1,46 @@
+# Sourced by the benchmarks: a throwaway PostgreSQL cluster in a directory of
+# its own, run as the postgres user when started as root, reachable only on a
+# Unix socket in that directory.  Needs test/lib/prereq.sh sourced first
+# (le_as_pg) and PG_BINDIR set.
+
+# le_cluster_start DIR PORT [SETTING...]: initdb DIR/data and start it.
+le_cluster_start() {
+    local dir=$1 port=$2 setting
+    shift 2
+    [ "$(id -u)" -eq 0 ] && chown postgres: "$dir"
+    le_as_pg "$PG_BINDIR/initdb" -D "$dir/data" -A trust -U postgres >/dev/null
+    {
+        echo "listen_addresses = ''"
+        echo "unix_socket_directories = '$dir'"
+        echo "port = $port"
+        for setting in "$@"; do echo "$setting"; done
+    } >> "$dir/data/postgresql.conf"
+    le_as_pg "$PG_BINDIR/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w start >/dev/null
+}
+
+# le_cluster_stop DIR: stop the cluster at once and remove DIR.
+le_cluster_stop() {
+    le_as_pg "$PG_BINDIR/pg_ctl" -D "$1/data" -m immediate stop >/dev/null 2>&1 || true
+    rm -rf "$1"
+}
+
+# le_pgbench DIR PORT SECONDS CLIENTS SCRIPT [ARGS...]: run pgbench on the
+# cluster and print its tps (0 when it failed).
+le_pgbench() {
+    local dir=$1 port=$2 secs=$3 clients=$4 script=$5 tps
+    shift 5
+    tps=$(le_as_pg "$PG_BINDIR/pgbench" -n -h "$dir" -p "$port" -U postgres -c "$clients" -j "$clients" \
+            -T "$secs" "$@" -f "$script" postgres 2>/dev/null | sed -n 's/^tps = \([0-9.]*\) .*/\1/p')
+    echo "${tps:-0}"
+}
+
+# le_median N...: the median of the numbers given.
+le_median() {
+    printf '%s\n' "$@" | sort -n |
+        awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+}
+
+# le_ratio A B: A / B with three decimals.
+le_ratio() {
+    awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "n/a" }'
+}
