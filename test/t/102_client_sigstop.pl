@@ -117,7 +117,7 @@ sub first_event_after
 
 # --- 3. a lone leader frozen past its local deadline but not its lease -----------
 # Safety margin 1.9 s of a 4 s ttl: the local deadline passes 2.1 s after a
-# renewal was sent, the server's expiry only after 4 s.  After a 2.5 s freeze
+# renewal was sent, the server's expiry only after 4 s.  After a 3 s freeze
 # the server still holds the lease for us; the elector must not keep using
 # (or be handed back) the token it gave up: it releases it and gets a new one.
 {
@@ -129,8 +129,11 @@ sub first_event_after
 	ok(wait_for(sub { grep({ $_->[1] eq 'renewed' } log_events($a)) >= 1 }, 30), 'lone leader renews');
 	my ($start) = grep { $_->[0] eq 'start' } read_events($events);
 	my $tok = $start->[1];
+	# freeze right after a renewal, so the server's expiry is ~4 s away
+	my $n = grep { $_->[1] eq 'renewed' } log_events($a);
+	wait_for(sub { (grep { $_->[1] eq 'renewed' } log_events($a)) > $n }, 10);
 	kill 'STOP', -$a->{pid}, -$start->[3];
-	usleep(2_500_000);
+	usleep(3_000_000);
 	my $held = lease_state($node, 'lone');
 	kill 'CONT', -$a->{pid}, -$start->[3];
 	is($held, "lone|$tok|t", 'while frozen the server still counts the lease as held');
