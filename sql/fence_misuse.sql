@@ -108,5 +108,22 @@ SELECT le_fence_check('no-such-lease', 1);
 \echo :LAST_ERROR_SQLSTATE
 
 DROP VIEW v;
+
+-- The trigger's checks are cached per backend and made again after ALTER
+-- TABLE: a token column changed to text, dropped, added again.
+SELECT le_protect('t', 'misuse');
+INSERT INTO t (v, fencing_token) VALUES (10, 1);
+ALTER TABLE t ALTER COLUMN fencing_token TYPE text;
+INSERT INTO t (v, fencing_token) VALUES (11, '1');
+\echo :LAST_ERROR_SQLSTATE
+ALTER TABLE t DROP COLUMN fencing_token;
+INSERT INTO t (v) VALUES (12);
+\echo :LAST_ERROR_SQLSTATE
+ALTER TABLE t ADD COLUMN fencing_token bigint;
+INSERT INTO t (v, fencing_token) VALUES (13, 1);
+INSERT INTO t (v, fencing_token) VALUES (14, 2);
+\echo :LAST_ERROR_SQLSTATE
+SELECT v, fencing_token FROM t WHERE v >= 10 ORDER BY v;
+
 DROP TABLE t;
 DROP EXTENSION leader_election;

@@ -119,10 +119,22 @@ INSERT INTO short_t VALUES (4, 2);
 COMMIT;
 SELECT * FROM short_t ORDER BY v;
 
+-- A transaction that wrote with its token and then releases the lease
+-- itself cannot keep writing with it: the fence reads the row again when
+-- the transaction holds the fence lock exclusively.
+SELECT le_release('short', 'a', 2);
+SELECT acquired, fencing_token FROM le_acquire('short', 'c', '1 minute');
+BEGIN;
+INSERT INTO short_t VALUES (5, 3);
+SELECT le_release('short', 'c', 3);
+INSERT INTO short_t VALUES (6, 3);
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+
 -- le_unprotect removes the fence.
 SELECT le_unprotect('short_t');
 SELECT le_unprotect('short_t');
-INSERT INTO short_t VALUES (5, 999);
+INSERT INTO short_t VALUES (7, 999);
 SELECT count(*) FROM short_t;
 
 -- le_protect again replaces the fence (e.g. another key or column).

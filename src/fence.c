@@ -26,16 +26,23 @@
  *
  * Speed.  A fenced INSERT must cost little more than an unfenced one, so the
  * trigger uses no SPI, no user switch and no setting changes on its normal
- * path.  Per backend we cache the oids of le_lease and its key index and the
- * lease_id of each key (lease rows are never deleted; the cache is dropped
- * on any relcache invalidation of le_lease or its index, e.g. when the
- * extension is dropped).  Per transaction we remember the last (lease,
- * token, expiry) verified under the fence lock: while this transaction keeps
+ * path.  Per backend we cache the oids of le_lease and its key index, and
+ * per key the lease_id and the heap TID of the row (lease rows are never
+ * deleted; the cache is checked again after any relcache invalidation of
+ * le_lease or its index, and dropped when they are new, e.g. after DROP and
+ * CREATE EXTENSION).  Per transaction we remember the last (lease, token,
+ * expiry) verified under the fence lock: while this transaction keeps
  * holding that lock in share mode (and does not hold it exclusively
  * itself), the token and holder cannot change, so the next row only needs
  * the clock compared with the remembered expiry.  When that comparison
  * fails the row is read again before rejecting, because a renewal may have
- * extended the lease meanwhile.
+ * extended the lease meanwhile.  A lock taken in a subtransaction that
+ * rolls back is released with it; le_fence_lock_writer then reports a
+ * fresh grant and the row is read again.
+ *
+ * Unknown lease keys: a fence on a key that has never been acquired rejects
+ * every write (LE002), so protecting a table before its first leader exists
+ * is safe.
  *
  *-------------------------------------------------------------------------
  */
@@ -45,6 +52,7 @@
 #include "access/relation.h"
 #include "access/xact.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_inherits.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
@@ -56,6 +64,7 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "leader_election.h"
@@ -98,16 +107,24 @@ static struct
 	Oid			strict_userid;	/* role that passed the strict check, if any */
 }			verified;
 
-/* What a trigger's arguments say; kept in fn_extra for one query. */
+/*
+ * What a trigger's arguments say, checked against its table; cached per
+ * backend by trigger oid until the next relcache or pg_proc invalidation
+ * (ALTER TABLE, DROP TRIGGER, ...), so that statements after the first need
+ * no catalog lookups.
+ */
 typedef struct FenceTriggerInfo
 {
-	Oid			tgoid;
+	Oid			tgoid;			/* hash key */
 	Oid			nsp;			/* schema of le_fence, i.e. of the extension */
-	char	   *key;
+	char		key[LE_MAX_KEY_LEN + 1];
 	AttrNumber	attnum;			/* token column */
 	Oid			atttypid;
 	bool		strict;
 } FenceTriggerInfo;
+
+static HTAB *trigger_infos = NULL;
+static bool trigger_infos_stale = false;
 
 /*
  * Note that le_lease or its index changed (or the relcache was reset): the
@@ -120,6 +137,14 @@ le_fence_relcache_callback(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || relid == cache_lease_relid || relid == cache_key_indexid)
 		cache_stale = true;
+	trigger_infos_stale = true;
+}
+
+/* A function changed (e.g. moved): check the triggers' arguments again. */
+static void
+le_fence_proc_callback(Datum arg, int cacheid, uint32 hashvalue)
+{
+	trigger_infos_stale = true;
 }
 
 /* Forget what was verified when the transaction ends (its locks go with it). */
@@ -127,6 +152,18 @@ static void
 le_fence_xact_callback(XactEvent event, void *arg)
 {
 	verified.valid = false;
+}
+
+/* Register the invalidation and transaction callbacks, once per backend. */
+static void
+le_fence_register_callbacks(void)
+{
+	if (cache_callbacks_registered)
+		return;
+	CacheRegisterRelcacheCallback(le_fence_relcache_callback, (Datum) 0);
+	CacheRegisterSyscacheCallback(PROCOID, le_fence_proc_callback, (Datum) 0);
+	RegisterXactCallback(le_fence_xact_callback, NULL);
+	cache_callbacks_registered = true;
 }
 
 /* Make sure the caches describe the extension living in schema nsp. */
@@ -137,12 +174,7 @@ le_fence_cache_prepare(Oid nsp)
 	Oid			lease_relid;
 	Oid			key_indexid;
 
-	if (!cache_callbacks_registered)
-	{
-		CacheRegisterRelcacheCallback(le_fence_relcache_callback, (Datum) 0);
-		RegisterXactCallback(le_fence_xact_callback, NULL);
-		cache_callbacks_registered = true;
-	}
+	le_fence_register_callbacks();
 	if (cache_nsp == nsp && !cache_stale)
 		return;
 
@@ -337,15 +369,32 @@ le_fence_validate(Relation rel, const char *key, const char *column, Oid *atttyp
 	return InvalidAttrNumber;	/* keep the compiler quiet */
 }
 
-/* Parse and check the trigger's arguments, once per query and trigger. */
+/* Parse and check the trigger's arguments, once per trigger (see above). */
 static FenceTriggerInfo *
 le_fence_trigger_info(FunctionCallInfo fcinfo, TriggerData *trigdata)
 {
 	Trigger    *trigger = trigdata->tg_trigger;
-	FenceTriggerInfo *info = (FenceTriggerInfo *) fcinfo->flinfo->fn_extra;
-	MemoryContext oldcxt;
+	FenceTriggerInfo *info;
+	FenceTriggerInfo checked;
+	bool		found;
 
-	if (info != NULL && info->tgoid == trigger->tgoid)
+	le_fence_register_callbacks();
+	if (trigger_infos == NULL || trigger_infos_stale)
+	{
+		HASHCTL		ctl;
+
+		if (trigger_infos != NULL)
+			hash_destroy(trigger_infos);
+		trigger_infos_stale = false;
+		memset(&ctl, 0, sizeof(ctl));
+		ctl.keysize = sizeof(Oid);
+		ctl.entrysize = sizeof(FenceTriggerInfo);
+		ctl.hcxt = CacheMemoryContext;
+		trigger_infos = hash_create("leader_election fence triggers", 16, &ctl,
+									HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
+	info = (FenceTriggerInfo *) hash_search(trigger_infos, &trigger->tgoid, HASH_FIND, NULL);
+	if (info != NULL)
 		return info;
 
 	if (trigger->tgnargs < 2 || trigger->tgnargs > 3)
@@ -357,18 +406,18 @@ le_fence_trigger_info(FunctionCallInfo fcinfo, TriggerData *trigdata)
 				 errdetail("le_fence() takes a lease key, a token column and optionally 'strict'."),
 				 errhint("Attach the fence with le_protect().")));
 
-	oldcxt = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
-	if (info == NULL)
-		info = palloc(sizeof(FenceTriggerInfo));
-	info->tgoid = InvalidOid;
-	info->nsp = get_func_namespace(fcinfo->flinfo->fn_oid);
-	info->key = pstrdup(trigger->tgargs[0]);
-	info->attnum = le_fence_validate(trigdata->tg_relation, trigger->tgargs[0],
-									 trigger->tgargs[1], &info->atttypid);
-	info->strict = le_fence_parse_mode(trigger->tgnargs, trigger->tgargs);
-	info->tgoid = trigger->tgoid;
-	MemoryContextSwitchTo(oldcxt);
-	fcinfo->flinfo->fn_extra = info;
+	/* Everything that can fail happens before the entry is made. */
+	checked.attnum = le_fence_validate(trigdata->tg_relation, trigger->tgargs[0],
+									   trigger->tgargs[1], &checked.atttypid);
+	checked.strict = le_fence_parse_mode(trigger->tgnargs, trigger->tgargs);
+	checked.nsp = get_func_namespace(fcinfo->flinfo->fn_oid);
+
+	info = (FenceTriggerInfo *) hash_search(trigger_infos, &trigger->tgoid, HASH_ENTER, &found);
+	info->nsp = checked.nsp;
+	strlcpy(info->key, trigger->tgargs[0], sizeof(info->key));
+	info->attnum = checked.attnum;
+	info->atttypid = checked.atttypid;
+	info->strict = checked.strict;
 	return info;
 }
 
@@ -523,24 +572,6 @@ le_fence_ddl(const char *sql)
 		elog(ERROR, "leader_election: \"%s\" returned %s", sql, SPI_result_code_string(rc));
 }
 
-/* Drop our fence triggers from a table; true when there was one. */
-static bool
-le_fence_drop_triggers(Oid relid, const char *qualified)
-{
-	static const char *const names[] = {LE_FENCE_ROW_TRIGGER, LE_FENCE_TRUNCATE_TRIGGER};
-	bool		dropped = false;
-	size_t		i;
-
-	for (i = 0; i < lengthof(names); i++)
-	{
-		if (!OidIsValid(get_trigger_oid(relid, names[i], true)))
-			continue;
-		le_fence_ddl(psprintf("DROP TRIGGER %s ON %s", quote_identifier(names[i]), qualified));
-		dropped = true;
-	}
-	return dropped;
-}
-
 /* The schema-qualified, quoted name of a relation. */
 static char *
 le_fence_qualified_name(Oid relid)
@@ -550,8 +581,50 @@ le_fence_qualified_name(Oid relid)
 }
 
 /*
+ * The relations that carry a fence's TRUNCATE trigger: the table and, for a
+ * partitioned table, every partition below it (TRUNCATE of one partition
+ * fires only that partition's triggers; row triggers are cloned to
+ * partitions by PostgreSQL itself).
+ */
+static List *
+le_fence_truncate_targets(Oid relid)
+{
+	if (get_rel_relkind(relid) == RELKIND_PARTITIONED_TABLE)
+		return find_all_inheritors(relid, AccessShareLock, NULL);
+	return list_make1_oid(relid);
+}
+
+/* Drop our fence triggers from a table (and its partitions); true when there was one. */
+static bool
+le_fence_drop_triggers(Oid relid)
+{
+	bool		dropped = false;
+	ListCell   *lc;
+
+	if (OidIsValid(get_trigger_oid(relid, LE_FENCE_ROW_TRIGGER, true)))
+	{
+		le_fence_ddl(psprintf("DROP TRIGGER %s ON %s", quote_identifier(LE_FENCE_ROW_TRIGGER),
+							  le_fence_qualified_name(relid)));
+		dropped = true;
+	}
+	foreach(lc, le_fence_truncate_targets(relid))
+	{
+		Oid			target = lfirst_oid(lc);
+
+		if (!OidIsValid(get_trigger_oid(target, LE_FENCE_TRUNCATE_TRIGGER, true)))
+			continue;
+		le_fence_ddl(psprintf("DROP TRIGGER %s ON %s", quote_identifier(LE_FENCE_TRUNCATE_TRIGGER),
+							  le_fence_qualified_name(target)));
+		dropped = true;
+	}
+	return dropped;
+}
+
+
+/*
  * le_protect(table, lease_key, token_column, mode): attach the fence to a
- * table, replacing a fence attached before.  mode 'lease' (default) checks
+ * table (the TRUNCATE guard also to each of its partitions; run it again
+ * after adding partitions), replacing a fence attached before.  mode 'lease' (default) checks
  * the lease's token; 'strict' also requires the writer's role to be the
  * role that acquired the lease; 'advance' fences with le_fence_advance()
  * on the resource named lease_key instead of a lease.  Runs as the caller,
@@ -570,6 +643,7 @@ le_protect(PG_FUNCTION_ARGS)
 	char	   *args;
 	Relation	rel;
 	Oid			atttypid;
+	ListCell   *lc;
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(2) || PG_ARGISNULL(3))
 		ereport(ERROR,
@@ -603,13 +677,15 @@ le_protect(PG_FUNCTION_ARGS)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	(void) le_fence_drop_triggers(relid, qualified);
+	(void) le_fence_drop_triggers(relid);
 	le_fence_ddl(psprintf("CREATE TRIGGER %s BEFORE INSERT OR UPDATE OR DELETE ON %s"
 						  " FOR EACH ROW EXECUTE FUNCTION %s(%s)",
 						  quote_identifier(LE_FENCE_ROW_TRIGGER), qualified, function, args));
-	le_fence_ddl(psprintf("CREATE TRIGGER %s BEFORE TRUNCATE ON %s"
-						  " FOR EACH STATEMENT EXECUTE FUNCTION %s(%s)",
-						  quote_identifier(LE_FENCE_TRUNCATE_TRIGGER), qualified, function, args));
+	foreach(lc, le_fence_truncate_targets(relid))
+		le_fence_ddl(psprintf("CREATE TRIGGER %s BEFORE TRUNCATE ON %s"
+							  " FOR EACH STATEMENT EXECUTE FUNCTION %s(%s)",
+							  quote_identifier(LE_FENCE_TRUNCATE_TRIGGER),
+							  le_fence_qualified_name(lfirst_oid(lc)), function, args));
 	SPI_finish();
 	PG_RETURN_VOID();
 }
@@ -628,7 +704,7 @@ le_unprotect(PG_FUNCTION_ARGS)
 	relid = PG_GETARG_OID(0);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	dropped = le_fence_drop_triggers(relid, le_fence_qualified_name(relid));
+	dropped = le_fence_drop_triggers(relid);
 	SPI_finish();
 	PG_RETURN_BOOL(dropped);
 }

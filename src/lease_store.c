@@ -326,6 +326,26 @@ le_store_owner(Oid nsp)
 }
 
 /*
+ * Bound lock waits by leader_election.lock_timeout, keeping the caller's own
+ * lock_timeout when it is shorter, in a new GUC nest level; returns it for
+ * AtEOXact_GUC (transaction or subtransaction abort unwinds it too).
+ */
+static int
+le_bound_lock_waits(void)
+{
+	int			nestlevel = NewGUCNestLevel();
+	char		timeout[32];
+
+	if (LockTimeout == 0 || LockTimeout > le_lock_timeout_ms)
+	{
+		snprintf(timeout, sizeof(timeout), "%d", le_lock_timeout_ms);
+		(void) set_config_option("lock_timeout", timeout, PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+	}
+	return nestlevel;
+}
+
+/*
  * Start working on the lease tables: switch to the extension owner, bound
  * lock waits, connect SPI.  fn_oid is the calling SQL function, whose schema
  * tells where the extension lives.
@@ -335,7 +355,6 @@ le_store_begin(LeaseStoreState *st, Oid fn_oid, const char *lease_key)
 {
 	Oid			nsp = get_func_namespace(fn_oid);
 	Oid			owner;
-	char		timeout[32];
 
 	st->caller = GetUserId();
 	st->caller_name = GetUserNameFromId(st->caller, false);
@@ -354,13 +373,7 @@ le_store_begin(LeaseStoreState *st, Oid fn_oid, const char *lease_key)
 	 * shorter.  The GUC nest level is unwound by le_store_end, or by
 	 * (sub)transaction abort on error.
 	 */
-	st->save_nestlevel = NewGUCNestLevel();
-	if (LockTimeout == 0 || LockTimeout > le_lock_timeout_ms)
-	{
-		snprintf(timeout, sizeof(timeout), "%d", le_lock_timeout_ms);
-		(void) set_config_option("lock_timeout", timeout, PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_SAVE, true, 0, false);
-	}
+	st->save_nestlevel = le_bound_lock_waits();
 
 	/* Abort restores the user id too, should anything below fail. */
 	GetUserIdAndSecContext(&st->save_userid, &st->save_sec_context);
@@ -846,7 +859,6 @@ le_fence_lock_writer(int64 lease_id, const char *key)
 	LockAcquireResult res;
 	ErrorContextCallback errcallback;
 	int			nestlevel;
-	char		timeout[32];
 
 	le_fence_locktag(&tag, lease_id);
 	res = LockAcquire(&tag, LE_FENCE_WRITER_LOCKMODE, false, true);
@@ -859,13 +871,7 @@ le_fence_lock_writer(int64 lease_id, const char *key)
 	errcallback.arg = (void *) key;
 	errcallback.previous = error_context_stack;
 	error_context_stack = &errcallback;
-	nestlevel = NewGUCNestLevel();
-	if (LockTimeout == 0 || LockTimeout > le_lock_timeout_ms)
-	{
-		snprintf(timeout, sizeof(timeout), "%d", le_lock_timeout_ms);
-		(void) set_config_option("lock_timeout", timeout, PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_SAVE, true, 0, false);
-	}
+	nestlevel = le_bound_lock_waits();
 	(void) LockAcquire(&tag, LE_FENCE_WRITER_LOCKMODE, false, false);
 	AtEOXact_GUC(true, nestlevel);
 	error_context_stack = errcallback.previous;

@@ -49,6 +49,8 @@ COMMENT ON COLUMN @extschema@.le_scheduled_jobs.available_at IS
 COMMENT ON COLUMN @extschema@.le_scheduled_jobs.fencing_token IS
     'token of the leader that created the job (checked by the fence at creation)';
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.le_scheduled_jobs', '');
+-- The identity sequence too, or restored job_ids would be handed out again.
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.le_scheduled_jobs_job_id_seq', '');
 REVOKE ALL ON @extschema@.le_scheduled_jobs FROM PUBLIC;
 
 CREATE FUNCTION @extschema@.le_schedule_job(

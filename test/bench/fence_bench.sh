@@ -11,6 +11,8 @@
 #   fenced INSERT (le_protect) / the same INSERT without trigger   target >= 0.9
 #   PL/pgSQL "SELECT ... FOR SHARE" trigger / INSERT without trigger (baseline)
 #   le_schedule_job / le_fence_check + INSERT ... ON CONFLICT DO NOTHING
+# and, as an estimate that background load cannot skew, the fenced / plain
+# INSERT ratio with both running at the same time.
 # The extension must be installed in the PostgreSQL of PG_CONFIG (make
 # install, or test/run.sh which installs it).
 set -euo pipefail
@@ -106,6 +108,22 @@ for r in $(seq 1 "$rounds"); do
     ratios_sched+=("$(r_of sched hand)")
 done
 
+# A second estimate that background load cannot skew: the plain and the
+# fenced INSERT run at the same time (2 clients each), so both see the same
+# load and compete for the same CPUs; their tps ratio is their cost ratio.
+paired=()
+for r in $(seq 1 "$rounds"); do
+    as_pg "$bindir/pgbench" -n -h "$dir" -p "$port" -U postgres -c 2 -j 2 -T "$secs" \
+        -D token="$token" -f "$dir/plain.sql" postgres > "$dir/paired_plain.out" 2>/dev/null &
+    as_pg "$bindir/pgbench" -n -h "$dir" -p "$port" -U postgres -c 2 -j 2 -T "$secs" \
+        -D token="$token" -f "$dir/fenced.sql" postgres > "$dir/paired_fenced.out" 2>/dev/null
+    wait
+    tp=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$dir/paired_plain.out")
+    tf=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$dir/paired_fenced.out")
+    printf '  paired round %d: plain %.0f fenced %.0f tps\n' "$r" "${tp:-0}" "${tf:-0}"
+    paired+=("$(awk -v a="${tf:-0}" -v b="${tp:-0}" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print 0 }')")
+done
+
 # Background load on a shared machine hits single rounds: report the median
 # of the per-round ratios, and the ratio of the totals.
 median() { printf '%s\n' "$@" | sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
@@ -115,3 +133,4 @@ echo "ratio (median of rounds / of totals)"
 echo "  fenced INSERT / INSERT without trigger:              $(median "${ratios_fenced[@]}") / $(ratio fenced plain)   (target >= 0.9)"
 echo "  PL/pgSQL FOR SHARE trigger / INSERT without trigger: $(median "${ratios_share[@]}") / $(ratio share plain)"
 echo "  le_schedule_job / le_fence_check + INSERT ON CONFLICT: $(median "${ratios_sched[@]}") / $(ratio sched hand)"
+echo "  fenced / plain INSERT run at the same time (median):  $(median "${paired[@]}")"
