@@ -132,6 +132,7 @@ for c in c1 c2 c3; do
         --ttl $TTL --retry 500ms --grace 1s --loop -- "$tmp/job.sh" ) \
         < /dev/null > "$tmp/$c.log" 2>&1 &
     wrapper[$c]=$!
+    disown "$!"     # no "Killed" job report when the demo kills it
 done
 for c in c1 c2 c3; do
     is_pg_leader() { [ "$(readlink "/proc/${wrapper[$c]}/exe" 2>/dev/null)" = "$PGL" ]; }
