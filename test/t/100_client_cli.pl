@@ -143,6 +143,14 @@ ok(log_has($s, qr/command_exited .*status 137/), 'the command died of SIGKILL (1
 chomp(my $spid = slurp_file("$dir/stubborn.pid"));
 ok(!alive($spid), 'and is gone');
 
+# --- SIGKILL of the wrapper: its whole process group goes, grandchildren too ---
+my $g = start_candidate(dir => $dir, name => 'grand', dsn => $dsn, key => 'grand-key',
+	opts => [ '--ttl', '3s' ], command => [ 'sh', '-c', "sleep 300 & echo \$! > $dir/grand.pid; wait" ]);
+ok(wait_for(sub { -s "$dir/grand.pid" }, 30), 'command with a background grandchild runs');
+chomp(my $gpid = slurp_file("$dir/grand.pid"));
+kill 'KILL', $g->{pid};
+ok(wait_for(sub { !alive($gpid) }, 10), 'after SIGKILL of the wrapper its watchdog kills the grandchild too');
+
 # --- a renewal error that retrying cannot fix: renew_failed, as a non-superuser ---
 $node->safe_psql('postgres', q{
 	CREATE ROLE alice LOGIN;
