@@ -149,7 +149,7 @@ job1=$(child_of "${wrapper[$L1]}")
 echo "$job1" >> "$tmp/pgids"
 t_freeze=$(now_ms)
 kill -STOP -- "-${wrapper[$L1]}" "-$job1"
-step "SIGSTOP $L1 (wrapper and job): frozen while holding token $T1"
+step "SIGSTOP $L1's process groups (wrapper with its watchdog, and job): frozen holding token $T1"
 wait_until 15 leader_is_not "$L1"
 read -r L2 T2 <<< "$(holder)"
 t_take1=$(now_ms)
@@ -194,7 +194,7 @@ echo "== timeline (seconds since the candidates started) =="
     grep -h -E " (acquired|stopped_leading|stopping_command) " "$tmp"/c?.log |
         sed -E 's/^([^ ]+) pg_leader\[[0-9]+\] ([a-z_]+) key=[^ ]+ owner=([^ ]+) (.*)$/\1 \3 \2 \4/;
                 s/ expires=[^ ]+//; s/: SIGTERM to process group.*//; s/: no renewal was confirmed.*//;
-                s/: le_renew returned NULL.*//; s/: got signal.*//'
+                s/: le_renew returned NULL.*//; s/: got signal.*//; s/: the local deadline passed.*//'
     grep -h "REJECTED" "$tmp/jobs.log" | sed -E 's/ write REJECTED: / write REJECTED by the fence: /'
 } | sort | awk -v t0="$t0" '
     { split(substr($1, 12, 12), a, ":"); s = a[1] * 3600 + a[2] * 60 + a[3];
