@@ -67,6 +67,23 @@ wait_until() {
 holder() { sql "SELECT coalesce(holder, '') || ' ' || fencing_token FROM le_leases WHERE lease_key = '$KEY' AND is_valid"; }
 leader_is_not() { local h; h=$(holder); [ -n "$h" ] && [ "${h%% *}" != "$1" ]; }
 has_leader() { [ -n "$(holder)" ]; }
+# as_pg_exec CMD...: exec CMD as the postgres user without a parent process in
+# between (runuser would stay behind as a parent and stop itself with it)
+as_pg_exec() {
+    if [ "$(id -u)" -eq 0 ]; then
+        exec setpriv --reuid=postgres --regid=postgres --init-groups "$@"
+    fi
+    exec "$@"
+}
+# child_of PID: pid of a child process of PID
+child_of() {
+    local d c
+    c=$(cat /proc/"$1"/task/*/children 2>/dev/null | tr ' ' '\n' | grep -m1 .) && { echo "$c"; return 0; }
+    for d in /proc/[0-9]*; do
+        [ "$(cut -d' ' -f4 "$d/stat" 2>/dev/null)" = "$1" ] && { echo "${d#/proc/}"; return 0; }
+    done
+    return 1
+}
 rejected_by() { grep -q "$1 .*REJECTED" "$tmp/jobs.log" 2>/dev/null; }
 # gone PID: exited (or a zombie nobody reaped yet)
 gone() { ! kill -0 "$1" 2>/dev/null || [ "$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null)" = Z ]; }
@@ -110,12 +127,16 @@ echo
 echo "== run =="
 t0=$(now_ms)
 for c in c1 c2 c3; do
-    le_as_pg setsid "$PGL" run -d "host=$tmp port=$PORT dbname=demo" -l "$KEY" --owner "$c" \
-        --ttl $TTL --retry 500ms --grace 1s --loop -- "$tmp/job.sh" 2> "$tmp/$c.log" &
+    # setsid: own session and process group, so SIGSTOP can freeze just this one
+    ( as_pg_exec setsid "$PGL" run -d "host=$tmp port=$PORT dbname=demo" -l "$KEY" --owner "$c" \
+        --ttl $TTL --retry 500ms --grace 1s --loop -- "$tmp/job.sh" ) \
+        < /dev/null > "$tmp/$c.log" 2>&1 &
+    wrapper[$c]=$!
+    disown "$!"     # no "Killed" job report when the demo kills it
 done
 for c in c1 c2 c3; do
-    wait_until 10 pgrep -f -- "^$PGL run .*--owner $c " >/dev/null
-    wrapper[$c]=$(pgrep -f -- "^$PGL run .*--owner $c " | head -1)
+    is_pg_leader() { [ "$(readlink "/proc/${wrapper[$c]}/exe" 2>/dev/null)" = "$PGL" ]; }
+    wait_until 5 is_pg_leader || { echo "candidate $c did not start: $(cat "$tmp/$c.log")" >&2; exit 1; }
 done
 step "started candidates c1 c2 c3 (ttl $TTL, retry 500ms, --loop)"
 wait_until 10 has_leader
@@ -124,11 +145,11 @@ step "leader: $L1 with token $T1"
 sleep 1.5
 
 # 1. Freeze the leader (wrapper and job) past its ttl.
-job1=$(pgrep -P "${wrapper[$L1]}" | head -1)
+job1=$(child_of "${wrapper[$L1]}")
 echo "$job1" >> "$tmp/pgids"
 t_freeze=$(now_ms)
 kill -STOP -- "-${wrapper[$L1]}" "-$job1"
-step "SIGSTOP $L1 (wrapper and job): frozen while holding token $T1"
+step "SIGSTOP $L1's process groups (wrapper with its watchdog, and job): frozen holding token $T1"
 wait_until 15 leader_is_not "$L1"
 read -r L2 T2 <<< "$(holder)"
 t_take1=$(now_ms)
@@ -173,7 +194,7 @@ echo "== timeline (seconds since the candidates started) =="
     grep -h -E " (acquired|stopped_leading|stopping_command) " "$tmp"/c?.log |
         sed -E 's/^([^ ]+) pg_leader\[[0-9]+\] ([a-z_]+) key=[^ ]+ owner=([^ ]+) (.*)$/\1 \3 \2 \4/;
                 s/ expires=[^ ]+//; s/: SIGTERM to process group.*//; s/: no renewal was confirmed.*//;
-                s/: le_renew returned NULL.*//; s/: got signal.*//'
+                s/: le_renew returned NULL.*//; s/: got signal.*//; s/: the local deadline passed.*//'
     grep -h "REJECTED" "$tmp/jobs.log" | sed -E 's/ write REJECTED: / write REJECTED by the fence: /'
 } | sort | awk -v t0="$t0" '
     { split(substr($1, 12, 12), a, ":"); s = a[1] * 3600 + a[2] * 60 + a[3];

@@ -568,9 +568,11 @@ fill_info(le_elector *e, le_lease_info *info)
 }
 
 /*
- * End leadership period "period" for "reason", once.  Unless the lease is
- * known to be someone else's, its token is queued for a best-effort release
- * so a follower need not wait for expiry.  Called without mu.
+ * End leadership period "period" for "reason", once.  If its deadline has
+ * passed, the reason is "deadline_passed" whatever was noticed (the period
+ * ended then).  Unless the lease is known to be someone else's, its token is
+ * queued for a best-effort release so a follower need not wait for expiry.
+ * Called without mu.
  */
 static void
 end_leadership(le_elector *e, uint64_t period, le_stop_reason reason, const char *detail)
@@ -584,6 +586,12 @@ end_leadership(le_elector *e, uint64_t period, le_stop_reason reason, const char
 		return;
 	}
 	e->leading = false;
+	if (le_monotonic_ms() >= e->deadline && reason != LE_STOP_DEADLINE_PASSED)
+	{
+		/* leadership already ended at the deadline, before what we noticed now */
+		reason = LE_STOP_DEADLINE_PASSED;
+		detail = "the local deadline passed before this was noticed";
+	}
 	if (e->token > e->lost_token)
 		e->lost_token = e->token;
 	if (reason != LE_STOP_LOST)
@@ -999,7 +1007,19 @@ handle_notifies(le_elector *e, PGconn *conn, int64_t next_attempt)
 			strcmp(n.lease_key, e->lease_key) == 0)
 		{
 			if (strcmp(n.event, "acquired") == 0)
+			{
+				uint64_t	period = 0;
+				bool		superseded;
+
+				/* someone else got a newer token: whatever we believe, we lost */
+				pthread_mutex_lock(&e->mu);
+				superseded = e->leading && n.token > e->token && strcmp(n.holder, e->owner_id) != 0;
+				period = e->period;
+				pthread_mutex_unlock(&e->mu);
+				if (superseded)
+					end_leadership(e, period, LE_STOP_LOST, "another owner acquired the lease");
 				observed(e, n.holder, n.token, n.expires_at);
+			}
 			else
 			{
 				uint64_t	period = 0;

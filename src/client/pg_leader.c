@@ -17,8 +17,13 @@
  *
  * The child runs in a process group of its own (so SIGTERM/SIGKILL reach
  * a whole shell pipeline) with PR_SET_PDEATHSIG = SIGKILL, so it cannot
- * outlive a wrapper that is killed.  Grandchildren get no death signal:
- * commands that spawn long-lived processes should exec them.
+ * outlive a wrapper that is killed.  A watchdog process (forked next to it,
+ * in the wrapper's process group) holds a copy of the local deadline, fed
+ * through a pipe after every renewal: it stops the child's group at the
+ * deadline even while the wrapper's own process is frozen, and kills the
+ * whole group (grandchildren too) when the wrapper dies.  Freezing the
+ * wrapper's whole process group freezes the watchdog too; then the resumed
+ * main thread and watchdog both act on the passed deadline at once.
  *
  *-------------------------------------------------------------------------
  */
@@ -244,6 +249,7 @@ cb_renewed(void *arg, const le_lease_info *l)
 	(void) arg;
 	if (verbose)
 		log_event("renewed", l->fencing_token, l->expires_at, NULL, NULL);
+	wake_main();				/* the watchdog needs the new deadline */
 }
 
 /* Elector callback: someone else leads. */
@@ -675,6 +681,109 @@ start_child(char **command, const le_lease_info *l)
 	return pid;
 }
 
+/* Message to the watchdog: stand down, the command has ended. */
+#define WATCHDOG_EXIT	INT64_C(-1)
+
+/*
+ * Body of the watchdog process: stop the command's process group at the
+ * deadline (SIGTERM, then SIGKILL after grace_ms) unless a later deadline
+ * arrives on fd first; SIGKILL it at once if the wrapper dies (EOF).  It
+ * runs in a child forked from a threaded process, so it only makes
+ * async-signal-safe calls (poll, read, kill, clock_gettime, _exit).
+ */
+static void
+watchdog_main(int fd, pid_t group, int64_t deadline, int64_t grace_ms)
+{
+	struct sigaction dfl;
+
+	memset(&dfl, 0, sizeof(dfl));
+	dfl.sa_handler = SIG_DFL;
+	sigaction(SIGTERM, &dfl, NULL);
+	sigaction(SIGINT, &dfl, NULL);
+	sigaction(SIGHUP, &dfl, NULL);
+	sigaction(SIGCHLD, &dfl, NULL);
+	for (;;)
+	{
+		int64_t		now = le_monotonic_ms();
+		int64_t		left = deadline - now;
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		int64_t		msg[64];
+		ssize_t		n;
+
+		if (left <= 0)
+		{
+			kill(-group, SIGTERM);
+			kill(-group, SIGCONT);
+			poll(NULL, 0, grace_ms > INT32_MAX ? INT32_MAX : (int) grace_ms);
+			kill(-group, SIGKILL);
+			_exit(0);
+		}
+		if (poll(&p, 1, left > 60000 ? 60000 : (int) left) <= 0)
+			continue;
+		n = read(fd, msg, sizeof(msg));
+		if (n == 0)
+		{
+			/* the wrapper is gone: nothing may keep running on its lease */
+			kill(-group, SIGKILL);
+			_exit(0);
+		}
+		if (n >= (ssize_t) sizeof(int64_t))
+		{
+			int64_t		last = msg[n / (ssize_t) sizeof(int64_t) - 1];
+
+			if (last == WATCHDOG_EXIT)
+				_exit(0);
+			deadline = last;
+		}
+	}
+}
+
+/*
+ * Fork the watchdog of the command's process group: a process of its own,
+ * so that the command is stopped at the local deadline even while the
+ * wrapper itself is frozen (SIGSTOP of the wrapper's pid only).  Returns its
+ * pid and the write end of its deadline pipe in *fd, or -1.
+ */
+static pid_t
+start_watchdog(pid_t group, int64_t deadline, int64_t grace_ms, int *fd)
+{
+	int			p[2];
+	pid_t		pid;
+
+	if (pipe2(p, O_CLOEXEC) != 0)
+		return -1;
+	pid = fork();
+	if (pid == 0)
+	{
+		/* keep no copies of the wrapper's connections and pipes */
+		for (int i = 3; i < 1024; i++)
+			if (i != p[0])
+				close(i);
+		watchdog_main(p[0], group, deadline, grace_ms);
+	}
+	close(p[0]);
+	if (pid < 0)
+	{
+		close(p[1]);
+		return -1;
+	}
+	fcntl(p[1], F_SETFL, O_NONBLOCK);	/* never block the supervisor on it */
+	*fd = p[1];
+	return pid;
+}
+
+/* Send a deadline (or WATCHDOG_EXIT) to the watchdog; atomic 8-byte write. */
+static void
+tell_watchdog(int fd, int64_t value)
+{
+	ssize_t		rc;
+
+	if (fd < 0)
+		return;
+	rc = write(fd, &value, sizeof(value));
+	(void) rc;					/* a full pipe means it is frozen; it keeps the older deadline */
+}
+
 /* Exit status for a child's wait status: its code, or 128 + signal. */
 static int
 child_status(int st)
@@ -705,6 +814,9 @@ cmd_run(options *o)
 	uint64_t	last_period = 0;
 	int			exit_status = -1;
 	bool		command_done = false;
+	pid_t		watchdog = 0;
+	int			watchdog_fd = -1;
+	int64_t		watchdog_deadline = 0;
 
 	if (o->lease == NULL)
 		usage_error("run needs -l KEY");
@@ -807,6 +919,15 @@ cmd_run(options *o)
 			kill(-child, SIGKILL);
 			sigkill_sent = true;
 		}
+		/* Pass renewals on to the watchdog; reap it when it has exited. */
+		if (child > 0 && leading && info.period == child_period &&
+			info.deadline_ms != watchdog_deadline)
+		{
+			tell_watchdog(watchdog_fd, info.deadline_ms);
+			watchdog_deadline = info.deadline_ms;
+		}
+		if (watchdog > 0 && waitpid(watchdog, NULL, WNOHANG) == watchdog)
+			watchdog = 0;
 		/* 3. Reap. */
 		if (child > 0)
 		{
@@ -817,6 +938,10 @@ cmd_run(options *o)
 			{
 				int			cs = child_status(st);
 
+				tell_watchdog(watchdog_fd, WATCHDOG_EXIT);
+				if (watchdog_fd >= 0)
+					close(watchdog_fd);
+				watchdog_fd = -1;
 				/* make sure nothing of its group survives */
 				kill(-child, SIGKILL);
 				log_event("command_exited", child_token, NULL, NULL, "status %d", cs);
@@ -865,6 +990,15 @@ cmd_run(options *o)
 			child_period = info.period;
 			child_token = info.fencing_token;
 			child_lost = false;
+			watchdog = start_watchdog(child, info.deadline_ms, o->grace, &watchdog_fd);
+			if (watchdog < 0)
+			{
+				log_event("notice", info.fencing_token, NULL, NULL,
+						  "could not start the watchdog: %s", strerror(errno));
+				watchdog = 0;
+				watchdog_fd = -1;
+			}
+			watchdog_deadline = info.deadline_ms;
 			log_event("command_started", info.fencing_token, info.expires_at, NULL,
 					  "pid %d: %s", (int) child, o->command[0]);
 			continue;
@@ -896,6 +1030,12 @@ cmd_run(options *o)
 		}
 	}
 
+	if (watchdog > 0)
+	{
+		/* it was told to exit when the command ended; do not wait for a frozen one */
+		for (int i = 0; i < 50 && waitpid(watchdog, NULL, WNOHANG) == 0; i++)
+			poll(NULL, 0, 10);
+	}
 	if (command_done && le_elector_is_leader(e, NULL))
 		le_elector_resign(e);
 	le_elector_stop(e);

@@ -126,6 +126,31 @@ ok(log_has($c, qr/stopped_leading .*reason=lost/), 'stop reason "lost" logged');
 my @ev = read_events("$dir/lost.events");
 is($ev[-1][0], 'stop', 'the command was stopped (SIGTERM) when leadership was lost');
 
+# --- a command that ignores SIGTERM gets SIGKILL after the grace period -------
+my $stubborn = "$dir/stubborn.sh";
+open(my $sfh, '>', $stubborn) or die;
+print $sfh "#!/bin/sh\ntrap '' TERM\necho \$\$ > $dir/stubborn.pid\nwhile :; do sleep 0.1; done\n";
+close($sfh);
+chmod 0755, $stubborn;
+my $s = start_candidate(dir => $dir, name => 'stubborn', dsn => $dsn, key => 'stubborn-key',
+	opts => [ '--ttl', '3s', '--grace', '1s' ], command => [$stubborn]);
+ok(wait_for(sub { -s "$dir/stubborn.pid" }, 30), 'stubborn command runs');
+$node->safe_psql('postgres', "SELECT le_force_release('stubborn-key')");
+ok(wait_for(sub { defined reap($s) }, 20), 'wrapper exits although its command ignores SIGTERM');
+is($s->{status}, 79, 'leadership lost: status 79');
+ok(log_has($s, qr/killing_command .*SIGKILL/), 'SIGKILL after the grace period is logged');
+ok(log_has($s, qr/command_exited .*status 137/), 'the command died of SIGKILL (137)');
+chomp(my $spid = slurp_file("$dir/stubborn.pid"));
+ok(!alive($spid), 'and is gone');
+
+# --- SIGKILL of the wrapper: its whole process group goes, grandchildren too ---
+my $g = start_candidate(dir => $dir, name => 'grand', dsn => $dsn, key => 'grand-key',
+	opts => [ '--ttl', '3s' ], command => [ 'sh', '-c', "sleep 300 & echo \$! > $dir/grand.pid; wait" ]);
+ok(wait_for(sub { -s "$dir/grand.pid" }, 30), 'command with a background grandchild runs');
+chomp(my $gpid = slurp_file("$dir/grand.pid"));
+kill 'KILL', $g->{pid};
+ok(wait_for(sub { !alive($gpid) }, 10), 'after SIGKILL of the wrapper its watchdog kills the grandchild too');
+
 # --- a renewal error that retrying cannot fix: renew_failed, as a non-superuser ---
 $node->safe_psql('postgres', q{
 	CREATE ROLE alice LOGIN;

@@ -48,8 +48,8 @@ my $t_term = time();
 $node->safe_psql('postgres', "SELECT pg_terminate_backend($renew[0])");
 ok(wait_for(sub { grep { $_->[1] eq 'renewed' && $_->[0] > $t_term } log_events($a) }, 2 * $ttl_s + 5),
 	'a renewal succeeds after the renewal connection was terminated');
-my @renew2 = backends('renew');
-ok(@renew2 == 1 && $renew2[0] != $renew[0], 'on a new connection');
+ok(wait_for(sub { my @r = backends('renew'); @r == 1 && $r[0] != $renew[0] }, 2 * $ttl_s + 5),
+	'on a new connection');
 ok(log_has($a, qr/renewal failed, reconnecting/), 'the lost connection is logged');
 is(lease_state($node, 'term'), "tA|$tokA|t", 'tA keeps the lease with the same token');
 my @starts = grep { $_->[0] eq 'start' } read_events($events);

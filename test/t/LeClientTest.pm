@@ -105,7 +105,8 @@ sub wait_for
 
 # A job for pg_leader: logs "start" and "stop" lines with its token, owner
 # and pid to $events (atomic appends), beats every 0.1 s, runs $beats beats
-# (0 = until terminated).  SIGTERM logs "stop" and exits.
+# (0 = until terminated).  SIGTERM logs "stop" once and exits (the wrapper
+# and its watchdog may both send it).
 sub write_job
 {
 	my ($dir, $events, $beats) = @_;
@@ -116,7 +117,7 @@ sub write_job
 ev='$events'
 line() { echo "\$1 \$LE_FENCING_TOKEN \$LE_OWNER_ID \$\$ \$(date +%s.%N)" >> "\$ev"; }
 line start
-trap 'line stop; exit 0' TERM
+trap 'trap "" TERM; line stop; exit 0' TERM
 i=0
 while [ $beats -eq 0 ] || [ \$i -lt $beats ]; do
 	sleep 0.1
