@@ -17,36 +17,19 @@
 # install, or test/run.sh which installs it).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
+. "$here/test/lib/prereq.sh"
+. "$here/test/lib/cluster.sh"
 secs=${1:-5}
 rounds=${2:-3}
 PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
-bindir=$("$PG_CONFIG" --bindir)
-
-as_pg() {
-    if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
-}
+PG_BINDIR=$("$PG_CONFIG" --bindir)
 
 dir=$(mktemp -d /tmp/le-bench.XXXXXX)
-[ "$(id -u)" -eq 0 ] && chown postgres: "$dir"
 port=$(( 56000 + RANDOM % 2000 ))
-cleanup() {
-    as_pg "$bindir/pg_ctl" -D "$dir/data" -m immediate stop >/dev/null 2>&1 || true
-    rm -rf "$dir"
-}
-trap cleanup EXIT
+trap 'le_cluster_stop "$dir"' EXIT
+le_cluster_start "$dir" "$port" "synchronous_commit = off" "shared_buffers = 128MB" "max_wal_size = 2GB"
 
-as_pg "$bindir/initdb" -D "$dir/data" -A trust -U postgres >/dev/null
-cat >> "$dir/data/postgresql.conf" <<CONF
-listen_addresses = ''
-unix_socket_directories = '$dir'
-port = $port
-synchronous_commit = off
-shared_buffers = 128MB
-max_wal_size = 2GB
-CONF
-as_pg "$bindir/pg_ctl" -D "$dir/data" -l "$dir/log" -w start >/dev/null
-
-psql() { as_pg "$bindir/psql" -X -q -h "$dir" -p "$port" -U postgres -d postgres -v ON_ERROR_STOP=1 "$@"; }
+psql() { le_as_pg "$PG_BINDIR/psql" -X -q -h "$dir" -p "$port" -U postgres -d postgres -v ON_ERROR_STOP=1 "$@"; }
 
 psql <<'SQL'
 CREATE EXTENSION leader_election;
@@ -94,18 +77,14 @@ echo "pgbench: 2 clients, synchronous_commit=off, $rounds rounds of ${secs}s per
 for r in $(seq 1 "$rounds"); do
     line="  round $r:"
     for v in $variants; do
-        t=$(as_pg "$bindir/pgbench" -n -h "$dir" -p "$port" -U postgres -c 2 -j 2 -T "$secs" \
-                -D token="$token" -f "$dir/$v.sql" postgres 2>/dev/null |
-            sed -n 's/^tps = \([0-9.]*\) .*/\1/p')
-        tps[$v]=${t:-0}
+        tps[$v]=$(le_pgbench "$dir" "$port" "$secs" 2 "$dir/$v.sql" -D token="$token")
         total[$v]=$(awk -v a="${total[$v]:-0}" -v b="${tps[$v]}" 'BEGIN { print a + b }')
         line+=$(printf ' %s %.0f' "$v" "${tps[$v]}")
     done
     echo "$line tps"
-    r_of() { awk -v a="${tps[$1]:-0}" -v b="${tps[$2]:-0}" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print 0 }'; }
-    ratios_fenced+=("$(r_of fenced plain)")
-    ratios_share+=("$(r_of share plain)")
-    ratios_sched+=("$(r_of sched hand)")
+    ratios_fenced+=("$(le_ratio "${tps[fenced]:-0}" "${tps[plain]:-0}")")
+    ratios_share+=("$(le_ratio "${tps[share]:-0}" "${tps[plain]:-0}")")
+    ratios_sched+=("$(le_ratio "${tps[sched]:-0}" "${tps[hand]:-0}")")
 done
 
 # A second estimate that background load cannot skew: the plain and the
@@ -113,24 +92,24 @@ done
 # load and compete for the same CPUs; their tps ratio is their cost ratio.
 paired=()
 for r in $(seq 1 "$rounds"); do
-    as_pg "$bindir/pgbench" -n -h "$dir" -p "$port" -U postgres -c 2 -j 2 -T "$secs" \
+    le_as_pg "$PG_BINDIR/pgbench" -n -h "$dir" -p "$port" -U postgres -c 2 -j 2 -T "$secs" \
         -D token="$token" -f "$dir/plain.sql" postgres > "$dir/paired_plain.out" 2>/dev/null &
-    as_pg "$bindir/pgbench" -n -h "$dir" -p "$port" -U postgres -c 2 -j 2 -T "$secs" \
+    le_as_pg "$PG_BINDIR/pgbench" -n -h "$dir" -p "$port" -U postgres -c 2 -j 2 -T "$secs" \
         -D token="$token" -f "$dir/fenced.sql" postgres > "$dir/paired_fenced.out" 2>/dev/null
     wait
     tp=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$dir/paired_plain.out")
     tf=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$dir/paired_fenced.out")
     printf '  paired round %d: plain %.0f fenced %.0f tps\n' "$r" "${tp:-0}" "${tf:-0}"
-    paired+=("$(awk -v a="${tf:-0}" -v b="${tp:-0}" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print 0 }')")
+    paired+=("$(le_ratio "${tf:-0}" "${tp:-0}")")
 done
 
 # Background load on a shared machine hits single rounds: report the median
 # of the per-round ratios, and the ratio of the totals.
-median() { printf '%s\n' "$@" | sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
-ratio() { awk -v a="${total[$1]:-0}" -v b="${total[$2]:-0}" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "n/a" }'; }
+
+ratio() { le_ratio "${total[$1]:-0}" "${total[$2]:-0}"; }
 echo
 echo "ratio (median of rounds / of totals)"
-echo "  fenced INSERT / INSERT without trigger:              $(median "${ratios_fenced[@]}") / $(ratio fenced plain)   (target >= 0.9)"
-echo "  PL/pgSQL FOR SHARE trigger / INSERT without trigger: $(median "${ratios_share[@]}") / $(ratio share plain)"
-echo "  le_schedule_job / le_fence_check + INSERT ON CONFLICT: $(median "${ratios_sched[@]}") / $(ratio sched hand)"
-echo "  fenced / plain INSERT run at the same time (median):  $(median "${paired[@]}")"
+echo "  fenced INSERT / INSERT without trigger:              $(le_median "${ratios_fenced[@]}") / $(ratio fenced plain)   (target >= 0.9)"
+echo "  PL/pgSQL FOR SHARE trigger / INSERT without trigger: $(le_median "${ratios_share[@]}") / $(ratio share plain)"
+echo "  le_schedule_job / le_fence_check + INSERT ON CONFLICT: $(le_median "${ratios_sched[@]}") / $(ratio sched hand)"
+echo "  fenced / plain INSERT run at the same time (median):  $(le_median "${paired[@]}")"
