@@ -21,15 +21,9 @@ here=$(cd "$(dirname "$0")/../.." && pwd)
 . "$here/test/lib/cluster.sh"
 secs=${1:-5}
 rounds=${2:-3}
-PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
-PG_BINDIR=$("$PG_CONFIG" --bindir)
+le_bench_cluster "synchronous_commit = off"
 
-dir=$(mktemp -d /tmp/le-bench.XXXXXX)
-port=$(( 56000 + RANDOM % 2000 ))
-trap 'le_cluster_stop "$dir"' EXIT
-le_cluster_start "$dir" "$port" "synchronous_commit = off" "shared_buffers = 128MB" "max_wal_size = 2GB"
-
-psql() { le_as_pg "$PG_BINDIR/psql" -X -q -h "$dir" -p "$port" -U postgres -d postgres -v ON_ERROR_STOP=1 "$@"; }
+psql() { le_bench_psql "$@"; }
 
 psql <<'SQL'
 CREATE EXTENSION leader_election;
