@@ -62,7 +62,10 @@ CREATE TABLE @extschema@.le_lease_history (
     CONSTRAINT le_lease_history_reason CHECK (end_reason IN ('released', 'expired', 'force_released'))
 );
 ALTER SEQUENCE @extschema@.le_lease_history_id_seq OWNED BY @extschema@.le_lease_history.history_id;
-CREATE INDEX le_lease_history_lease ON @extschema@.le_lease_history (lease_id, fencing_token);
+-- Serves both per-grant statements: closing the open period (ended_at IS NULL)
+-- and pruning a lease's periods older than the retention (ended_at < cutoff),
+-- each touching only the rows it changes however long the history is.
+CREATE INDEX le_lease_history_lease ON @extschema@.le_lease_history (lease_id, ended_at);
 COMMENT ON TABLE @extschema@.le_lease_history IS
     'one row per grant of a new fencing token: who held the lease, from when to when, and why it ended; rows whose period ended longer ago than leader_election.history_retention are pruned on the next grant of the same key';
 COMMENT ON COLUMN @extschema@.le_lease_history.end_reason IS
