@@ -122,7 +122,7 @@ sub lease_state
 		  . " FROM le_leases WHERE lease_key = '$key'");
 }
 
-my @modes = qw(clean immediate kill9 immediate kill9 kill9);
+my @modes = qw(clean immediate kill9 immediate kill9);
 my $key = 'crash';
 my ($owner, $token);
 
