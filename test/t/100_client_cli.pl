@@ -12,13 +12,8 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use LeClientTest;
 
-my $node = PostgreSQL::Test::Cluster->new('client_cli');
-$node->init;
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION leader_election');
+my ($node, $dsn, $dir) = start_node('client_cli');
 $node->safe_psql('postgres', 'CREATE DATABASE noext');
-my $dsn = $node->connstr('postgres');
-my $dir = PostgreSQL::Test::Utils::tempdir;
 my $pgl = pg_leader_bin();
 
 # Run pg_leader to completion: (exit status, stdout, stderr).

@@ -13,12 +13,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use LeClientTest;
 
-my $node = PostgreSQL::Test::Cluster->new('client_failover');
-$node->init;
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION leader_election');
-my $dsn = $node->connstr('postgres');
-my $dir = PostgreSQL::Test::Utils::tempdir;
+my ($node, $dsn, $dir) = start_node('client_failover');
 
 my $ttl_s = 2;
 my $retry_s = 0.5;

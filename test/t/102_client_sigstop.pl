@@ -15,12 +15,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use LeClientTest;
 
-my $node = PostgreSQL::Test::Cluster->new('client_sigstop');
-$node->init;
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION leader_election');
-my $dsn = $node->connstr('postgres');
-my $dir = PostgreSQL::Test::Utils::tempdir;
+my ($node, $dsn, $dir) = start_node('client_sigstop');
 my $ttl_s = 2;
 my @timing = ('--ttl', "${ttl_s}s", '--retry', '300ms', '--grace', '1s');
 

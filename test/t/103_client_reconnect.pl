@@ -14,12 +14,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use LeClientTest;
 
-my $node = PostgreSQL::Test::Cluster->new('client_reconnect');
-$node->init;
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION leader_election');
-my $dsn = $node->connstr('postgres');
-my $dir = PostgreSQL::Test::Utils::tempdir;
+my ($node, $dsn, $dir) = start_node('client_reconnect');
 my $ttl_s = 3;
 my @timing = ('--ttl', "${ttl_s}s", '--retry', '300ms', '--grace', '1s', '-v');
 

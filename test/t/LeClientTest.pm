@@ -10,14 +10,27 @@ use Exporter 'import';
 use POSIX qw(:sys_wait_h setpgid);
 use Time::HiRes qw(time usleep);
 use Time::Local qw(timegm);
+use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-our @EXPORT = qw(pg_leader_bin start_candidate stop_all wait_for write_job
+our @EXPORT = qw(start_node pg_leader_bin start_candidate stop_all wait_for write_job
   read_events lease_state history_rows log_has alive reap log_events
   check_no_overlap spans);
 
 my @started;    # every wrapper we started, killed at the end
+
+# A started node named $name with the extension in database postgres;
+# returns the node, its connection string and a temporary directory.
+sub start_node
+{
+	my ($name) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init;
+	$node->start;
+	$node->safe_psql('postgres', 'CREATE EXTENSION leader_election');
+	return ($node, $node->connstr('postgres'), PostgreSQL::Test::Utils::tempdir);
+}
 
 # The pg_leader of this build tree, else the installed one on PATH.
 sub pg_leader_bin
