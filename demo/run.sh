@@ -17,6 +17,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 . "$here/test/lib/prereq.sh"
+le_root_or_sudo "$here/demo/run.sh" "$@"
 
 t_begin=$(date +%s%3N)
 le_ensure_packages

@@ -13,6 +13,7 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 . "$here/test/lib/prereq.sh"
+le_root_or_sudo "$here/test/run.sh" "$@"
 le_ensure_packages || exit 1
 le_build_install "$here" || exit 1
 

@@ -38,6 +38,25 @@ le_build_install() {
     fi
 }
 
+# le_root_or_sudo SCRIPT ARGS...: the scripts print and document their
+# commands without sudo (root on a fresh machine has no sudo).  Run as
+# another user, they need root to install packages and the extension unless
+# PostgreSQL's directories are writable (a private installation): re-run
+# the script through sudo when it is there, or say what to do.
+le_root_or_sudo() {
+    local pgc=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config} libdir
+    [ "$(id -u)" -eq 0 ] && return 0
+    libdir=$("$pgc" --pkglibdir 2>/dev/null) || libdir=
+    [ -n "$libdir" ] && [ -w "$libdir" ] && [ -w "$("$pgc" --sharedir)/extension" ] && return 0
+    if command -v sudo >/dev/null 2>&1; then
+        echo "not root: running again through sudo" >&2
+        exec sudo ${PG_CONFIG:+PG_CONFIG="$PG_CONFIG"} "$@"
+    fi
+    echo "$1: run this as root (it installs Debian packages and the extension)," >&2
+    echo "or set PG_CONFIG to a PostgreSQL installation whose directories you can write" >&2
+    exit 1
+}
+
 # Run a command as the unprivileged user PostgreSQL servers run as.
 le_as_pg() {
     if [ "$(id -u)" -eq 0 ]; then
