@@ -189,6 +189,30 @@ SELECT tgrelid::regclass AS rel, tgname FROM pg_trigger
  WHERE tgrelid IN ('parted'::regclass, 'parted_1'::regclass) ORDER BY 1, 2;
 SELECT * FROM parted;
 
+-- Maintenance of a protected table without a token (issue 7 item 13, the
+-- path documented in doc/fence.md): the fence applies to superusers too;
+-- unprotect, TRUNCATE and protect again in one transaction, or skip the
+-- triggers with session_replication_role.
+CREATE TABLE maint_t (v int, fencing_token bigint);
+SELECT le_protect('maint_t', 'parted-lease');
+SELECT fencing_token AS maint_token FROM le_leases WHERE lease_key = 'parted-lease' \gset
+INSERT INTO maint_t VALUES (1, :maint_token);
+TRUNCATE maint_t;
+\echo :LAST_ERROR_SQLSTATE
+BEGIN;
+SELECT le_unprotect('maint_t');
+TRUNCATE maint_t;
+SELECT le_protect('maint_t', 'parted-lease');
+COMMIT;
+SELECT tgname FROM pg_trigger WHERE tgrelid = 'maint_t'::regclass ORDER BY 1;
+INSERT INTO maint_t VALUES (2, :maint_token);
+BEGIN;
+SET LOCAL session_replication_role = replica;
+TRUNCATE maint_t;
+COMMIT;
+SELECT count(*) AS left_after_maintenance FROM maint_t;
+DROP TABLE maint_t;
+
 -- leader_election.fencing_token set with SET LOCAL in a new session, before
 -- the library is loaded (a placeholder until the trigger loads it).
 \c
