@@ -170,6 +170,30 @@ SELECT le_fence_assign('x', 'regress_le_no_such_role');
 \echo :LAST_ERROR_SQLSTATE
 REVOKE EXECUTE ON FUNCTION le_fence_advance(text, bigint) FROM regress_le_member;
 DROP ROLE regress_le_member;
+-- An owner role whose name needs quoting is recognised as such.
+CREATE ROLE "Regress LE Mixed";
+GRANT EXECUTE ON FUNCTION le_fence_advance(text, bigint) TO "Regress LE Mixed";
+SET ROLE "Regress LE Mixed";
+SELECT le_fence_advance('mixed-resource', 3);
+SELECT le_fence_advance('mixed-resource', 4);
+RESET ROLE;
+SET ROLE regress_le_a;
+SELECT le_fence_advance('mixed-resource', 5);
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+SELECT resource, highest_token, owner_role FROM le_fence_resource WHERE resource = 'mixed-resource';
+REVOKE EXECUTE ON FUNCTION le_fence_advance(text, bigint) FROM "Regress LE Mixed";
+DROP ROLE "Regress LE Mixed";
+-- Its owner role dropped, the resource admits nobody (superusers included)
+-- until an administrator assigns or resets it.
+SET ROLE regress_le_a;
+SELECT le_fence_advance('mixed-resource', 6);
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+SELECT le_fence_assign('mixed-resource', 'regress_le_a');
+SET ROLE regress_le_a;
+SELECT le_fence_advance('mixed-resource', 6);
+RESET ROLE;
 
 -- Partitioned tables: the row trigger is cloned to every partition.
 CREATE TABLE parted (k int, fencing_token bigint) PARTITION BY RANGE (k);

@@ -53,7 +53,7 @@ REVOKE ALL ON FUNCTION @extschema@.le_unprotect(regclass) FROM PUBLIC;
 CREATE TABLE @extschema@.le_fence_resource (
     resource        text        NOT NULL,
     highest_token   bigint      NOT NULL,
-    updated_at      timestamptz NOT NULL,
+    updated_at      timestamptz NOT NULL,     -- when highest_token or owner_role last changed
     owner_role      name        NOT NULL,
     CONSTRAINT le_fence_resource_pkey PRIMARY KEY (resource),
     CONSTRAINT le_fence_resource_token_nonnegative CHECK (highest_token >= 0)
@@ -98,8 +98,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     res @extschema@.le_fence_resource;
-    caller_name name := (SELECT a.rolname FROM pg_catalog.pg_roles AS a
-                          WHERE a.oid OPERATOR(pg_catalog.=) caller);
+    owner_oid oid;
     saved text;
     bound text;
     created boolean := false;
@@ -112,9 +111,6 @@ BEGIN
     END IF;
     IF fencing_token OPERATOR(pg_catalog.<=) 0 THEN
         RAISE EXCEPTION 'fencing_token must be positive, got %', fencing_token USING ERRCODE = '22023';
-    END IF;
-    IF caller_name IS NULL THEN
-        RAISE EXCEPTION 'role with OID % does not exist', caller USING ERRCODE = '42704';
     END IF;
 
     SELECT * INTO res FROM @extschema@.le_fence_resource AS r
@@ -134,7 +130,8 @@ BEGIN
                 -- A new resource belongs to the role that first advances it.
                 INSERT INTO @extschema@.le_fence_resource AS r
                     (resource, highest_token, updated_at, owner_role)
-                VALUES (resource, fencing_token, pg_catalog.clock_timestamp(), caller_name)
+                VALUES (resource, fencing_token, pg_catalog.clock_timestamp(),
+                        pg_catalog.pg_get_userbyid(caller))
                 ON CONFLICT ON CONSTRAINT le_fence_resource_pkey DO NOTHING;
                 IF FOUND THEN
                     created := true;
@@ -154,10 +151,10 @@ BEGIN
     END IF;
 
     -- A dropped owner role admits nobody (an administrator can reassign).
-    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles AS o
-                    WHERE o.rolname OPERATOR(pg_catalog.=) res.owner_role
-                      AND pg_catalog.pg_has_role(caller, o.oid, 'MEMBER')) THEN
-        RAISE EXCEPTION 'role "%" may not advance fence resource "%"', caller_name, resource
+    -- Function calls, not queries: this runs for every advance.
+    owner_oid := pg_catalog.to_regrole(pg_catalog.quote_ident(res.owner_role));
+    IF owner_oid IS NULL OR NOT pg_catalog.pg_has_role(caller, owner_oid, 'MEMBER') THEN
+        RAISE EXCEPTION 'role "%" may not advance fence resource "%"', pg_catalog.pg_get_userbyid(caller), resource
             USING ERRCODE = '42501',
                   DETAIL = pg_catalog.format('The resource belongs to role %s.', res.owner_role),
                   HINT = 'Use a resource name of your own, or ask an administrator to grant you that role or to call le_fence_assign().';
@@ -168,9 +165,13 @@ BEGIN
                   DETAIL = pg_catalog.format('The highest token accepted is %s.', res.highest_token),
                   HINT = 'A leader whose token was superseded must stop working, not retry.';
     END IF;
-    UPDATE @extschema@.le_fence_resource AS r
-       SET highest_token = fencing_token, updated_at = pg_catalog.clock_timestamp()
-     WHERE r.resource OPERATOR(pg_catalog.=) _le_fence_advance.resource;
+    -- The same token again (every row of a fenced table): the row lock
+    -- taken above is all it needs.
+    IF fencing_token OPERATOR(pg_catalog.>) res.highest_token THEN
+        UPDATE @extschema@.le_fence_resource AS r
+           SET highest_token = fencing_token, updated_at = pg_catalog.clock_timestamp()
+         WHERE r.resource OPERATOR(pg_catalog.=) _le_fence_advance.resource;
+    END IF;
     RETURN fencing_token;
 END
 $$;
