@@ -173,6 +173,9 @@ CREATE FUNCTION regress_le_hijack.clock_timestamp() RETURNS timestamptz
 CREATE FUNCTION regress_le_hijack.now() RETURNS timestamptz
   LANGUAGE sql AS $$SELECT '2000-01-01 00:00:00+00'::timestamptz$$;
 RESET ROLE;
+-- A le_fence_advance resource owned by the superuser, for the hijack below.
+SELECT le_fence_advance('priv-res', 5);
+GRANT EXECUTE ON FUNCTION le_fence_advance(text, bigint) TO regress_le_a;
 -- A fresh session, so no plan was prepared before the hijack.
 \c
 \set VERBOSITY terse
@@ -204,8 +207,16 @@ SELECT pg_catalog.pg_sleep(0.05);
 INSERT INTO regress_le_hijack.jobs VALUES (3, 2);
 \echo :LAST_ERROR_SQLSTATE
 SELECT id, fencing_token FROM regress_le_hijack.jobs;
+-- le_fence_advance under the same hijack: the always-true '=' finds no other
+-- role's resource for role a, which may only create and advance its own.
+SELECT le_fence_advance('priv-res', 6);
+\echo :LAST_ERROR_SQLSTATE
+SELECT le_fence_advance('priv-res-a', 1);
+SELECT le_fence_advance('priv-res-a', 2);
 RESET ROLE;
 RESET search_path;
+SELECT resource, highest_token, owner_role = current_user AS superuser_owns FROM le_fence_resource
+ WHERE resource LIKE 'priv-res%' ORDER BY 1;
 -- Only the keys asked for were touched.
 SELECT lease_key, holder, holder_role, fencing_token FROM le_leases
  WHERE lease_key IN ('priv', 'priv-hijack') ORDER BY 1;
@@ -294,5 +305,6 @@ REVOKE ALL ON SCHEMA public FROM regress_le_a, regress_le_b;
 REVOKE ALL ON FUNCTION le_acquire(text, text, interval), le_renew(text, text, bigint, interval),
       le_release(text, text, bigint) FROM regress_le_a, regress_le_b;
 REVOKE ALL ON FUNCTION le_protect(regclass, text, name, text), le_fence() FROM regress_le_a;
+REVOKE ALL ON FUNCTION le_fence_advance(text, bigint) FROM regress_le_a;
 DROP ROLE regress_le_a;
 DROP ROLE regress_le_b;
