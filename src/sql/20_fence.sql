@@ -179,6 +179,8 @@ COMMENT ON FUNCTION @extschema@._le_fence_advance(text, bigint, oid) IS
     'internal, not API: the work of le_fence_advance() for the role given; not executable by PUBLIC (it would let anyone act as any role), called only through le_fence_advance()';
 REVOKE ALL ON FUNCTION @extschema@._le_fence_advance(text, bigint, oid) FROM PUBLIC;
 
+-- The API: C, so that it can pass the calling role to _le_fence_advance()
+-- (see src/sql_support.c).
 CREATE FUNCTION @extschema@.le_fence_advance(resource text, fencing_token bigint)
 RETURNS bigint
 LANGUAGE c VOLATILE PARALLEL UNSAFE
@@ -191,6 +193,8 @@ REVOKE ALL ON FUNCTION @extschema@.le_fence_advance(text, bigint) FROM PUBLIC;
 -- Administrator's tools for "highest accepted token" resources.  SECURITY
 -- INVOKER: they write le_fence_resource, which only its owner (the
 -- extension owner, normally a superuser) may.
+
+-- Forget a resource.
 CREATE FUNCTION @extschema@.le_fence_reset(resource text)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -222,6 +226,7 @@ COMMENT ON FUNCTION @extschema@.le_fence_reset(text) IS
     'administrators only: forget a le_fence_advance() resource (its highest token and its owner role); the next advance accepts any token and makes its role the owner; true when the resource existed';
 REVOKE ALL ON FUNCTION @extschema@.le_fence_reset(text) FROM PUBLIC;
 
+-- Register a resource for a role, or hand it to another.
 CREATE FUNCTION @extschema@.le_fence_assign(resource text, owner_role regrole)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE

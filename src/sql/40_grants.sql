@@ -91,6 +91,7 @@ COMMENT ON FUNCTION @extschema@._le_grant_use(regrole, text, boolean) IS
     'internal, not API: the work of le_grant() and le_revoke()';
 REVOKE ALL ON FUNCTION @extschema@._le_grant_use(regrole, text, boolean) FROM PUBLIC;
 
+-- Grant role what use needs.
 CREATE FUNCTION @extschema@.le_grant(role regrole, use text)
 RETURNS SETOF text
 LANGUAGE sql VOLATILE PARALLEL UNSAFE
@@ -100,6 +101,7 @@ COMMENT ON FUNCTION @extschema@.le_grant(regrole, text) IS
     'administrators only: grant role what one use of the extension needs and return the GRANT statements run; use is campaign (le_acquire, le_renew, le_release), fence (le_fence_check, le_fence_advance), schedule (le_schedule_job, le_fence_check), work (le_claim_jobs, le_complete_job, le_fail_job, view le_jobs), monitor (view le_jobs) or protect (le_protect, le_unprotect and the trigger functions); runs as the caller';
 REVOKE ALL ON FUNCTION @extschema@.le_grant(regrole, text) FROM PUBLIC;
 
+-- Revoke what le_grant(role, use) grants.
 CREATE FUNCTION @extschema@.le_revoke(role regrole, use text)
 RETURNS SETOF text
 LANGUAGE sql VOLATILE PARALLEL UNSAFE
