@@ -1,8 +1,10 @@
 -- Issue 3, fence modes and roles: strict mode (the writer's role must be the
 -- role that acquired the lease), ordinary roles writing through the
 -- trigger without any privilege on the lease tables, the "highest accepted
--- token" fence (le_fence_advance, function and trigger mode), partitioned
--- tables, and leader_election.fencing_token set before the library loads.
+-- token" fence (le_fence_advance, function and trigger mode; issue 7 item
+-- 9: only the resource's owner role may advance it, administrators reset
+-- and assign), partitioned tables, and leader_election.fencing_token set
+-- before the library loads.
 CREATE EXTENSION leader_election;
 \set VERBOSITY terse
 \set ON_ERROR_STOP 0
@@ -99,6 +101,100 @@ COMMIT;
 SELECT count(*) FROM ext_t;
 SELECT resource, highest_token FROM le_fence_resource ORDER BY resource;
 
+-- Issue 7 item 9: a resource belongs to the role that first advanced it
+-- (here the superuser running the test) or that an administrator assigned;
+-- other roles cannot push it to 2^63-1 and lock its writers out.
+SELECT resource, owner_role = current_user AS mine FROM le_fence_resource ORDER BY resource;
+GRANT EXECUTE ON FUNCTION le_fence_advance(text, bigint) TO regress_le_a, regress_le_b;
+GRANT INSERT ON ext_t TO regress_le_a;
+SET ROLE regress_le_a;
+SELECT le_fence_advance('ext-resource', 9223372036854775807);
+\echo :LAST_ERROR_SQLSTATE
+-- Not through the trigger either.
+INSERT INTO ext_t VALUES (5, 9223372036854775807);
+\echo :LAST_ERROR_SQLSTATE
+-- Its own resource it may advance as it likes, even to the end.
+SELECT le_fence_advance('a-resource', 3);
+SELECT le_fence_advance('a-resource', 9223372036854775807);
+SELECT le_fence_advance('a-resource', 4);
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+-- Nobody else can, and the administrator functions are not theirs.
+SET ROLE regress_le_b;
+SELECT le_fence_advance('a-resource', 9223372036854775807);
+\echo :LAST_ERROR_SQLSTATE
+SELECT le_fence_reset('a-resource');
+\echo :LAST_ERROR_SQLSTATE
+SELECT le_fence_assign('a-resource', 'regress_le_b');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+SELECT resource, highest_token, owner_role FROM le_fence_resource
+ WHERE resource NOT LIKE 'ext-%' ORDER BY resource;
+-- The administrator's way back: forget the resource; the next advance
+-- accepts any token and its role owns the resource.
+SELECT le_fence_reset('a-resource') AS existed;
+SELECT le_fence_reset('a-resource') AS existed;
+SET ROLE regress_le_a;
+SELECT le_fence_advance('a-resource', 5);
+RESET ROLE;
+-- Registered before first use for role b: role a cannot claim it first.
+SELECT le_fence_assign('b-resource', 'regress_le_b');
+SET ROLE regress_le_a;
+SELECT le_fence_advance('b-resource', 1);
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+SET ROLE regress_le_b;
+SELECT le_fence_advance('b-resource', 1);
+SELECT le_fence_advance('b-resource', 2);
+RESET ROLE;
+-- Reassigning keeps the highest token; members of the owner role may
+-- advance.
+SELECT le_fence_assign('b-resource', 'regress_le_a');
+CREATE ROLE regress_le_member IN ROLE regress_le_a;
+GRANT EXECUTE ON FUNCTION le_fence_advance(text, bigint) TO regress_le_member;
+SET ROLE regress_le_member;
+SELECT le_fence_advance('b-resource', 1);
+\echo :LAST_ERROR_SQLSTATE
+SELECT le_fence_advance('b-resource', 2);
+RESET ROLE;
+SELECT resource, highest_token, owner_role FROM le_fence_resource
+ WHERE resource NOT LIKE 'ext-%' ORDER BY resource;
+-- Argument errors of the administrator functions.
+SELECT le_fence_reset(NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT le_fence_assign(NULL, 'regress_le_a');
+\echo :LAST_ERROR_SQLSTATE
+SELECT le_fence_assign('', 'regress_le_a');
+\echo :LAST_ERROR_SQLSTATE
+SELECT le_fence_assign('x', 'regress_le_no_such_role');
+\echo :LAST_ERROR_SQLSTATE
+REVOKE EXECUTE ON FUNCTION le_fence_advance(text, bigint) FROM regress_le_member;
+DROP ROLE regress_le_member;
+-- An owner role whose name needs quoting is recognised as such.
+CREATE ROLE "Regress LE Mixed";
+GRANT EXECUTE ON FUNCTION le_fence_advance(text, bigint) TO "Regress LE Mixed";
+SET ROLE "Regress LE Mixed";
+SELECT le_fence_advance('mixed-resource', 3);
+SELECT le_fence_advance('mixed-resource', 4);
+RESET ROLE;
+SET ROLE regress_le_a;
+SELECT le_fence_advance('mixed-resource', 5);
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+SELECT resource, highest_token, owner_role FROM le_fence_resource WHERE resource = 'mixed-resource';
+REVOKE EXECUTE ON FUNCTION le_fence_advance(text, bigint) FROM "Regress LE Mixed";
+DROP ROLE "Regress LE Mixed";
+-- Its owner role dropped, the resource admits nobody (superusers included)
+-- until an administrator assigns or resets it.
+SET ROLE regress_le_a;
+SELECT le_fence_advance('mixed-resource', 6);
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+SELECT le_fence_assign('mixed-resource', 'regress_le_a');
+SET ROLE regress_le_a;
+SELECT le_fence_advance('mixed-resource', 6);
+RESET ROLE;
+
 -- Partitioned tables: the row trigger is cloned to every partition.
 CREATE TABLE parted (k int, fencing_token bigint) PARTITION BY RANGE (k);
 CREATE TABLE parted_1 PARTITION OF parted FOR VALUES FROM (0) TO (10);
@@ -116,6 +212,30 @@ TRUNCATE parted_1;
 SELECT tgrelid::regclass AS rel, tgname FROM pg_trigger
  WHERE tgrelid IN ('parted'::regclass, 'parted_1'::regclass) ORDER BY 1, 2;
 SELECT * FROM parted;
+
+-- Maintenance of a protected table without a token (issue 7 item 13, the
+-- path documented in doc/fence.md): the fence applies to superusers too;
+-- unprotect, TRUNCATE and protect again in one transaction, or skip the
+-- triggers with session_replication_role.
+CREATE TABLE maint_t (v int, fencing_token bigint);
+SELECT le_protect('maint_t', 'parted-lease');
+SELECT fencing_token AS maint_token FROM le_leases WHERE lease_key = 'parted-lease' \gset
+INSERT INTO maint_t VALUES (1, :maint_token);
+TRUNCATE maint_t;
+\echo :LAST_ERROR_SQLSTATE
+BEGIN;
+SELECT le_unprotect('maint_t');
+TRUNCATE maint_t;
+SELECT le_protect('maint_t', 'parted-lease');
+COMMIT;
+SELECT tgname FROM pg_trigger WHERE tgrelid = 'maint_t'::regclass ORDER BY 1;
+INSERT INTO maint_t VALUES (2, :maint_token);
+BEGIN;
+SET LOCAL session_replication_role = replica;
+TRUNCATE maint_t;
+COMMIT;
+SELECT count(*) AS left_after_maintenance FROM maint_t;
+DROP TABLE maint_t;
 
 -- leader_election.fencing_token set with SET LOCAL in a new session, before
 -- the library is loaded (a placeholder until the trigger loads it).

@@ -28,6 +28,22 @@ INSERT INTO public.protected VALUES (2, 2);
 SELECT "Le Schema".le_release('k', 'a', 1) AS released;
 SELECT acquired, fencing_token FROM "Le Schema".le_acquire('k', 'b', '10 seconds');
 SELECT count(*) AS rows_kept FROM public.protected;
+-- The PL/pgSQL functions and le_fence_advance's C wrapper (which looks its
+-- worker up in the extension's schema) work there too, and le_grant finds
+-- the objects it grants there.
+SELECT fencing_token AS tok FROM "Le Schema".le_leases WHERE lease_key = 'k' \gset
+SELECT "Le Schema".le_schedule_job('k', :tok, 'job', 'work', clock_timestamp() - interval '1 second');
+SELECT schedule_key FROM "Le Schema".le_claim_jobs('w');
+SELECT "Le Schema".le_fail_job('job', 'w', 'again', '0');
+SELECT schedule_key FROM "Le Schema".le_claim_jobs('w');
+SELECT "Le Schema".le_complete_job('job', 'w');
+SELECT schedule_key, status, attempts FROM "Le Schema".le_jobs;
+SELECT "Le Schema".le_fence_advance('res', 3);
+SELECT "Le Schema".le_fence_reset('res');
+CREATE ROLE regress_le_schema_role;
+SELECT "Le Schema".le_grant('regress_le_schema_role', 'monitor');
+SELECT "Le Schema".le_revoke('regress_le_schema_role', 'monitor');
+DROP ROLE regress_le_schema_role;
 DROP TABLE public.protected;
 DROP EXTENSION leader_election;
 DROP SCHEMA "Le Schema";

@@ -4,6 +4,10 @@
 -- re-acquire it, even with the right owner id and token); the admin
 -- functions are not executable by PUBLIC; every function pins search_path
 -- and a search_path hijack changes nothing; the extension is not trusted.
+-- Issue 7 item 13: le_grant(role, use) gives a role everything one use
+-- needs (each use exercised below by a role that had nothing before);
+-- internal helpers are named _le_*, commented as internal and closed; the
+-- view le_jobs is not readable by PUBLIC.
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS leader_election;
 RESET client_min_messages;
@@ -169,6 +173,9 @@ CREATE FUNCTION regress_le_hijack.clock_timestamp() RETURNS timestamptz
 CREATE FUNCTION regress_le_hijack.now() RETURNS timestamptz
   LANGUAGE sql AS $$SELECT '2000-01-01 00:00:00+00'::timestamptz$$;
 RESET ROLE;
+-- A le_fence_advance resource owned by the superuser, for the hijack below.
+SELECT le_fence_advance('priv-res', 5);
+GRANT EXECUTE ON FUNCTION le_fence_advance(text, bigint) TO regress_le_a;
 -- A fresh session, so no plan was prepared before the hijack.
 \c
 \set VERBOSITY terse
@@ -200,11 +207,96 @@ SELECT pg_catalog.pg_sleep(0.05);
 INSERT INTO regress_le_hijack.jobs VALUES (3, 2);
 \echo :LAST_ERROR_SQLSTATE
 SELECT id, fencing_token FROM regress_le_hijack.jobs;
+-- le_fence_advance under the same hijack: the always-true '=' finds no other
+-- role's resource for role a, which may only create and advance its own.
+SELECT le_fence_advance('priv-res', 6);
+\echo :LAST_ERROR_SQLSTATE
+SELECT le_fence_advance('priv-res-a', 1);
+SELECT le_fence_advance('priv-res-a', 2);
 RESET ROLE;
 RESET search_path;
+SELECT resource, highest_token, owner_role = current_user AS superuser_owns FROM le_fence_resource
+ WHERE resource LIKE 'priv-res%' ORDER BY 1;
 -- Only the keys asked for were touched.
 SELECT lease_key, holder, holder_role, fencing_token FROM le_leases
  WHERE lease_key IN ('priv', 'priv-hijack') ORDER BY 1;
+
+-- le_grant(role, use): a role with nothing but CONNECT gets, per use, all
+-- it needs; every step below would fail with 42501 without it.
+CREATE ROLE regress_le_app;
+GRANT USAGE, CREATE ON SCHEMA public TO regress_le_app;
+SET ROLE regress_le_app;
+SELECT regress_le_try($$SELECT le_acquire('app-lease', 'app-1', '1 minute')$$) AS before_grant;
+RESET ROLE;
+SELECT le_grant('regress_le_app', u) FROM unnest(ARRAY['campaign', 'fence', 'schedule', 'work', 'protect']) AS u;
+SELECT le_grant('regress_le_app', 'nonsense');
+\echo :LAST_ERROR_SQLSTATE
+SELECT le_grant(NULL, 'work');
+\echo :LAST_ERROR_SQLSTATE
+SET ROLE regress_le_app;
+-- campaign
+SELECT acquired, fencing_token AS app_token FROM le_acquire('app-lease', 'app-1', '1 minute') \gset
+\echo acquired :acquired
+SELECT le_renew('app-lease', 'app-1', :app_token, '1 minute') IS NOT NULL AS renewed;
+-- protect, and fenced writes (lease and advance mode) and le_fence_check
+CREATE TABLE public.app_t (v int, fencing_token bigint);
+CREATE TABLE public.app_ext (v int, fencing_token bigint);
+SELECT le_protect('public.app_t', 'app-lease');
+SELECT le_protect('public.app_ext', 'app-ext-resource', mode => 'advance');
+INSERT INTO public.app_t VALUES (1, :app_token);
+INSERT INTO public.app_ext VALUES (1, 41);
+SELECT le_fence_check('app-lease', :app_token);
+SELECT le_fence_advance('app-resource', 7);
+-- schedule and work
+SELECT le_schedule_job('app-lease', :app_token, 'app-job', 'app', clock_timestamp() - interval '1 second');
+SELECT le_schedule_job('app-lease', :app_token, 'app-job-2', 'app', clock_timestamp() - interval '1 second');
+SELECT schedule_key FROM le_claim_jobs('app-worker', 10, '1 minute', ARRAY['app']) ORDER BY 1;
+SELECT le_complete_job('app-job', 'app-worker');
+SELECT le_fail_job('app-job-2', 'app-worker', 'boom');
+SELECT schedule_key, status, fencing_token = :app_token AS by_app_token FROM le_jobs ORDER BY job_id;
+SELECT le_release('app-lease', 'app-1', :app_token) AS released;
+-- Still nothing more: the tables, the admin and internal functions.
+SELECT t.label, regress_le_try(t.stmt) AS result
+  FROM (VALUES
+    ('select jobs table',    $$SELECT count(*) FROM le_scheduled_jobs$$),
+    ('update fence resource',$$UPDATE le_fence_resource SET highest_token = 1$$),
+    ('le_force_release',     $$SELECT le_force_release('app-lease')$$),
+    ('le_fence_reset',       $$SELECT le_fence_reset('app-resource')$$),
+    ('le_fence_assign',      $$SELECT le_fence_assign('app-resource', 'regress_le_app')$$),
+    ('le_grant',             $$SELECT le_grant('regress_le_app', 'work')$$),
+    ('_le_fence_advance',    $$SELECT _le_fence_advance('app-resource', 9, 10)$$),
+    ('_le_grant_use',        $$SELECT _le_grant_use('regress_le_app', 'work', true)$$)
+  ) AS t(label, stmt);
+DROP TABLE public.app_t, public.app_ext;
+RESET ROLE;
+SELECT le_revoke('regress_le_app', u) FROM unnest(ARRAY['campaign', 'fence', 'schedule', 'work', 'protect']) AS u;
+SET ROLE regress_le_app;
+SELECT regress_le_try($$SELECT le_acquire('app-lease', 'app-1', '1 minute')$$) AS after_revoke;
+RESET ROLE;
+REVOKE ALL ON SCHEMA public FROM regress_le_app;
+DROP ROLE regress_le_app;
+
+-- Internal helpers: named _le_*, commented as internal, not executable by
+-- PUBLIC; no function of the extension outside that prefix says internal,
+-- and the old helper names are gone from the API.
+SELECT p.proname, left(obj_description(p.oid, 'pg_proc'), 18) AS comment_starts,
+       has_function_privilege('public', p.oid, 'EXECUTE') AS public_executes
+  FROM pg_proc p
+  JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'leader_election'
+ WHERE p.proname LIKE '\_le\_%' OR obj_description(p.oid, 'pg_proc') LIKE 'internal%'
+ ORDER BY 1;
+SELECT count(*) AS old_helper_names FROM pg_proc
+ WHERE proname IN ('le_check_worker', 'le_lock_claimed_job');
+-- Every function and relation of the extension has a comment.
+SELECT d.classid::regclass AS catalog, d.objid
+  FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'leader_election'
+ WHERE d.deptype = 'e' AND d.classid IN ('pg_proc'::regclass, 'pg_class'::regclass)
+   AND obj_description(d.objid, d.classid::regclass::name) IS NULL
+   AND NOT (d.classid = 'pg_class'::regclass
+            AND (SELECT relkind FROM pg_class WHERE oid = d.objid) IN ('S', 'i'));
+SELECT has_table_privilege('public', 'le_jobs', 'SELECT') AS public_reads_le_jobs,
+       has_table_privilege('public', 'le_fence_resource', 'SELECT') AS public_reads_fence_resource;
 
 -- Clean up the roles and their objects.
 DROP SCHEMA regress_le_hijack CASCADE;
@@ -213,5 +305,6 @@ REVOKE ALL ON SCHEMA public FROM regress_le_a, regress_le_b;
 REVOKE ALL ON FUNCTION le_acquire(text, text, interval), le_renew(text, text, bigint, interval),
       le_release(text, text, bigint) FROM regress_le_a, regress_le_b;
 REVOKE ALL ON FUNCTION le_protect(regclass, text, name, text), le_fence() FROM regress_le_a;
+REVOKE ALL ON FUNCTION le_fence_advance(text, bigint) FROM regress_le_a;
 DROP ROLE regress_le_a;
 DROP ROLE regress_le_b;

@@ -45,35 +45,65 @@ COMMENT ON FUNCTION @extschema@.le_unprotect(regclass) IS
 REVOKE ALL ON FUNCTION @extschema@.le_unprotect(regclass) FROM PUBLIC;
 
 -- "Highest accepted token" fences, for tokens issued by a lease that lives
--- elsewhere (another database, another lock service).
+-- elsewhere (another database, another lock service).  A resource belongs
+-- to a role: the role that first advanced it, or the one an administrator
+-- assigned with le_fence_assign().  Only members of that role may advance
+-- it, so no other role can push it to 2^63-1 and lock its writers out;
+-- le_fence_reset() is the administrator's way back.
 CREATE TABLE @extschema@.le_fence_resource (
     resource        text        NOT NULL,
     highest_token   bigint      NOT NULL,
-    updated_at      timestamptz NOT NULL,
+    updated_at      timestamptz NOT NULL,     -- when highest_token or owner_role last changed
+    owner_role      name        NOT NULL,
     CONSTRAINT le_fence_resource_pkey PRIMARY KEY (resource),
-    CONSTRAINT le_fence_resource_token_positive CHECK (highest_token > 0)
+    CONSTRAINT le_fence_resource_token_nonnegative CHECK (highest_token >= 0)
 );
 COMMENT ON TABLE @extschema@.le_fence_resource IS
-    'highest fencing token accepted so far per resource name, written only by le_fence_advance()';
+    'highest fencing token accepted so far per resource name (0: none yet), written only by le_fence_advance(), le_fence_assign() and le_fence_reset()';
+COMMENT ON COLUMN @extschema@.le_fence_resource.owner_role IS
+    'the role whose members may advance the resource: the first role that advanced it, or the one given to le_fence_assign()';
 SELECT pg_catalog.pg_extension_config_dump('le_fence_resource', '');
 REVOKE ALL ON @extschema@.le_fence_resource FROM PUBLIC;
 GRANT SELECT ON @extschema@.le_fence_resource TO PUBLIC;
 
--- SECURITY DEFINER because ordinary roles cannot write le_fence_resource:
--- the body is one upsert on it, with the caller's values as parameters.
--- The row lock it takes is kept to the end of the caller's transaction, so
--- a later token's advance waits until a write accepted with an older token
--- has committed or rolled back.
-CREATE FUNCTION @extschema@.le_fence_advance(resource text, fencing_token bigint)
+-- The lock_timeout that bounds a wait of the PL/pgSQL functions below and
+-- in 30_jobs.sql: leader_election.lock_timeout, or the caller's shorter
+-- lock_timeout (milliseconds, as text for set_config).  See
+-- src/sql_support.c.
+CREATE FUNCTION @extschema@._le_lock_wait_bound()
+RETURNS text
+LANGUAGE c VOLATILE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'le_lock_wait_bound';
+COMMENT ON FUNCTION @extschema@._le_lock_wait_bound() IS
+    'internal, not API: the lock_timeout (ms) that bounds the waits of the extension''s PL/pgSQL functions: leader_election.lock_timeout, or the caller''s lock_timeout when shorter';
+REVOKE ALL ON FUNCTION @extschema@._le_lock_wait_bound() FROM PUBLIC;
+
+-- The work of le_fence_advance(), with the calling role as an argument.
+-- SECURITY DEFINER because ordinary roles cannot write le_fence_resource;
+-- never executable by PUBLIC, because whoever can execute it can name any
+-- role as caller: only the C wrapper le_fence_advance() calls it.
+--
+-- Locking.  The resource's row lock is kept to the end of the caller's
+-- transaction, so a later token's advance waits until a write accepted with
+-- an older token has committed or rolled back.  The uncontended path locks
+-- the row with SKIP LOCKED and changes no setting; when the row is missing
+-- or locked by another transaction, the wait is bounded by
+-- _le_lock_wait_bound() (SET LOCAL, restored afterwards; undone with the
+-- block's subtransaction on error) and ends with 55P03.
+CREATE FUNCTION @extschema@._le_fence_advance(resource text, fencing_token bigint, caller oid)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    accepted bigint;
-    highest bigint;
+    res @extschema@.le_fence_resource;
+    owner_oid oid;
+    saved text;
+    bound text;
+    created boolean := false;
 BEGIN
-    IF resource IS NULL OR fencing_token IS NULL THEN
+    IF resource IS NULL OR fencing_token IS NULL OR caller IS NULL THEN
         RAISE EXCEPTION 'resource and fencing_token must not be NULL' USING ERRCODE = '22004';
     END IF;
     IF resource OPERATOR(pg_catalog.=) '' OR pg_catalog.octet_length(resource) OPERATOR(pg_catalog.>) 200 THEN
@@ -83,28 +113,155 @@ BEGIN
         RAISE EXCEPTION 'fencing_token must be positive, got %', fencing_token USING ERRCODE = '22023';
     END IF;
 
-    INSERT INTO @extschema@.le_fence_resource AS r (resource, highest_token, updated_at)
-    VALUES (resource, fencing_token, pg_catalog.clock_timestamp())
-    ON CONFLICT ON CONSTRAINT le_fence_resource_pkey DO UPDATE
-        SET highest_token = excluded.highest_token, updated_at = excluded.updated_at
-        WHERE r.highest_token OPERATOR(pg_catalog.<=) excluded.highest_token
-    RETURNING r.highest_token INTO accepted;
+    SELECT * INTO res FROM @extschema@.le_fence_resource AS r
+     WHERE r.resource OPERATOR(pg_catalog.=) _le_fence_advance.resource
+       FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        -- Missing, or locked by another transaction: wait, boundedly.
+        BEGIN
+            saved := pg_catalog.current_setting('lock_timeout');
+            bound := @extschema@._le_lock_wait_bound();
+            PERFORM pg_catalog.set_config('lock_timeout', bound, true);
+            LOOP
+                SELECT * INTO res FROM @extschema@.le_fence_resource AS r
+                 WHERE r.resource OPERATOR(pg_catalog.=) _le_fence_advance.resource
+                   FOR UPDATE;
+                EXIT WHEN FOUND;
+                -- A new resource belongs to the role that first advances it.
+                INSERT INTO @extschema@.le_fence_resource AS r
+                    (resource, highest_token, updated_at, owner_role)
+                VALUES (resource, fencing_token, pg_catalog.clock_timestamp(),
+                        pg_catalog.pg_get_userbyid(caller))
+                ON CONFLICT ON CONSTRAINT le_fence_resource_pkey DO NOTHING;
+                IF FOUND THEN
+                    created := true;
+                    EXIT;
+                END IF;
+            END LOOP;
+            PERFORM pg_catalog.set_config('lock_timeout', saved, true);
+        EXCEPTION WHEN lock_not_available THEN
+            RAISE EXCEPTION 'fence resource "%" is locked by another transaction', resource
+                USING ERRCODE = '55P03',
+                      DETAIL = 'A transaction that advanced it (or is creating it) has not ended.',
+                      HINT = pg_catalog.format('Waits are bounded by leader_election.lock_timeout, or by your lock_timeout when shorter (here %s ms); look for an idle-in-transaction or prepared transaction in pg_stat_activity and pg_prepared_xacts.', bound);
+        END;
+        IF created THEN
+            RETURN fencing_token;
+        END IF;
+    END IF;
 
-    IF accepted IS NULL THEN
-        SELECT r.highest_token INTO highest
-          FROM @extschema@.le_fence_resource AS r
-         WHERE r.resource OPERATOR(pg_catalog.=) le_fence_advance.resource;
+    -- A dropped owner role admits nobody (an administrator can reassign).
+    -- Function calls, not queries: this runs for every advance.
+    owner_oid := pg_catalog.to_regrole(pg_catalog.quote_ident(res.owner_role));
+    IF owner_oid IS NULL OR NOT pg_catalog.pg_has_role(caller, owner_oid, 'MEMBER') THEN
+        RAISE EXCEPTION 'role "%" may not advance fence resource "%"', pg_catalog.pg_get_userbyid(caller), resource
+            USING ERRCODE = '42501',
+                  DETAIL = pg_catalog.format('The resource belongs to role %s.', res.owner_role),
+                  HINT = 'Use a resource name of your own, or ask an administrator to grant you that role or to call le_fence_assign().';
+    END IF;
+    IF fencing_token OPERATOR(pg_catalog.<) res.highest_token THEN
         RAISE EXCEPTION 'fencing token % of resource "%" is stale', fencing_token, resource
             USING ERRCODE = 'LE001',
-                  DETAIL = pg_catalog.format('The highest token accepted is %s.', highest),
+                  DETAIL = pg_catalog.format('The highest token accepted is %s.', res.highest_token),
                   HINT = 'A leader whose token was superseded must stop working, not retry.';
     END IF;
-    RETURN accepted;
+    -- The same token again (every row of a fenced table): the row lock
+    -- taken above is all it needs.
+    IF fencing_token OPERATOR(pg_catalog.>) res.highest_token THEN
+        UPDATE @extschema@.le_fence_resource AS r
+           SET highest_token = fencing_token, updated_at = pg_catalog.clock_timestamp()
+         WHERE r.resource OPERATOR(pg_catalog.=) _le_fence_advance.resource;
+    END IF;
+    RETURN fencing_token;
 END
 $$;
+COMMENT ON FUNCTION @extschema@._le_fence_advance(text, bigint, oid) IS
+    'internal, not API: the work of le_fence_advance() for the role given; not executable by PUBLIC (it would let anyone act as any role), called only through le_fence_advance()';
+REVOKE ALL ON FUNCTION @extschema@._le_fence_advance(text, bigint, oid) FROM PUBLIC;
+
+-- The API: C, so that it can pass the calling role to _le_fence_advance()
+-- (see src/sql_support.c).
+CREATE FUNCTION @extschema@.le_fence_advance(resource text, fencing_token bigint)
+RETURNS bigint
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'le_fence_advance';
 COMMENT ON FUNCTION @extschema@.le_fence_advance(text, bigint) IS
-    'fence for tokens issued elsewhere: accepts fencing_token when it is at least the highest token accepted for resource (and records it), raises LE001 otherwise; keeps the resource''s row lock to the end of the transaction';
+    'fence for tokens issued elsewhere: accepts fencing_token when it is at least the highest token accepted for resource (and records it), raises LE001 otherwise; only members of the resource''s owner role (the first role that advanced it, or set by le_fence_assign) may advance it (42501); keeps the resource''s row lock to the end of the transaction; waits at most leader_election.lock_timeout (55P03)';
 REVOKE ALL ON FUNCTION @extschema@.le_fence_advance(text, bigint) FROM PUBLIC;
+
+-- Administrator's tools for "highest accepted token" resources.  SECURITY
+-- INVOKER: they write le_fence_resource, which only its owner (the
+-- extension owner, normally a superuser) may.
+
+-- Forget a resource.
+CREATE FUNCTION @extschema@.le_fence_reset(resource text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    bound text := @extschema@._le_lock_wait_bound();
+    saved text := pg_catalog.current_setting('lock_timeout');
+    n bigint;
+BEGIN
+    IF resource IS NULL THEN
+        RAISE EXCEPTION 'resource must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    BEGIN
+        PERFORM pg_catalog.set_config('lock_timeout', bound, true);
+        DELETE FROM @extschema@.le_fence_resource AS r
+         WHERE r.resource OPERATOR(pg_catalog.=) le_fence_reset.resource;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        PERFORM pg_catalog.set_config('lock_timeout', saved, true);
+    EXCEPTION WHEN lock_not_available THEN
+        RAISE EXCEPTION 'fence resource "%" is locked by another transaction', resource
+            USING ERRCODE = '55P03',
+                  HINT = pg_catalog.format('Waits are bounded by leader_election.lock_timeout, or by your lock_timeout when shorter (here %s ms).', bound);
+    END;
+    RETURN n OPERATOR(pg_catalog.>) 0;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.le_fence_reset(text) IS
+    'administrators only: forget a le_fence_advance() resource (its highest token and its owner role); the next advance accepts any token and makes its role the owner; true when the resource existed';
+REVOKE ALL ON FUNCTION @extschema@.le_fence_reset(text) FROM PUBLIC;
+
+-- Register a resource for a role, or hand it to another.
+CREATE FUNCTION @extschema@.le_fence_assign(resource text, owner_role regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    bound text := @extschema@._le_lock_wait_bound();
+    saved text := pg_catalog.current_setting('lock_timeout');
+    role_name name;
+BEGIN
+    IF resource IS NULL OR owner_role IS NULL THEN
+        RAISE EXCEPTION 'resource and owner_role must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF resource OPERATOR(pg_catalog.=) '' OR pg_catalog.octet_length(resource) OPERATOR(pg_catalog.>) 200 THEN
+        RAISE EXCEPTION 'resource must be 1 to 200 bytes long' USING ERRCODE = '22023';
+    END IF;
+    role_name := (SELECT a.rolname FROM pg_catalog.pg_roles AS a
+                   WHERE a.oid OPERATOR(pg_catalog.=) owner_role::pg_catalog.oid);
+    BEGIN
+        PERFORM pg_catalog.set_config('lock_timeout', bound, true);
+        INSERT INTO @extschema@.le_fence_resource AS r (resource, highest_token, updated_at, owner_role)
+        VALUES (resource, 0, pg_catalog.clock_timestamp(), role_name)
+        ON CONFLICT ON CONSTRAINT le_fence_resource_pkey DO UPDATE
+            SET owner_role = excluded.owner_role, updated_at = excluded.updated_at;
+        PERFORM pg_catalog.set_config('lock_timeout', saved, true);
+    EXCEPTION WHEN lock_not_available THEN
+        RAISE EXCEPTION 'fence resource "%" is locked by another transaction', resource
+            USING ERRCODE = '55P03',
+                  HINT = pg_catalog.format('Waits are bounded by leader_election.lock_timeout, or by your lock_timeout when shorter (here %s ms).', bound);
+    END;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.le_fence_assign(text, regrole) IS
+    'administrators only: make owner_role the role whose members may advance a le_fence_advance() resource, creating it (highest token 0) when new, keeping its highest token otherwise; register resources before first use so that no other role can claim them';
+REVOKE ALL ON FUNCTION @extschema@.le_fence_assign(text, regrole) FROM PUBLIC;
 
 -- Trigger mode of le_fence_advance (le_protect(..., mode => 'advance')):
 -- arguments resource, token column.  INSERT and UPDATE use the new row's

@@ -16,6 +16,17 @@
 -- Workers need no lease: le_claim_jobs locks due rows FOR UPDATE SKIP
 -- LOCKED, so concurrent workers never get the same job; complete and fail
 -- lock the job's row and check that the caller still holds the claim.
+--
+-- Bounded waits.  Two statements can wait for another transaction: the
+-- INSERT of le_schedule_job (a concurrent, uncommitted creation of the same
+-- schedule_key) and the row lock of complete and fail (a transaction that
+-- completes, fails or claims the same job and has not ended).  Each runs in
+-- a block that applies _le_lock_wait_bound() as lock_timeout (SET LOCAL,
+-- restored right after the statement, undone with the block's
+-- subtransaction on error, so the caller's setting is what it was) and
+-- turns lock_not_available into a 55P03 that names the job and the
+-- setting.  complete and fail first try the row lock with SKIP LOCKED, so
+-- their uncontended path needs no subtransaction and changes no setting.
 -- ---------------------------------------------------------------------------
 
 CREATE TABLE @extschema@.le_scheduled_jobs (
@@ -65,6 +76,10 @@ RETURNS boolean
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    saved text;
+    bound text;
+    created bigint;
 BEGIN
     IF schedule_key IS NULL OR job_type IS NULL OR scheduled_for IS NULL
        OR payload IS NULL OR max_attempts IS NULL THEN
@@ -84,21 +99,35 @@ BEGIN
     -- The fence first: its lock is kept until the end of the transaction.
     PERFORM @extschema@.le_fence_check(lease_key, fencing_token);
 
-    INSERT INTO @extschema@.le_scheduled_jobs AS j
-        (schedule_key, job_type, scheduled_for, payload, lease_key, fencing_token,
-         max_attempts, available_at)
-    VALUES (schedule_key, job_type, scheduled_for, payload, lease_key, fencing_token,
-            max_attempts, scheduled_for)
-    ON CONFLICT ON CONSTRAINT le_scheduled_jobs_schedule_key DO NOTHING;
-    RETURN FOUND;
+    -- The INSERT waits when another transaction is creating the same
+    -- schedule_key: boundedly.
+    BEGIN
+        saved := pg_catalog.current_setting('lock_timeout');
+        bound := @extschema@._le_lock_wait_bound();
+        PERFORM pg_catalog.set_config('lock_timeout', bound, true);
+        INSERT INTO @extschema@.le_scheduled_jobs AS j
+            (schedule_key, job_type, scheduled_for, payload, lease_key, fencing_token,
+             max_attempts, available_at)
+        VALUES (schedule_key, job_type, scheduled_for, payload, lease_key, fencing_token,
+                max_attempts, scheduled_for)
+        ON CONFLICT ON CONSTRAINT le_scheduled_jobs_schedule_key DO NOTHING;
+        GET DIAGNOSTICS created = ROW_COUNT;
+        PERFORM pg_catalog.set_config('lock_timeout', saved, true);
+    EXCEPTION WHEN lock_not_available THEN
+        RAISE EXCEPTION 'job "%" is being created by another transaction', schedule_key
+            USING ERRCODE = '55P03',
+                  DETAIL = 'A transaction that scheduled the same schedule_key has not ended.',
+                  HINT = pg_catalog.format('Waits are bounded by leader_election.lock_timeout, or by your lock_timeout when shorter (here %s ms); look for an idle-in-transaction or prepared transaction in pg_stat_activity and pg_prepared_xacts.', bound);
+    END;
+    RETURN created OPERATOR(pg_catalog.>) 0;
 END
 $$;
 COMMENT ON FUNCTION @extschema@.le_schedule_job(text, bigint, text, text, timestamptz, jsonb, integer) IS
-    'create a job once per schedule_key, fenced by the lease: true when created, false when that schedule_key exists already (an idempotent retry), LE001/LE002 and nothing written when the token is not current';
+    'create a job once per schedule_key, fenced by the lease: true when created, false when that schedule_key exists already (an idempotent retry), LE001/LE002 and nothing written when the token is not current; waits at most leader_election.lock_timeout for a concurrent creation of the same schedule_key (55P03)';
 REVOKE ALL ON FUNCTION @extschema@.le_schedule_job(text, bigint, text, text, timestamptz, jsonb, integer) FROM PUBLIC;
 
 -- Check a worker id argument.
-CREATE FUNCTION @extschema@.le_check_worker(worker_id text)
+CREATE FUNCTION @extschema@._le_check_worker(worker_id text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -112,9 +141,9 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION @extschema@.le_check_worker(text) IS
-    'internal: argument check shared by the job functions';
-REVOKE ALL ON FUNCTION @extschema@.le_check_worker(text) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@._le_check_worker(text) IS
+    'internal, not API: argument check shared by the job functions; not executable by PUBLIC';
+REVOKE ALL ON FUNCTION @extschema@._le_check_worker(text) FROM PUBLIC;
 
 CREATE FUNCTION @extschema@.le_claim_jobs(
     worker_id text,
@@ -128,7 +157,7 @@ AS $$
 DECLARE
     now timestamptz := pg_catalog.clock_timestamp();
 BEGIN
-    PERFORM @extschema@.le_check_worker(worker_id);
+    PERFORM @extschema@._le_check_worker(worker_id);
     IF max_jobs IS NULL OR visibility_timeout IS NULL THEN
         RAISE EXCEPTION 'max_jobs and visibility_timeout must not be NULL' USING ERRCODE = '22004';
     END IF;
@@ -175,23 +204,44 @@ COMMENT ON FUNCTION @extschema@.le_claim_jobs(text, integer, interval, text[]) I
 REVOKE ALL ON FUNCTION @extschema@.le_claim_jobs(text, integer, interval, text[]) FROM PUBLIC;
 
 -- Lock a job's row and check that worker_id holds its claim; returns it.
-CREATE FUNCTION @extschema@.le_lock_claimed_job(schedule_key text, worker_id text)
+-- SKIP LOCKED first: a job nobody else holds is locked without a
+-- subtransaction or a setting change; otherwise (or when it does not exist)
+-- wait for the row lock, at most _le_lock_wait_bound().
+CREATE FUNCTION @extschema@._le_lock_claimed_job(schedule_key text, worker_id text)
 RETURNS @extschema@.le_scheduled_jobs
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     job @extschema@.le_scheduled_jobs;
+    saved text;
+    bound text;
 BEGIN
-    PERFORM @extschema@.le_check_worker(worker_id);
+    PERFORM @extschema@._le_check_worker(worker_id);
     IF schedule_key IS NULL THEN
         RAISE EXCEPTION 'schedule_key must not be NULL' USING ERRCODE = '22004';
     END IF;
     SELECT * INTO job FROM @extschema@.le_scheduled_jobs AS j
-     WHERE j.schedule_key OPERATOR(pg_catalog.=) le_lock_claimed_job.schedule_key
-       FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'job "%" does not exist', schedule_key USING ERRCODE = 'P0002';
+     WHERE j.schedule_key OPERATOR(pg_catalog.=) _le_lock_claimed_job.schedule_key
+       FOR UPDATE SKIP LOCKED;
+    IF job.job_id IS NULL THEN
+        BEGIN
+            saved := pg_catalog.current_setting('lock_timeout');
+            bound := @extschema@._le_lock_wait_bound();
+            PERFORM pg_catalog.set_config('lock_timeout', bound, true);
+            SELECT * INTO job FROM @extschema@.le_scheduled_jobs AS j
+             WHERE j.schedule_key OPERATOR(pg_catalog.=) _le_lock_claimed_job.schedule_key
+               FOR UPDATE;
+            PERFORM pg_catalog.set_config('lock_timeout', saved, true);
+        EXCEPTION WHEN lock_not_available THEN
+            RAISE EXCEPTION 'job "%" is locked by another transaction', schedule_key
+                USING ERRCODE = '55P03',
+                      DETAIL = 'A transaction that completes, fails or claims this job has not ended.',
+                      HINT = pg_catalog.format('Waits are bounded by leader_election.lock_timeout, or by your lock_timeout when shorter (here %s ms); look for an idle-in-transaction or prepared transaction in pg_stat_activity and pg_prepared_xacts.', bound);
+        END;
+        IF job.job_id IS NULL THEN
+            RAISE EXCEPTION 'job "%" does not exist', schedule_key USING ERRCODE = 'P0002';
+        END IF;
     END IF;
     IF job.status OPERATOR(pg_catalog.<>) 'running' OR job.claimed_by OPERATOR(pg_catalog.<>) worker_id THEN
         RAISE EXCEPTION 'job "%" is not claimed by worker "%"', schedule_key, worker_id
@@ -203,9 +253,9 @@ BEGIN
     RETURN job;
 END
 $$;
-COMMENT ON FUNCTION @extschema@.le_lock_claimed_job(text, text) IS
-    'internal: lock a job''s row and raise LE003 unless worker_id holds its claim';
-REVOKE ALL ON FUNCTION @extschema@.le_lock_claimed_job(text, text) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@._le_lock_claimed_job(text, text) IS
+    'internal, not API: lock a job''s row (waiting at most leader_election.lock_timeout, 55P03) and raise LE003 unless worker_id holds its claim; not executable by PUBLIC';
+REVOKE ALL ON FUNCTION @extschema@._le_lock_claimed_job(text, text) FROM PUBLIC;
 
 CREATE FUNCTION @extschema@.le_complete_job(schedule_key text, worker_id text)
 RETURNS void
@@ -213,7 +263,7 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    job @extschema@.le_scheduled_jobs := @extschema@.le_lock_claimed_job(schedule_key, worker_id);
+    job @extschema@.le_scheduled_jobs := @extschema@._le_lock_claimed_job(schedule_key, worker_id);
 BEGIN
     UPDATE @extschema@.le_scheduled_jobs AS j
        SET status = 'done', finished_at = pg_catalog.clock_timestamp()
@@ -221,7 +271,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION @extschema@.le_complete_job(text, text) IS
-    'mark a job done; raises LE003 when worker_id does not hold its claim (never claimed, claimed by another worker, or already finished)';
+    'mark a job done; raises LE003 when worker_id does not hold its claim (never claimed, claimed by another worker, or already finished); waits at most leader_election.lock_timeout for the job''s row (55P03)';
 REVOKE ALL ON FUNCTION @extschema@.le_complete_job(text, text) FROM PUBLIC;
 
 CREATE FUNCTION @extschema@.le_fail_job(
@@ -234,7 +284,7 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    job @extschema@.le_scheduled_jobs := @extschema@.le_lock_claimed_job(schedule_key, worker_id);
+    job @extschema@.le_scheduled_jobs := @extschema@._le_lock_claimed_job(schedule_key, worker_id);
     now timestamptz := pg_catalog.clock_timestamp();
     delay interval;
 BEGIN
@@ -248,9 +298,15 @@ BEGIN
          WHERE j.job_id OPERATOR(pg_catalog.=) job.job_id;
         RETURN 'failed';
     END IF;
-    -- Exponential backoff: retry_delay, 2 x retry_delay, 4 x ..., at most a day.
-    delay := LEAST(retry_delay OPERATOR(pg_catalog.*) pg_catalog.power(2, job.attempts OPERATOR(pg_catalog.-) 1),
-                   interval '1 day');
+    -- Exponential backoff: retry_delay, 2 x retry_delay, 4 x ..., at most a
+    -- day.  Computed in numeric seconds with the exponent capped at 40
+    -- (even 1 microsecond x 2^40 is more than a day), so no attempt count
+    -- overflows an interval.
+    delay := pg_catalog.make_interval(secs => LEAST(
+                 pg_catalog.date_part('epoch', retry_delay)::pg_catalog.numeric
+                 OPERATOR(pg_catalog.*) pg_catalog.power(2::pg_catalog.numeric,
+                     LEAST(GREATEST(job.attempts OPERATOR(pg_catalog.-) 1, 0), 40)),
+                 86400)::double precision);
     UPDATE @extschema@.le_scheduled_jobs AS j
        SET status = 'pending', available_at = now OPERATOR(pg_catalog.+) delay, last_error = error
      WHERE j.job_id OPERATOR(pg_catalog.=) job.job_id;
@@ -258,5 +314,20 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION @extschema@.le_fail_job(text, text, text, interval) IS
-    'record a failed attempt: the job is retried after retry_delay x 2^(attempts-1) (at most a day) while attempts < max_attempts, else it becomes failed; returns the new status; LE003 when worker_id does not hold the claim';
+    'record a failed attempt: the job is retried after retry_delay x 2^(attempts-1), at most a day, while attempts < max_attempts, else it becomes failed; returns the new status; LE003 when worker_id does not hold the claim; waits at most leader_election.lock_timeout for the job''s row (55P03)';
 REVOKE ALL ON FUNCTION @extschema@.le_fail_job(text, text, text, interval) FROM PUBLIC;
+
+-- What application roles may see of the jobs: everything but the payload,
+-- which may carry data meant only for the worker that claims the job (it
+-- gets it from le_claim_jobs).  Not readable by PUBLIC; le_grant(role,
+-- 'work') or le_grant(role, 'monitor') grants it.
+CREATE VIEW @extschema@.le_jobs AS
+SELECT j.job_id, j.schedule_key, j.job_type, j.scheduled_for, j.lease_key,
+       j.fencing_token, j.created_at, j.status, j.attempts, j.max_attempts,
+       j.available_at, j.claimed_by, j.claimed_at,
+       CASE WHEN j.status OPERATOR(pg_catalog.=) 'running' THEN j.available_at END AS claimed_until,
+       j.finished_at, j.last_error
+  FROM @extschema@.le_scheduled_jobs AS j;
+COMMENT ON VIEW @extschema@.le_jobs IS
+    'read-only view of le_scheduled_jobs without the payload: status, attempts, creating lease, token and time, claim holder and until when it lasts, last error; not readable by PUBLIC (le_grant(role, ''monitor''))';
+REVOKE ALL ON @extschema@.le_jobs FROM PUBLIC;

@@ -1,0 +1,112 @@
+-- ---------------------------------------------------------------------------
+-- One documented way to give a role what it needs for one use of the
+-- extension, instead of a GRANT of every function by full signature.
+--
+-- le_grant(role, use) and le_revoke(role, use) are SECURITY INVOKER: the
+-- GRANT or REVOKE runs as the caller, who must be allowed to grant EXECUTE
+-- on the extension's functions (its owner, normally a superuser).  The
+-- objects are found by name among the extension's own functions in its
+-- schema (pg_depend), so overloads and later changes of a signature are
+-- covered; their regprocedure text and the role's name are formatted as
+-- quoted identifiers, the only values in the statements.
+-- ---------------------------------------------------------------------------
+
+-- Grant or revoke (grant = false) what use needs; returns the statements run.
+CREATE FUNCTION @extschema@._le_grant_use(role regrole, use text, "grant" boolean)
+RETURNS SETOF text
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    ext_nsp oid := (SELECT e.extnamespace FROM pg_catalog.pg_extension AS e
+                     WHERE e.extname OPERATOR(pg_catalog.=) 'leader_election');
+    role_name name;
+    uses text[] := ARRAY['campaign', 'fence', 'schedule', 'work', 'monitor', 'protect'];
+    stmt text;
+    obj record;
+BEGIN
+    IF role IS NULL OR use IS NULL THEN
+        RAISE EXCEPTION 'role and use must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF NOT use OPERATOR(pg_catalog.=) ANY (uses) THEN
+        RAISE EXCEPTION 'unknown use "%"', use
+            USING ERRCODE = '22023',
+                  HINT = 'Use one of campaign, fence, schedule, work, monitor, protect.';
+    END IF;
+    role_name := (SELECT a.rolname FROM pg_catalog.pg_roles AS a
+                   WHERE a.oid OPERATOR(pg_catalog.=) role::pg_catalog.oid);
+    IF role_name OPERATOR(pg_catalog.=) 'public' THEN
+        RAISE EXCEPTION 'le_grant() does not grant to PUBLIC' USING ERRCODE = '22023';
+    END IF;
+    -- The objects each use needs: kind 'function' gets EXECUTE, 'view' SELECT.
+    FOR obj IN
+        WITH use_objects (use, kind, name) AS (VALUES
+        ('campaign', 'function', 'le_acquire'::name),
+        ('campaign', 'function', 'le_renew'),
+        ('campaign', 'function', 'le_release'),
+        ('fence',    'function', 'le_fence_check'),
+        ('fence',    'function', 'le_fence_advance'),
+        ('schedule', 'function', 'le_schedule_job'),
+        ('schedule', 'function', 'le_fence_check'),
+        ('work',     'function', 'le_claim_jobs'),
+        ('work',     'function', 'le_complete_job'),
+        ('work',     'function', 'le_fail_job'),
+        ('work',     'view',     'le_jobs'),
+        ('monitor',  'view',     'le_jobs'),
+        ('protect',  'function', 'le_protect'),
+        ('protect',  'function', 'le_unprotect'),
+        ('protect',  'function', 'le_fence'),
+        ('protect',  'function', 'le_fence_advance_trigger'))
+        SELECT 'FUNCTION ' OPERATOR(pg_catalog.||) p.oid::pg_catalog.regprocedure::pg_catalog.text AS target,
+               'EXECUTE' AS privilege
+          FROM use_objects AS u
+          JOIN pg_catalog.pg_proc AS p ON p.proname OPERATOR(pg_catalog.=) u.name
+                                      AND p.pronamespace OPERATOR(pg_catalog.=) ext_nsp
+          JOIN pg_catalog.pg_depend AS d
+            ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+           AND d.objid OPERATOR(pg_catalog.=) p.oid AND d.deptype OPERATOR(pg_catalog.=) 'e'
+           AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+           AND d.refobjid OPERATOR(pg_catalog.=) (SELECT e.oid FROM pg_catalog.pg_extension AS e
+                                                   WHERE e.extname OPERATOR(pg_catalog.=) 'leader_election')
+         WHERE u.use OPERATOR(pg_catalog.=) _le_grant_use.use AND u.kind OPERATOR(pg_catalog.=) 'function'
+        UNION ALL
+        SELECT 'TABLE ' OPERATOR(pg_catalog.||) c.oid::pg_catalog.regclass::pg_catalog.text, 'SELECT'
+          FROM use_objects AS u
+          JOIN pg_catalog.pg_class AS c ON c.relname OPERATOR(pg_catalog.=) u.name
+                                       AND c.relnamespace OPERATOR(pg_catalog.=) ext_nsp
+         WHERE u.use OPERATOR(pg_catalog.=) _le_grant_use.use AND u.kind OPERATOR(pg_catalog.=) 'view'
+         ORDER BY 1
+    LOOP
+        IF "grant" THEN
+            stmt := pg_catalog.format('GRANT %s ON %s TO %I', obj.privilege, obj.target, role_name);
+        ELSE
+            stmt := pg_catalog.format('REVOKE %s ON %s FROM %I', obj.privilege, obj.target, role_name);
+        END IF;
+        EXECUTE stmt;
+        RETURN NEXT stmt;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION @extschema@._le_grant_use(regrole, text, boolean) IS
+    'internal, not API: the work of le_grant() and le_revoke()';
+REVOKE ALL ON FUNCTION @extschema@._le_grant_use(regrole, text, boolean) FROM PUBLIC;
+
+-- Grant role what use needs.
+CREATE FUNCTION @extschema@.le_grant(role regrole, use text)
+RETURNS SETOF text
+LANGUAGE sql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT @extschema@._le_grant_use(role, use, true) $$;
+COMMENT ON FUNCTION @extschema@.le_grant(regrole, text) IS
+    'administrators only: grant role what one use of the extension needs and return the GRANT statements run; use is campaign (le_acquire, le_renew, le_release), fence (le_fence_check, le_fence_advance), schedule (le_schedule_job, le_fence_check), work (le_claim_jobs, le_complete_job, le_fail_job, view le_jobs), monitor (view le_jobs) or protect (le_protect, le_unprotect and the trigger functions); runs as the caller';
+REVOKE ALL ON FUNCTION @extschema@.le_grant(regrole, text) FROM PUBLIC;
+
+-- Revoke what le_grant(role, use) grants.
+CREATE FUNCTION @extschema@.le_revoke(role regrole, use text)
+RETURNS SETOF text
+LANGUAGE sql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT @extschema@._le_grant_use(role, use, false) $$;
+COMMENT ON FUNCTION @extschema@.le_revoke(regrole, text) IS
+    'administrators only: revoke what le_grant(role, use) granted (a privilege another use also needs is revoked too: grant that use again) and return the REVOKE statements run';
+REVOKE ALL ON FUNCTION @extschema@.le_revoke(regrole, text) FROM PUBLIC;
