@@ -760,7 +760,7 @@ no_wait_status(bool answered, const le_status *st, char *why, size_t len)
 	return EXIT_NOT_ACQUIRED;
 }
 
-/* Connect for status/release, exiting with the right status on failure. */
+/* Connect for status/release within the --timeout, exiting with the right status on failure. */
 static PGconn *
 connect_or_exit(const options *o, char *schema_q, size_t len)
 {
@@ -769,9 +769,9 @@ connect_or_exit(const options *o, char *schema_q, size_t len)
 	PGconn	   *conn;
 	char	   *q;
 	le_result	rc;
+	int64_t		t = o->connect_timeout < o->timeout ? o->connect_timeout : o->timeout;
 
-	rc = le_connect(o->dsn, "pg_leader", o->connect_timeout, &conn, schema, sizeof(schema),
-					err, sizeof(err));
+	rc = le_connect(o->dsn, "pg_leader", t, &conn, schema, sizeof(schema), err, sizeof(err));
 	if (rc == LE_ERR_NO_EXTENSION)
 		fatal(EXIT_NO_EXTENSION, "%s", err);
 	if (rc != LE_OK)
@@ -784,7 +784,79 @@ connect_or_exit(const options *o, char *schema_q, size_t len)
 	return conn;
 }
 
-/* Check a DSN's syntax up front: bad DSNs are usage errors. */
+/*
+ * Run one parameterised statement with a client-side deadline (le_monotonic_ms
+ * clock): non-blocking libpq and poll, so no wait outlasts the deadline.
+ * Returns the last result; on failure exits 69 (or 81 when the deadline
+ * passed), after closing the connection.
+ */
+static PGresult *
+exec_or_exit(PGconn *conn, const char *what, const char *sql, int n, const char *const *params,
+			 int64_t deadline, int64_t timeout_ms)
+{
+	PGresult   *last = NULL;
+
+	if (PQsetnonblocking(conn, 1) != 0 ||
+		!PQsendQueryParams(conn, sql, n, NULL, params, NULL, NULL, 0))
+		goto failed;
+	for (;;)
+	{
+		int			flush = PQflush(conn);
+		int64_t		now;
+		struct pollfd p;
+
+		if (flush < 0)
+			goto failed;
+		if (flush == 0)
+		{
+			if (!PQconsumeInput(conn))
+				goto failed;
+			while (!PQisBusy(conn))
+			{
+				PGresult   *r = PQgetResult(conn);
+
+				if (r == NULL)
+				{
+					if (last == NULL || PQresultStatus(last) != PGRES_TUPLES_OK)
+					{
+						char		msg[1024];
+
+						snprintf(msg, sizeof(msg), "%s", last ? PQresultErrorMessage(last) : "no result");
+						PQclear(last);
+						PQfinish(conn);
+						fatal(EXIT_CONNECT, "%s failed: %s", what, msg);
+					}
+					return last;
+				}
+				PQclear(last);
+				last = r;
+			}
+		}
+		now = le_monotonic_ms();
+		if (now >= deadline)
+		{
+			PQclear(last);
+			PQfinish(conn);
+			fatal(EXIT_WAIT_TIMEOUT, "%s: no answer within --timeout %" PRId64 "ms", what, timeout_ms);
+		}
+		p.fd = PQsocket(conn);
+		p.events = POLLIN | (flush == 1 ? POLLOUT : 0);
+		if (poll(&p, 1, deadline - now > 1000 ? 1000 : (int) (deadline - now) + 1) < 0 && errno != EINTR)
+			goto failed;
+	}
+failed:
+	{
+		char		msg[1024];
+
+		snprintf(msg, sizeof(msg), "%s", PQerrorMessage(conn));
+		PQclear(last);
+		PQfinish(conn);
+		fatal(EXIT_CONNECT, "%s failed: %s", what, msg);
+	}
+	return NULL;
+}
+
+/* Check a DSN's syntax up front: bad DSNs are usage errors (shown with passwords masked). */
 static void
 check_dsn(const char *dsn)
 {
@@ -799,12 +871,32 @@ check_dsn(const char *dsn)
 		size_t		n = err ? strlen(err) : 0;
 		char		masked[1024];
 
+		char		emasked[2048];
+		const char *hit;
+
 		while (n > 0 && err[n - 1] == '\n')
 			err[--n] = '\0';
 		mask_dsn(dsn, masked, sizeof(masked));
-		usage_error("invalid connection string \"%s\": %s", masked, err ? err : "out of memory");
+		/* libpq quotes a bad URI whole in its message: mask it there too */
+		snprintf(emasked, sizeof(emasked), "%s", err ? err : "out of memory");
+		if (err && (hit = strstr(err, dsn)) != NULL)
+			snprintf(emasked, sizeof(emasked), "%.*s%s%s", (int) (hit - err), err, masked,
+					 hit + strlen(dsn));
+		usage_error("invalid connection string \"%s\": %s", masked, emasked);
 	}
 	PQconninfoFree(opts);
+}
+
+/* Width of column c of a status table: its header or its widest value. */
+static int
+col_width(PGresult *r, int c, const char *header)
+{
+	int			w = (int) strlen(header);
+
+	for (int i = 0; i < PQntuples(r); i++)
+		if (PQgetlength(r, i, c) > w)
+			w = PQgetlength(r, i, c);
+	return w;
 }
 
 /* pg_leader status: one row per lease, as a table or JSON. */
@@ -817,6 +909,7 @@ cmd_status(const options *o)
 	PGconn	   *conn;
 	PGresult   *r;
 	int			n;
+	int64_t		deadline = le_monotonic_ms() + o->timeout;
 
 	check_dsn(o->dsn);
 	conn = connect_or_exit(o, schema_q, sizeof(schema_q));
@@ -826,9 +919,7 @@ cmd_status(const options *o)
 			 "is_valid, pg_catalog.round(seconds_remaining::pg_catalog.numeric, 1), transitions "
 			 "FROM %s.le_leases WHERE $1::pg_catalog.text IS NULL OR lease_key OPERATOR(pg_catalog.=) $1 "
 			 "ORDER BY lease_key", schema_q);
-	r = PQexecParams(conn, sql, 1, NULL, params, NULL, NULL, 0);
-	if (PQresultStatus(r) != PGRES_TUPLES_OK)
-		fatal(EXIT_CONNECT, "status query failed: %s", PQresultErrorMessage(r));
+	r = exec_or_exit(conn, "status query", sql, 1, params, deadline, o->timeout);
 	n = PQntuples(r);
 	if (o->json)
 	{
@@ -855,20 +946,52 @@ cmd_status(const options *o)
 	}
 	else
 	{
-		printf("%-24s %-32s %8s %-24s %-5s %9s %11s\n", "lease_key", "holder", "token",
-			   "expires_at", "valid", "remaining", "transitions");
+		/* columns as wide as their widest value; keys and holders escaped */
+		int			wk = col_width(r, 0, "lease_key"),
+					wh = col_width(r, 1, "holder"),
+					wt = col_width(r, 2, "token"),
+					we = col_width(r, 3, "expires_at"),
+					wr = col_width(r, 5, "remaining"),
+					wn = col_width(r, 6, "transitions");
+
+		printf("%-*s %-*s %*s %-*s %-5s %*s %*s\n", wk, "lease_key", wh, "holder", wt, "token",
+			   we, "expires_at", "valid", wr, "remaining", wn, "transitions");
 		for (int i = 0; i < n; i++)
-			printf("%-24s %-32s %8s %-24s %-5s %9s %11s\n", PQgetvalue(r, i, 0),
-				   PQgetisnull(r, i, 1) ? "-" : PQgetvalue(r, i, 1), PQgetvalue(r, i, 2),
-				   PQgetisnull(r, i, 3) ? "-" : PQgetvalue(r, i, 3),
+		{
+			char		key[1024],
+						holder[1024];
+			FILE	   *mf;
+
+			/* escape control characters so that a value cannot forge a row */
+			mf = fmemopen(key, sizeof(key), "w");
+			if (mf)
+			{
+				text_str(mf, PQgetvalue(r, i, 0));
+				fclose(mf);
+			}
+			else
+				snprintf(key, sizeof(key), "?");
+			mf = fmemopen(holder, sizeof(holder), "w");
+			if (mf)
+			{
+				text_str(mf, PQgetisnull(r, i, 1) ? "-" : PQgetvalue(r, i, 1));
+				fclose(mf);
+			}
+			else
+				snprintf(holder, sizeof(holder), "?");
+			printf("%-*s %-*s %*s %-*s %-5s %*s %*s\n", wk, key, wh, holder, wt, PQgetvalue(r, i, 2),
+				   we, PQgetisnull(r, i, 3) ? "-" : PQgetvalue(r, i, 3),
 				   strcmp(PQgetvalue(r, i, 4), "t") == 0 ? "yes" : "no",
-				   PQgetvalue(r, i, 5), PQgetvalue(r, i, 6));
+				   wr, PQgetvalue(r, i, 5), wn, PQgetvalue(r, i, 6));
+		}
 	}
 	PQclear(r);
 	PQfinish(conn);
 	if (o->lease && n == 0)
 	{
-		fprintf(stderr, "%s: no lease named \"%s\"\n", progname, o->lease);
+		fprintf(stderr, "%s: no lease named \"", progname);
+		text_str(stderr, o->lease);
+		fputs("\"\n", stderr);
 		return 1;
 	}
 	return 0;
@@ -885,6 +1008,7 @@ cmd_release(const options *o)
 	PGconn	   *conn;
 	PGresult   *r;
 	bool		ok;
+	int64_t		deadline = le_monotonic_ms() + o->timeout;
 
 	if (o->lease == NULL || o->owner == NULL || o->token <= 0)
 		usage_error("release needs -l KEY, --owner ID and --token N");
@@ -895,10 +1019,8 @@ cmd_release(const options *o)
 	params[0] = o->lease;
 	params[1] = o->owner;
 	params[2] = token;
-	r = PQexecParams(conn, sql, 3, NULL, params, NULL, NULL, 0);
-	if (PQresultStatus(r) != PGRES_TUPLES_OK)
-		fatal(EXIT_CONNECT, "release failed: %s", PQresultErrorMessage(r));
-	ok = strcmp(PQgetvalue(r, 0, 0), "t") == 0;
+	r = exec_or_exit(conn, "release", sql, 3, params, deadline, o->timeout);
+	ok = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), "t") == 0;
 	PQclear(r);
 	PQfinish(conn);
 	if (ok)
