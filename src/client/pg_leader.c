@@ -6,24 +6,22 @@
  *
  * Processes, threads and locking rules.  "pg_leader run" is one process
  * with three threads: the main thread, which alone forks, signals and reaps
- * the child and handles our own signals, and the elector's campaign and
- * renewal threads (le_client.c), which block all signals.  The elector's
- * callbacks only log (under log_mu) and wake the main thread through a
- * self-pipe; the main thread then asks le_elector_is_leader(), which
- * compares the local deadline with the clock itself.  So after a SIGSTOP
- * longer than the ttl, the first thing the resumed main thread does is
- * notice the passed deadline and signal the child, whatever the other
- * threads are doing.
+ * and handles our own signals, and the elector's campaign and renewal
+ * threads (le_client.c), which block all signals.  The elector's callbacks
+ * only log (under log_mu, which also guards last_notice) and wake the main
+ * thread through a self-pipe; the main thread then asks
+ * le_elector_is_leader(), which compares the local deadline with the clock
+ * itself.  So after a SIGSTOP longer than the ttl, the first thing the
+ * resumed main thread does is notice the passed deadline and act.
  *
- * The child runs in a process group of its own (so SIGTERM/SIGKILL reach
- * a whole shell pipeline) with PR_SET_PDEATHSIG = SIGKILL, so it cannot
- * outlive a wrapper that is killed.  A watchdog process (forked next to it,
- * in the wrapper's process group) holds a copy of the local deadline, fed
- * through a pipe after every renewal: it stops the child's group at the
- * deadline even while the wrapper's own process is frozen, and kills the
- * whole group (grandchildren too) when the wrapper dies.  Freezing the
- * wrapper's whole process group freezes the watchdog too; then the resumed
- * main thread and watchdog both act on the passed deadline at once.
+ * The command runs under a supervisor process (supervise.c): its parent
+ * and the leader of its process group, started before the command, fed the
+ * kill deadline (local deadline - KILL_SLACK_MS) through a pipe after every
+ * renewal.  The supervisor and the main thread both SIGTERM the group at
+ * kill deadline - grace and SIGKILL it at the kill deadline; the main
+ * thread releases the lease (resign/stop) only after the whole group was
+ * reaped.  pg_leader is a child subreaper and ignores SIGPIPE, SIGTTIN and
+ * SIGTTOU.
  *
  *-------------------------------------------------------------------------
  */
