@@ -4,11 +4,15 @@
 # deadline while renewals went on, it reads the newer deadline before it
 # acts; its death is "guard lost" (command group killed, lease released,
 # exit 82); a command stopped by a signal is stopped for good (exit 80);
-# orphans of the command are reaped and killed with its group.
+# orphans of the command are reaped and killed with its group; with a
+# controlling terminal the command is in the terminal's foreground group
+# (an interactive command reads it instead of stopping with SIGTTIN).
 use strict;
 use warnings;
 use FindBin;
 use lib $FindBin::RealBin;
+use IO::Pty;
+use POSIX ();
 use Time::HiRes qw(time usleep);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -108,6 +112,56 @@ sub start_with_grandchild
 	is($c->{status}, 3, 'pg_leader exits with the command\'s status');
 	chomp(my $o = slurp_file($orph));
 	ok(!alive($o), 'the orphan (ignoring SIGTERM) was killed with the command\'s group');
+}
+
+# --- a terminal: the command is in its foreground process group ---------------------
+{
+	my $pty = IO::Pty->new;
+	my $log = "$dir/tty.log";
+	my $pid = fork();
+	die "fork: $!" unless defined $pid;
+	if ($pid == 0)
+	{
+		POSIX::setsid();
+		$pty->make_slave_controlling_terminal();
+		my $slave = $pty->slave;
+		close($pty);
+		open(STDIN, '<&', $slave) or die;
+		open(STDOUT, '>&', $slave) or die;
+		open(STDERR, '>>', $log) or die;
+		delete $ENV{PGAPPNAME};
+		LeClientTest::default_signals();
+		exec('env', '--default-signal', pg_leader_bin(), 'run', '-d', $dsn, '-l', 'tty', '--ttl', '3s',
+			'--', 'sh', '-c', 'read x; echo "got:$x"; exit 4') or die "exec: $!";
+	}
+	$pty->close_slave();
+	my $c = { pid => $pid, log => $log };
+	ok(wait_for(sub { log_has($c, qr/command_started/) }, 30), 'interactive command started');
+	usleep(300_000);
+	print $pty "hello\n";
+	my $seen = '';
+	my $t0 = time();
+	while (time() - $t0 < 10 && $seen !~ /got:hello/)
+	{
+		my $rin = '';
+		vec($rin, fileno($pty), 1) = 1;
+		if (select($rin, undef, undef, 0.2) > 0)
+		{
+			my $buf;
+			last unless sysread($pty, $buf, 1024);
+			$seen .= $buf;
+		}
+	}
+	like($seen, qr/got:hello/, 'the command read the terminal (it is in the foreground group, no SIGTTIN)');
+	my $w = wait_for(sub { waitpid($pid, POSIX::WNOHANG()) == $pid }, 10);
+	my $st = $? >> 8;
+	if (!defined $w)
+	{
+		kill 'KILL', -$pid;
+		waitpid($pid, 0);
+	}
+	ok(defined $w, 'pg_leader exits after the command');
+	is($st, 4, 'with the command\'s status');
 }
 
 stop_all();

@@ -54,6 +54,17 @@ like($err, qr/new_leader .*expires=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z/,
 	'server timestamps in logs are in the same UTC "Z" format as ours');
 ok($err !~ /\+00(:00)?\b/, 'no +00:00 timestamps in the log');
 
+# --- --no-wait: distinct statuses -------------------------------------------------------------
+($rc, $out, $err) = cli('run', '-d', $dsn, '-l', 'busy', '--no-wait', '--', 'true');
+is($rc, 75, '--no-wait, held by another owner: 75');
+$node->safe_psql('postgres', 'CREATE ROLE bob LOGIN');
+($rc, $out, $err) = cli('run', '-d', "$dsn user=bob", '-l', 'nw', '--no-wait', '--', 'true');
+is($rc, 77, '--no-wait without EXECUTE on le_acquire: permission denied, 77');
+like($err, qr/not_acquired .*permission denied/, 'explained');
+($rc, $out, $err) = cli('run', '-d', "$dsn options='-c default_transaction_read_only=on'", '-l', 'nw',
+	'--no-wait', '--', 'true');
+is($rc, 76, '--no-wait on a read-only server (as on a standby, SQLSTATE 25006): 76');
+
 # --- a second SIGTERM forces an immediate stop ---------------------------------------------
 {
 	my $pidf = "$dir/stubborn.pid";
