@@ -240,23 +240,31 @@ mask_dsn(const char *dsn, char *out, size_t len)
 }
 
 /*
- * Timestamps in log lines all read YYYY-MM-DDTHH:MM:SS.mmmZ: a server value
- * in another style ("2026-11-29 08:34:37.642+00" or "+00:00") is rewritten.
+ * Timestamps in log lines all read YYYY-MM-DDTHH:MM:SS.mmmZ: a UTC server
+ * value in another style ("2026-11-29 08:34:37.642+00", "+00:00", or with
+ * microseconds) is rewritten; anything else is kept as it is.
  */
 static void
 iso_utc(const char *in, char *out, size_t len)
 {
 	size_t		n = strlen(in);
+	size_t		i = 19;
+	char		frac[4] = "000";
+	const char *zone;
 
 	snprintf(out, len, "%s", in);
-	if (n >= 19 && n + 2 < len && (in[10] == ' ' || in[10] == 'T'))
+	if (n < 19 || (in[10] != ' ' && in[10] != 'T') || in[4] != '-' || in[13] != ':' || in[16] != ':')
+		return;
+	if (in[i] == '.')
 	{
-		out[10] = 'T';
-		if (n >= 22 && strcmp(in + n - 3, "+00") == 0)
-			snprintf(out + n - 3, len - (n - 3), "Z");
-		else if (n >= 25 && strcmp(in + n - 6, "+00:00") == 0)
-			snprintf(out + n - 6, len - (n - 6), "Z");
+		for (int d = 0; in[++i] >= '0' && in[i] <= '9'; d++)
+			if (d < 3)
+				frac[d] = in[i];
 	}
+	zone = in + i;
+	if (strcmp(zone, "Z") != 0 && strcmp(zone, "+00") != 0 && strcmp(zone, "+00:00") != 0)
+		return;
+	snprintf(out, len, "%.10sT%.8s.%sZ", in, in + 11, frac);
 }
 
 /* Wall-clock time as ISO 8601 UTC with milliseconds. */
