@@ -1558,7 +1558,8 @@ cmd_run(options *o)
 				timeout = 100;	/* liveness checks and belt and braces for reaping */
 			p[1].fd = run.from_sup;
 			p[1].events = POLLIN;
-			np = run.from_sup >= 0 ? 2 : 1;
+			/* after the supervisor's exit its pipe only says EOF: do not spin on it */
+			np = run.from_sup >= 0 && !run.sup_exited ? 2 : 1;
 		}
 		else if (o->wait_timeout > 0 && wait_since + o->wait_timeout - now < timeout)
 			timeout = wait_since + o->wait_timeout - now;

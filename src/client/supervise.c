@@ -392,10 +392,12 @@ sv_poll(sv_run *r)
 		{
 			r->group_gone = true;
 			r->sup_exited = true;
-			read_reports(r);	/* written before the group was killed */
 		}
 		break;
 	}
+	/* the supervisor reports before it dies: once it is reaped, all is readable */
+	if (r->sup_exited)
+		read_reports(r);
 }
 
 /* Close the pipes and reap strays (processes that left the group). */
