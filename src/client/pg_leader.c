@@ -446,8 +446,8 @@ help(void)
 	printf("%s runs a command only while it holds a fenced lease of extension leader_election.\n\n", progname);
 	printf("Usage:\n"
 		   "  %1$s run     -d DSN -l KEY [OPTION]... -- COMMAND [ARG]...\n"
-		   "  %1$s status  -d DSN [-l KEY] [--json]\n"
-		   "  %1$s release -d DSN -l KEY --owner ID --token N\n"
+		   "  %1$s status  -d DSN [-l KEY] [--json] [--timeout D]\n"
+		   "  %1$s release -d DSN -l KEY --owner ID --token N [--timeout D]\n"
 		   "  %1$s --version\n\n", progname);
 	printf("Options:\n"
 		   "  -d, --dbname=DSN         libpq connection string or URI (default: PG* environment)\n"
@@ -480,9 +480,9 @@ help(void)
 		   "Durations take a unit: 500ms, 15s, 2m, 1h.\n\n"
 		   "The command gets LE_LEASE_KEY, LE_FENCING_TOKEN, LE_OWNER_ID, LE_EXPIRES_AT and LE_DSN\n"
 		   "(the -d value as given) in its environment.  It must pass LE_FENCING_TOKEN to every\n"
-		   "fenced write.  It is SIGTERMed --grace before and SIGKILLed 100ms before the local\n"
-		   "deadline (last renewal sent + ttl - margin), and the lease is released only after\n"
-		   "its whole process group is gone.\n\n"
+		   "fenced write.  Its process group gets SIGKILL at the latest 100ms before the local\n"
+		   "deadline (last confirmed renewal sent + ttl - margin), and SIGTERM --grace before\n"
+		   "that; the lease is released only after the whole group is gone.\n\n"
 		   "Exit status of run: the command's status (128+N if killed by signal N), or\n"
 		   "  64 bad usage   69 connection failure   70 internal error\n"
 		   "  75 not acquired: held by another owner (--no-wait)   76 server is a standby (--no-wait)\n"
