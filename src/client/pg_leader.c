@@ -729,8 +729,9 @@ check_timing(options *o)
 /*
  * Exit status and explanation of a --no-wait that did not lead: held by
  * another owner (75), standby (76), permission denied (77), no answer in
- * time (81).  The library reports failures of le_acquire through notices;
- * their text (with the server's message) is what we can classify.
+ * time (81).  With le_client API version 2 the library classifies its last
+ * attempt (le_status.last_error); before that it reports failures of
+ * le_acquire only through notices, whose text is what we can classify.
  */
 static int
 no_wait_status(bool answered, const le_status *st, char *why, size_t len)
@@ -741,6 +742,23 @@ no_wait_status(bool answered, const le_status *st, char *why, size_t len)
 	memcpy(notice_copy, last_notice, sizeof(notice_copy) - 1);
 	notice_copy[sizeof(notice_copy) - 1] = '\0';
 	pthread_mutex_unlock(&log_mu);
+#if defined(LE_CLIENT_API_VERSION) && LE_CLIENT_API_VERSION >= 2
+	/* a library that classifies its last attempt: use that */
+	switch (st->last_error)
+	{
+		case LE_ERR_PERMISSION:
+			snprintf(why, len, "permission denied: %s", st->last_message);
+			return EXIT_NO_PERMISSION;
+		case LE_ERR_READ_ONLY:
+			snprintf(why, len, "the server is a standby: %s", st->last_message);
+			return EXIT_STANDBY;
+		case LE_ERR_TIMEOUT:
+			snprintf(why, len, "no answer in time: %s", st->last_message);
+			return EXIT_WAIT_TIMEOUT;
+		default:
+			break;
+	}
+#endif
 	if (st->holder[0])
 	{
 		snprintf(why, len, "held by %s", st->holder);
