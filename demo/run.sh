@@ -130,7 +130,7 @@ t0=$(now_ms)
 for c in c1 c2 c3; do
     # setsid: own session and process group, so SIGSTOP can freeze just this one
     ( as_pg_exec setsid "$PGL" run -d "host=$tmp port=$PORT dbname=demo" -l "$KEY" --owner "$c" \
-        --ttl $TTL --retry 500ms --grace 1s --loop -- "$tmp/job.sh" ) \
+        --ttl $TTL --retry 500ms --grace 500ms --loop -- "$tmp/job.sh" ) \
         < /dev/null > "$tmp/$c.log" 2>&1 &
     wrapper[$c]=$!
     disown "$!"     # no "Killed" job report when the demo kills it
@@ -146,18 +146,21 @@ step "leader: $L1 with token $T1"
 sleep 1.5
 
 # 1. Freeze the leader (wrapper and job) past its ttl.
-job1=$(child_of "${wrapper[$L1]}")
-echo "$job1" >> "$tmp/pgids"
+# The wrapper's child is the job's supervisor, which leads the job's process group.
+sup1=$(child_of "${wrapper[$L1]}")
+job1=$(child_of "$sup1")
+echo "$sup1" >> "$tmp/pgids"
 t_freeze=$(now_ms)
-kill -STOP -- "-${wrapper[$L1]}" "-$job1"
-step "SIGSTOP $L1's process groups (wrapper with its watchdog, and job): frozen holding token $T1"
+kill -STOP -- "-${wrapper[$L1]}" "-$sup1"
+step "SIGSTOP $L1's process groups (wrapper, and job with its supervisor): frozen holding token $T1"
 wait_until 15 leader_is_not "$L1"
 read -r L2 T2 <<< "$(holder)"
 t_take1=$(now_ms)
 step "takeover: $L2 leads with token $T2 ($(( t_take1 - t_freeze )) ms after the freeze)"
 sleep 1
 # 2. Resume the stale job first: its next write carries token T1.
-kill -CONT -- "-$job1"
+# (the job's processes only: its supervisor would stop it at once)
+for p in $(pgrep -g "$sup1"); do [ "$p" = "$sup1" ] || kill -CONT "$p"; done
 step "SIGCONT $L1's job: it carries on with stale token $T1"
 wait_until 5 rejected_by "$L1" || true
 kill -CONT -- "-${wrapper[$L1]}"

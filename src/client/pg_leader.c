@@ -6,24 +6,22 @@
  *
  * Processes, threads and locking rules.  "pg_leader run" is one process
  * with three threads: the main thread, which alone forks, signals and reaps
- * the child and handles our own signals, and the elector's campaign and
- * renewal threads (le_client.c), which block all signals.  The elector's
- * callbacks only log (under log_mu) and wake the main thread through a
- * self-pipe; the main thread then asks le_elector_is_leader(), which
- * compares the local deadline with the clock itself.  So after a SIGSTOP
- * longer than the ttl, the first thing the resumed main thread does is
- * notice the passed deadline and signal the child, whatever the other
- * threads are doing.
+ * and handles our own signals, and the elector's campaign and renewal
+ * threads (le_client.c), which block all signals.  The elector's callbacks
+ * only log (under log_mu, which also guards last_notice) and wake the main
+ * thread through a self-pipe; the main thread then asks
+ * le_elector_is_leader(), which compares the local deadline with the clock
+ * itself.  So after a SIGSTOP longer than the ttl, the first thing the
+ * resumed main thread does is notice the passed deadline and act.
  *
- * The child runs in a process group of its own (so SIGTERM/SIGKILL reach
- * a whole shell pipeline) with PR_SET_PDEATHSIG = SIGKILL, so it cannot
- * outlive a wrapper that is killed.  A watchdog process (forked next to it,
- * in the wrapper's process group) holds a copy of the local deadline, fed
- * through a pipe after every renewal: it stops the child's group at the
- * deadline even while the wrapper's own process is frozen, and kills the
- * whole group (grandchildren too) when the wrapper dies.  Freezing the
- * wrapper's whole process group freezes the watchdog too; then the resumed
- * main thread and watchdog both act on the passed deadline at once.
+ * The command runs under a supervisor process (supervise.c): its parent
+ * and the leader of its process group, started before the command, fed the
+ * kill deadline (local deadline - KILL_SLACK_MS) through a pipe after every
+ * renewal.  The supervisor and the main thread both SIGTERM the group at
+ * kill deadline - grace and SIGKILL it at the kill deadline; the main
+ * thread releases the lease (resign/stop) only after the whole group was
+ * reaped.  pg_leader is a child subreaper and ignores SIGPIPE, SIGTTIN and
+ * SIGTTOU.
  *
  *-------------------------------------------------------------------------
  */
@@ -39,13 +37,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "le_client.h"
+#include "supervise.h"
+
+#ifndef PG_LEADER_VERSION
+#define PG_LEADER_VERSION "unknown"
+#endif
 
 /* Exit statuses (documented in doc/client.md and --help). */
 #define EXIT_USAGE			64	/* bad usage, bad duration, bad connection string */
@@ -54,7 +58,19 @@
 #define EXIT_NOT_ACQUIRED	75	/* --no-wait and the lease is held by someone else */
 #define EXIT_NO_EXTENSION	78	/* extension leader_election not installed */
 #define EXIT_LOST			79	/* leadership lost while the command ran */
+#define EXIT_UNHEALTHY		80	/* liveness check failed, or the command was stopped */
+#define EXIT_WAIT_TIMEOUT	81	/* not leading within --wait-timeout; status/release --timeout */
+#define EXIT_GUARD_LOST		82	/* the command's supervisor died */
+#define EXIT_STANDBY		76	/* --no-wait: the server is a standby (SQLSTATE 25006) */
+#define EXIT_NO_PERMISSION	77	/* --no-wait: permission denied (SQLSTATE 42501) */
 #define EXIT_NOT_RELEASED	1	/* release: the lease was not held by that owner and token */
+
+/*
+ * The command's group gets SIGKILL this long before the library's local
+ * deadline, at which the library itself ends leadership and releases the
+ * lease: so the group is dead before the release.
+ */
+#define KILL_SLACK_MS		100
 
 extern char **environ;
 
@@ -70,6 +86,10 @@ static char log_owner[256] = "";
 /* Self-pipe: signal handlers and callbacks wake the main loop with it. */
 static int wake_pipe[2] = {-1, -1};
 static volatile sig_atomic_t got_signal = 0;
+static volatile sig_atomic_t signal_count = 0;
+
+/* Last notice of the elector (for the --no-wait statuses); under log_mu. */
+static char last_notice[512] = "";
 
 /* Print a usage error and exit. */
 static void
@@ -120,6 +140,133 @@ json_str(FILE *f, const char *s)
 	fputc('"', f);
 }
 
+/*
+ * Append s to f for a text log line: control characters, DEL and backslash
+ * escaped (\n, \t, \xNN, \\), so that no value can start a line of its own.
+ */
+static void
+text_str(FILE *f, const char *s)
+{
+	for (; s && *s; s++)
+	{
+		unsigned char c = (unsigned char) *s;
+
+		if (c == '\\')
+			fputs("\\\\", f);
+		else if (c == '\n')
+			fputs("\\n", f);
+		else if (c == '\t')
+			fputs("\\t", f);
+		else if (c < 0x20 || c == 0x7f)
+			fprintf(f, "\\x%02x", c);
+		else
+			fputc(c, f);
+	}
+}
+
+/*
+ * Copy a connection string with its passwords masked: the value of every
+ * password keyword (key=value form or URI query) and the password of a
+ * URI's user info become "****".  Used whenever a DSN is printed.
+ */
+static void
+mask_dsn(const char *dsn, char *out, size_t len)
+{
+	size_t		o = 0;
+	const char *s = dsn;
+	bool		uri = strncmp(dsn, "postgres://", 11) == 0 || strncmp(dsn, "postgresql://", 13) == 0;
+
+#define PUT(c) do { if (o + 1 < len) out[o++] = (c); } while (0)
+	if (uri)
+	{
+		const char *start = strstr(dsn, "://") + 3;
+		const char *at = start + strcspn(start, "@/?");
+		const char *colon;
+
+		while (s < start)
+			PUT(*s++);
+		if (*at == '@')
+		{
+			colon = memchr(start, ':', at - start);
+			if (colon)
+			{
+				while (s <= colon)
+					PUT(*s++);
+				for (const char *m = "****"; *m; m++)
+					PUT(*m);
+				s = at;
+			}
+		}
+	}
+	while (*s)
+	{
+		bool		boundary = s == dsn || s[-1] == ' ' || s[-1] == '\t' || s[-1] == '?' || s[-1] == '&';
+
+		if (boundary && strncasecmp(s, "password", 8) == 0)
+		{
+			const char *q = s + 8;
+
+			while (*q == ' ' || *q == '\t')
+				q++;
+			if (*q == '=')
+			{
+				q++;
+				while (*q == ' ' || *q == '\t')
+					q++;
+				while (s < q)
+					PUT(*s++);
+				for (const char *m = "****"; *m; m++)
+					PUT(*m);
+				if (*q == '\'')
+				{
+					/* quoted value: up to the closing quote; \' and \\ are escapes */
+					q++;
+					while (*q && *q != '\'')
+						q += (*q == '\\' && q[1]) ? 2 : 1;
+					if (*q)
+						q++;
+				}
+				else
+					while (*q && *q != ' ' && *q != '\t' && *q != '&')
+						q++;
+				s = q;
+				continue;
+			}
+		}
+		PUT(*s++);
+	}
+	out[o] = '\0';
+#undef PUT
+}
+
+/*
+ * Timestamps in log lines all read YYYY-MM-DDTHH:MM:SS.mmmZ: a UTC server
+ * value in another style ("2026-11-29 08:34:37.642+00", "+00:00", or with
+ * microseconds) is rewritten; anything else is kept as it is.
+ */
+static void
+iso_utc(const char *in, char *out, size_t len)
+{
+	size_t		n = strlen(in);
+	size_t		i = 19;
+	char		frac[4] = "000";
+	const char *zone;
+
+	snprintf(out, len, "%s", in);
+	if (n < 19 || (in[10] != ' ' && in[10] != 'T') || in[4] != '-' || in[13] != ':' || in[16] != ':')
+		return;
+	if (in[i] == '.')
+	{
+		for (int d = 0; in[++i] >= '0' && in[i] <= '9'; d++)
+			if (d < 3)
+				frac[d] = in[i];
+	}
+	zone = in + i;
+	if (strcmp(zone, "Z") != 0 && strcmp(zone, "+00") != 0 && strcmp(zone, "+00:00") != 0)
+		return;
+	snprintf(out, len, "%.10sT%.8s.%sZ", in, in + 11, frac);
+}
+
 /* Wall-clock time as ISO 8601 UTC with milliseconds. */
 static void
 now_iso(char *buf, size_t len)
@@ -144,6 +291,7 @@ log_event(const char *event, int64_t token, const char *expires, const char *rea
 {
 	char		ts[64];
 	char		detail[1200] = "";
+	char		exp_iso[80] = "";
 
 	if (fmt)
 	{
@@ -154,6 +302,11 @@ log_event(const char *event, int64_t token, const char *expires, const char *rea
 		va_end(ap);
 	}
 	now_iso(ts, sizeof(ts));
+	if (expires && *expires)
+	{
+		iso_utc(expires, exp_iso, sizeof(exp_iso));
+		expires = exp_iso;
+	}
 	pthread_mutex_lock(&log_mu);
 	if (log_json)
 	{
@@ -186,16 +339,27 @@ log_event(const char *event, int64_t token, const char *expires, const char *rea
 	}
 	else
 	{
-		fprintf(stderr, "%s pg_leader[%d] %s key=%s owner=%s", ts, (int) getpid(), event,
-				log_key, log_owner);
+		fprintf(stderr, "%s pg_leader[%d] %s key=", ts, (int) getpid(), event);
+		text_str(stderr, log_key);
+		fputs(" owner=", stderr);
+		text_str(stderr, log_owner);
 		if (token > 0)
 			fprintf(stderr, " token=%" PRId64, token);
 		if (expires && *expires)
-			fprintf(stderr, " expires=%s", expires);
+		{
+			fputs(" expires=", stderr);
+			text_str(stderr, expires);
+		}
 		if (reason)
-			fprintf(stderr, " reason=%s", reason);
+		{
+			fputs(" reason=", stderr);
+			text_str(stderr, reason);
+		}
 		if (detail[0])
-			fprintf(stderr, ": %s", detail);
+		{
+			fputs(": ", stderr);
+			text_str(stderr, detail);
+		}
 		fputc('\n', stderr);
 	}
 	fflush(stderr);
@@ -218,8 +382,12 @@ wake_main(void)
 static void
 on_signal(int sig)
 {
-	if (sig != SIGCHLD && got_signal == 0)
-		got_signal = sig;
+	if (sig != SIGCHLD)
+	{
+		if (got_signal == 0)
+			got_signal = sig;
+		signal_count++;
+	}
 	wake_main();
 }
 
@@ -265,6 +433,9 @@ static void
 cb_notice(void *arg, const char *message)
 {
 	(void) arg;
+	pthread_mutex_lock(&log_mu);
+	snprintf(last_notice, sizeof(last_notice), "%s", message);
+	pthread_mutex_unlock(&log_mu);
 	log_event("notice", 0, NULL, NULL, "%s", message);
 }
 
@@ -275,36 +446,52 @@ help(void)
 	printf("%s runs a command only while it holds a fenced lease of extension leader_election.\n\n", progname);
 	printf("Usage:\n"
 		   "  %1$s run     -d DSN -l KEY [OPTION]... -- COMMAND [ARG]...\n"
-		   "  %1$s status  -d DSN [-l KEY] [--json]\n"
-		   "  %1$s release -d DSN -l KEY --owner ID --token N\n\n", progname);
+		   "  %1$s status  -d DSN [-l KEY] [--json] [--timeout D]\n"
+		   "  %1$s release -d DSN -l KEY --owner ID --token N [--timeout D]\n"
+		   "  %1$s --version\n\n", progname);
 	printf("Options:\n"
 		   "  -d, --dbname=DSN         libpq connection string or URI (default: PG* environment)\n"
 		   "  -l, --lease=KEY          lease key\n"
 		   "      --owner=ID           owner id (default: host-pid-random)\n"
 		   "      --ttl=DURATION       lease duration (default 15s)\n"
-		   "      --renew=DURATION     renewal interval (default about ttl/3; at most (ttl-margin)/2)\n"
+		   "      --renew=DURATION     renewal interval (default (ttl-margin-100ms-grace)/3;\n"
+		   "                           at most (ttl-margin-100ms-grace)/2)\n"
 		   "      --retry=DURATION     campaign interval while not leading (default 2s, +/- jitter)\n"
 		   "      --jitter=PERCENT     random spread of the retry interval (default 20)\n"
 		   "      --safety-margin=DURATION  leadership ends this long before ttl runs out\n"
 		   "                           (default ttl/10, at least 50ms)\n"
-		   "      --grace=DURATION     SIGTERM to SIGKILL delay when leadership is lost (default 5s)\n"
+		   "      --grace=DURATION     SIGTERM this long before the SIGKILL deadline\n"
+		   "                           (default 5s or (ttl-margin-100ms)/3; at most (ttl-margin-100ms)/2)\n"
 		   "      --connect-timeout=DURATION    (default 5s)\n"
 		   "      --statement-timeout=DURATION  (default 5s; renewals also stop at the deadline)\n"
-		   "      --no-wait            exit with status 75 if the lease is held by someone else\n"
+		   "      --no-wait            try once; exit 75 if the lease is held by someone else\n"
+		   "      --wait-timeout=DURATION  exit 81 when not leading after this long\n"
+		   "      --max-runtime=DURATION   stop the command (exit 80) after it ran this long\n"
+		   "      --heartbeat-file=FILE    with --heartbeat-timeout: the command must touch FILE\n"
+		   "      --heartbeat-timeout=DURATION  stop the command (exit 80) when FILE is older\n"
+		   "      --timeout=DURATION   status, release: give up after this long (default 10s)\n"
 		   "      --loop               campaign again after the command ends or leadership is lost\n"
 		   "      --log-format=FORMAT  text (default) or json; one line per event on stderr\n"
 		   "  -v, --verbose            also log every renewal\n"
 		   "      --json               status: print JSON instead of a table\n"
 		   "      --token=N            release: the fencing token to release\n"
+		   "  -V, --version            show the version and exit\n"
 		   "  -h, --help               show this help and exit\n\n"
 		   "Durations take a unit: 500ms, 15s, 2m, 1h.\n\n"
-		   "The command gets LE_LEASE_KEY, LE_FENCING_TOKEN, LE_OWNER_ID and LE_EXPIRES_AT in its\n"
-		   "environment.  It must pass LE_FENCING_TOKEN to every fenced write.\n\n"
+		   "The command gets LE_LEASE_KEY, LE_FENCING_TOKEN, LE_OWNER_ID, LE_EXPIRES_AT and LE_DSN\n"
+		   "(the -d value as given) in its environment.  It must pass LE_FENCING_TOKEN to every\n"
+		   "fenced write.  Its process group gets SIGKILL at the latest 100ms before the local\n"
+		   "deadline (last confirmed renewal sent + ttl - margin), and SIGTERM --grace before\n"
+		   "that; the lease is released only after the whole group is gone.\n\n"
 		   "Exit status of run: the command's status (128+N if killed by signal N), or\n"
 		   "  64 bad usage   69 connection failure   70 internal error\n"
-		   "  75 not acquired (--no-wait)   78 extension missing   79 leadership lost\n"
+		   "  75 not acquired: held by another owner (--no-wait)   76 server is a standby (--no-wait)\n"
+		   "  77 permission denied (--no-wait)   78 extension missing   79 leadership lost\n"
+		   "  80 liveness check failed or the command was stopped   81 timed out (--wait-timeout,\n"
+		   "  --no-wait without an answer)   82 the command's supervisor died\n"
 		   "  128+N when pg_leader itself got signal N (the command was stopped, the lease released)\n"
-		   "status: 0, or 1 when -l KEY names no lease; release: 0 released, 1 not held.\n");
+		   "status: 0, or 1 when -l KEY names no lease; release: 0 released, 1 not held;\n"
+		   "both 81 on --timeout.\n");
 }
 
 /* Parse a duration option or exit with a usage error. */
@@ -336,6 +523,12 @@ typedef struct options
 	bool		loop;
 	bool		json;
 	int64_t		token;
+	int64_t		wait_timeout;
+	int64_t		max_runtime;
+	const char *heartbeat_file;
+	int64_t		heartbeat_timeout;
+	int64_t		timeout;
+	bool		grace_set;
 	char	  **command;
 } options;
 
@@ -360,6 +553,12 @@ parse_options(int argc, char **argv, options *o)
 		{"log-format", required_argument, NULL, 11},
 		{"json", no_argument, NULL, 12},
 		{"token", required_argument, NULL, 13},
+		{"wait-timeout", required_argument, NULL, 14},
+		{"max-runtime", required_argument, NULL, 15},
+		{"heartbeat-file", required_argument, NULL, 16},
+		{"heartbeat-timeout", required_argument, NULL, 17},
+		{"timeout", required_argument, NULL, 18},
+		{"version", no_argument, NULL, 'V'},
 		{"verbose", no_argument, NULL, 'v'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}
@@ -375,10 +574,11 @@ parse_options(int argc, char **argv, options *o)
 	o->retry = defaults.retry_ms;
 	o->jitter = defaults.retry_jitter_pct;
 	o->grace = 5000;
+	o->timeout = 10000;
 	o->connect_timeout = defaults.connect_timeout_ms;
 	o->statement_timeout = defaults.statement_timeout_ms;
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "+d:l:vh", longopts, NULL)) != -1)
+	while ((c = getopt_long(argc, argv, "+d:l:vVh", longopts, NULL)) != -1)
 	{
 		switch (c)
 		{
@@ -411,6 +611,7 @@ parse_options(int argc, char **argv, options *o)
 				break;
 			case 6:
 				o->grace = duration_arg("grace", optarg);
+				o->grace_set = true;
 				break;
 			case 7:
 				o->connect_timeout = duration_arg("connect-timeout", optarg);
@@ -439,6 +640,24 @@ parse_options(int argc, char **argv, options *o)
 				if (errno || *end || end == optarg || o->token <= 0)
 					usage_error("invalid --token \"%s\" (a positive integer)", optarg);
 				break;
+			case 14:
+				o->wait_timeout = duration_arg("wait-timeout", optarg);
+				break;
+			case 15:
+				o->max_runtime = duration_arg("max-runtime", optarg);
+				break;
+			case 16:
+				o->heartbeat_file = optarg;
+				break;
+			case 17:
+				o->heartbeat_timeout = duration_arg("heartbeat-timeout", optarg);
+				break;
+			case 18:
+				o->timeout = duration_arg("timeout", optarg);
+				break;
+			case 'V':
+				printf("%s (leader_election) %s\n", progname, PG_LEADER_VERSION);
+				exit(0);
 			case 'v':
 				verbose = true;
 				break;
@@ -450,9 +669,122 @@ parse_options(int argc, char **argv, options *o)
 		}
 	}
 	o->command = argv + optind;
+	if ((o->heartbeat_file == NULL) != (o->heartbeat_timeout == 0))
+		usage_error("--heartbeat-file and --heartbeat-timeout go together");
 }
 
-/* Connect for status/release, exiting with the right status on failure. */
+/*
+ * Fit the grace period and the renewal interval into a period.  From the
+ * send of the last confirmed renewal, the command has window = ttl - margin
+ * - KILL_SLACK_MS until its SIGKILL, and gets SIGTERM grace before that; a
+ * failed renewal must be retryable before the SIGTERM: renew <= (window -
+ * grace) / 2.  Without --grace, grace is min(5s, window/3), shrunk to fit
+ * an explicit --renew; an explicit --grace above window/2 is a usage error.  Without --renew, renew = (window - grace) / 3.
+ */
+static void
+check_timing(options *o)
+{
+	int64_t		margin = o->margin;
+	int64_t		window;
+
+	if (o->ttl < 100)
+		return;					/* the library explains the ttl rule */
+	if (margin == 0)
+	{
+		margin = o->ttl / 10 > 50 ? o->ttl / 10 : 50;
+		if (margin > o->ttl / 4)
+			margin = o->ttl / 4;
+	}
+	if (margin * 2 >= o->ttl)
+		return;					/* the library explains the margin rule */
+	window = o->ttl - margin - KILL_SLACK_MS;
+	if (window < 50)
+		usage_error("ttl %" PRId64 "ms minus safety margin %" PRId64 "ms leaves no time for the command "
+					"(pg_leader kills it %dms before that)", o->ttl, margin, KILL_SLACK_MS);
+	if (!o->grace_set)
+	{
+		o->grace = window / 3 < 5000 ? window / 3 : 5000;
+		if (o->renew > 0 && o->grace > window - 2 * o->renew)
+			o->grace = window - 2 * o->renew;
+		if (o->grace < 0)
+			usage_error("renew interval (%" PRId64 " ms) must be at most half of ttl minus safety margin minus %dms (%" PRId64 " ms), "
+						"so that a failed renewal can be retried before the command is stopped",
+						o->renew, KILL_SLACK_MS, window / 2);
+	}
+	else if (o->grace * 2 > window)
+		usage_error("--grace %" PRId64 "ms does not fit in the period: the command is SIGKILLed "
+					"ttl - safety margin - %dms = %" PRId64 "ms after the last renewal was sent, "
+					"and --grace may be at most half of that (%" PRId64 "ms)",
+					o->grace, KILL_SLACK_MS, window, window / 2);
+	if (o->renew == 0)
+		o->renew = (window - o->grace) / 3;
+	else if (o->renew * 2 > window - o->grace)
+		usage_error("renew interval (%" PRId64 " ms) must be at most half of ttl minus safety margin minus %dms minus grace (%" PRId64 " ms), "
+					"so that a failed renewal can be retried before the command is stopped",
+					o->renew, KILL_SLACK_MS, (window - o->grace) / 2);
+	if (o->renew < 1)
+		o->renew = 1;
+}
+
+/*
+ * Exit status and explanation of a --no-wait that did not lead: held by
+ * another owner (75), standby (76), permission denied (77), no answer in
+ * time (81).  With le_client API version 2 the library classifies its last
+ * attempt (le_status.last_error); before that it reports failures of
+ * le_acquire only through notices, whose text is what we can classify.
+ */
+static int
+no_wait_status(bool answered, const le_status *st, char *why, size_t len)
+{
+	char		notice_copy[400];
+
+	pthread_mutex_lock(&log_mu);
+	memcpy(notice_copy, last_notice, sizeof(notice_copy) - 1);
+	notice_copy[sizeof(notice_copy) - 1] = '\0';
+	pthread_mutex_unlock(&log_mu);
+#if defined(LE_CLIENT_API_VERSION) && LE_CLIENT_API_VERSION >= 2
+	/* a library that classifies its last attempt: use that */
+	switch (st->last_error)
+	{
+		case LE_ERR_PERMISSION:
+			snprintf(why, len, "permission denied: %s", st->last_message);
+			return EXIT_NO_PERMISSION;
+		case LE_ERR_READ_ONLY:
+			snprintf(why, len, "the server is a standby: %s", st->last_message);
+			return EXIT_STANDBY;
+		case LE_ERR_TIMEOUT:
+			snprintf(why, len, "no answer in time: %s", st->last_message);
+			return EXIT_WAIT_TIMEOUT;
+		default:
+			break;
+	}
+#endif
+	if (st->holder[0])
+	{
+		snprintf(why, len, "held by %s", st->holder);
+		return EXIT_NOT_ACQUIRED;
+	}
+	if (strstr(notice_copy, "25006") || strstr(notice_copy, "read-only transaction") ||
+		strstr(notice_copy, "recovery is in progress"))
+	{
+		snprintf(why, len, "the server is a standby: %s", notice_copy);
+		return EXIT_STANDBY;
+	}
+	if (strstr(notice_copy, "42501") || strstr(notice_copy, "permission denied"))
+	{
+		snprintf(why, len, "permission denied: %s", notice_copy);
+		return EXIT_NO_PERMISSION;
+	}
+	if (!answered)
+	{
+		snprintf(why, len, "no answer in time%s%s", notice_copy[0] ? ": " : "", notice_copy);
+		return EXIT_WAIT_TIMEOUT;
+	}
+	snprintf(why, len, "held by another owner");
+	return EXIT_NOT_ACQUIRED;
+}
+
+/* Connect for status/release within the --timeout, exiting with the right status on failure. */
 static PGconn *
 connect_or_exit(const options *o, char *schema_q, size_t len)
 {
@@ -461,9 +793,9 @@ connect_or_exit(const options *o, char *schema_q, size_t len)
 	PGconn	   *conn;
 	char	   *q;
 	le_result	rc;
+	int64_t		t = o->connect_timeout < o->timeout ? o->connect_timeout : o->timeout;
 
-	rc = le_connect(o->dsn, "pg_leader", o->connect_timeout, &conn, schema, sizeof(schema),
-					err, sizeof(err));
+	rc = le_connect(o->dsn, "pg_leader", t, &conn, schema, sizeof(schema), err, sizeof(err));
 	if (rc == LE_ERR_NO_EXTENSION)
 		fatal(EXIT_NO_EXTENSION, "%s", err);
 	if (rc != LE_OK)
@@ -476,7 +808,79 @@ connect_or_exit(const options *o, char *schema_q, size_t len)
 	return conn;
 }
 
-/* Check a DSN's syntax up front: bad DSNs are usage errors. */
+/*
+ * Run one parameterised statement with a client-side deadline (le_monotonic_ms
+ * clock): non-blocking libpq and poll, so no wait outlasts the deadline.
+ * Returns the last result; on failure exits 69 (or 81 when the deadline
+ * passed), after closing the connection.
+ */
+static PGresult *
+exec_or_exit(PGconn *conn, const char *what, const char *sql, int n, const char *const *params,
+			 int64_t deadline, int64_t timeout_ms)
+{
+	PGresult   *last = NULL;
+
+	if (PQsetnonblocking(conn, 1) != 0 ||
+		!PQsendQueryParams(conn, sql, n, NULL, params, NULL, NULL, 0))
+		goto failed;
+	for (;;)
+	{
+		int			flush = PQflush(conn);
+		int64_t		now;
+		struct pollfd p;
+
+		if (flush < 0)
+			goto failed;
+		if (flush == 0)
+		{
+			if (!PQconsumeInput(conn))
+				goto failed;
+			while (!PQisBusy(conn))
+			{
+				PGresult   *r = PQgetResult(conn);
+
+				if (r == NULL)
+				{
+					if (last == NULL || PQresultStatus(last) != PGRES_TUPLES_OK)
+					{
+						char		msg[1024];
+
+						snprintf(msg, sizeof(msg), "%s", last ? PQresultErrorMessage(last) : "no result");
+						PQclear(last);
+						PQfinish(conn);
+						fatal(EXIT_CONNECT, "%s failed: %s", what, msg);
+					}
+					return last;
+				}
+				PQclear(last);
+				last = r;
+			}
+		}
+		now = le_monotonic_ms();
+		if (now >= deadline)
+		{
+			PQclear(last);
+			PQfinish(conn);
+			fatal(EXIT_WAIT_TIMEOUT, "%s: no answer within --timeout %" PRId64 "ms", what, timeout_ms);
+		}
+		p.fd = PQsocket(conn);
+		p.events = POLLIN | (flush == 1 ? POLLOUT : 0);
+		if (poll(&p, 1, deadline - now > 1000 ? 1000 : (int) (deadline - now) + 1) < 0 && errno != EINTR)
+			goto failed;
+	}
+failed:
+	{
+		char		msg[1024];
+
+		snprintf(msg, sizeof(msg), "%s", PQerrorMessage(conn));
+		PQclear(last);
+		PQfinish(conn);
+		fatal(EXIT_CONNECT, "%s failed: %s", what, msg);
+	}
+	return NULL;
+}
+
+/* Check a DSN's syntax up front: bad DSNs are usage errors (shown with passwords masked). */
 static void
 check_dsn(const char *dsn)
 {
@@ -489,12 +893,34 @@ check_dsn(const char *dsn)
 	if (opts == NULL)
 	{
 		size_t		n = err ? strlen(err) : 0;
+		char		masked[1024];
+
+		char		emasked[2048];
+		const char *hit;
 
 		while (n > 0 && err[n - 1] == '\n')
 			err[--n] = '\0';
-		usage_error("invalid connection string \"%s\": %s", dsn, err ? err : "out of memory");
+		mask_dsn(dsn, masked, sizeof(masked));
+		/* libpq quotes a bad URI whole in its message: mask it there too */
+		snprintf(emasked, sizeof(emasked), "%s", err ? err : "out of memory");
+		if (err && (hit = strstr(err, dsn)) != NULL)
+			snprintf(emasked, sizeof(emasked), "%.*s%s%s", (int) (hit - err), err, masked,
+					 hit + strlen(dsn));
+		usage_error("invalid connection string \"%s\": %s", masked, emasked);
 	}
 	PQconninfoFree(opts);
+}
+
+/* Width of column c of a status table: its header or its widest value. */
+static int
+col_width(PGresult *r, int c, const char *header)
+{
+	int			w = (int) strlen(header);
+
+	for (int i = 0; i < PQntuples(r); i++)
+		if (PQgetlength(r, i, c) > w)
+			w = PQgetlength(r, i, c);
+	return w;
 }
 
 /* pg_leader status: one row per lease, as a table or JSON. */
@@ -507,6 +933,7 @@ cmd_status(const options *o)
 	PGconn	   *conn;
 	PGresult   *r;
 	int			n;
+	int64_t		deadline = le_monotonic_ms() + o->timeout;
 
 	check_dsn(o->dsn);
 	conn = connect_or_exit(o, schema_q, sizeof(schema_q));
@@ -516,9 +943,7 @@ cmd_status(const options *o)
 			 "is_valid, pg_catalog.round(seconds_remaining::pg_catalog.numeric, 1), transitions "
 			 "FROM %s.le_leases WHERE $1::pg_catalog.text IS NULL OR lease_key OPERATOR(pg_catalog.=) $1 "
 			 "ORDER BY lease_key", schema_q);
-	r = PQexecParams(conn, sql, 1, NULL, params, NULL, NULL, 0);
-	if (PQresultStatus(r) != PGRES_TUPLES_OK)
-		fatal(EXIT_CONNECT, "status query failed: %s", PQresultErrorMessage(r));
+	r = exec_or_exit(conn, "status query", sql, 1, params, deadline, o->timeout);
 	n = PQntuples(r);
 	if (o->json)
 	{
@@ -545,20 +970,52 @@ cmd_status(const options *o)
 	}
 	else
 	{
-		printf("%-24s %-32s %8s %-24s %-5s %9s %11s\n", "lease_key", "holder", "token",
-			   "expires_at", "valid", "remaining", "transitions");
+		/* columns as wide as their widest value; keys and holders escaped */
+		int			wk = col_width(r, 0, "lease_key"),
+					wh = col_width(r, 1, "holder"),
+					wt = col_width(r, 2, "token"),
+					we = col_width(r, 3, "expires_at"),
+					wr = col_width(r, 5, "remaining"),
+					wn = col_width(r, 6, "transitions");
+
+		printf("%-*s %-*s %*s %-*s %-5s %*s %*s\n", wk, "lease_key", wh, "holder", wt, "token",
+			   we, "expires_at", "valid", wr, "remaining", wn, "transitions");
 		for (int i = 0; i < n; i++)
-			printf("%-24s %-32s %8s %-24s %-5s %9s %11s\n", PQgetvalue(r, i, 0),
-				   PQgetisnull(r, i, 1) ? "-" : PQgetvalue(r, i, 1), PQgetvalue(r, i, 2),
-				   PQgetisnull(r, i, 3) ? "-" : PQgetvalue(r, i, 3),
+		{
+			char		key[1024],
+						holder[1024];
+			FILE	   *mf;
+
+			/* escape control characters so that a value cannot forge a row */
+			mf = fmemopen(key, sizeof(key), "w");
+			if (mf)
+			{
+				text_str(mf, PQgetvalue(r, i, 0));
+				fclose(mf);
+			}
+			else
+				snprintf(key, sizeof(key), "?");
+			mf = fmemopen(holder, sizeof(holder), "w");
+			if (mf)
+			{
+				text_str(mf, PQgetisnull(r, i, 1) ? "-" : PQgetvalue(r, i, 1));
+				fclose(mf);
+			}
+			else
+				snprintf(holder, sizeof(holder), "?");
+			printf("%-*s %-*s %*s %-*s %-5s %*s %*s\n", wk, key, wh, holder, wt, PQgetvalue(r, i, 2),
+				   we, PQgetisnull(r, i, 3) ? "-" : PQgetvalue(r, i, 3),
 				   strcmp(PQgetvalue(r, i, 4), "t") == 0 ? "yes" : "no",
-				   PQgetvalue(r, i, 5), PQgetvalue(r, i, 6));
+				   wr, PQgetvalue(r, i, 5), wn, PQgetvalue(r, i, 6));
+		}
 	}
 	PQclear(r);
 	PQfinish(conn);
 	if (o->lease && n == 0)
 	{
-		fprintf(stderr, "%s: no lease named \"%s\"\n", progname, o->lease);
+		fprintf(stderr, "%s: no lease named \"", progname);
+		text_str(stderr, o->lease);
+		fputs("\"\n", stderr);
 		return 1;
 	}
 	return 0;
@@ -575,6 +1032,7 @@ cmd_release(const options *o)
 	PGconn	   *conn;
 	PGresult   *r;
 	bool		ok;
+	int64_t		deadline = le_monotonic_ms() + o->timeout;
 
 	if (o->lease == NULL || o->owner == NULL || o->token <= 0)
 		usage_error("release needs -l KEY, --owner ID and --token N");
@@ -585,10 +1043,8 @@ cmd_release(const options *o)
 	params[0] = o->lease;
 	params[1] = o->owner;
 	params[2] = token;
-	r = PQexecParams(conn, sql, 3, NULL, params, NULL, NULL, 0);
-	if (PQresultStatus(r) != PGRES_TUPLES_OK)
-		fatal(EXIT_CONNECT, "release failed: %s", PQresultErrorMessage(r));
-	ok = strcmp(PQgetvalue(r, 0, 0), "t") == 0;
+	r = exec_or_exit(conn, "release", sql, 3, params, deadline, o->timeout);
+	ok = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), "t") == 0;
 	PQclear(r);
 	PQfinish(conn);
 	if (ok)
@@ -601,187 +1057,119 @@ cmd_release(const options *o)
 	return EXIT_NOT_RELEASED;
 }
 
-/* Environment of the child: ours without LE_*, plus the four LE_ variables. */
+/* Environment variables we set for the command (replacing inherited ones). */
+static const char *const child_vars[] = {
+	"LE_LEASE_KEY=", "LE_FENCING_TOKEN=", "LE_OWNER_ID=", "LE_EXPIRES_AT=", "LE_DSN="
+};
+#define N_CHILD_VARS (sizeof(child_vars) / sizeof(child_vars[0]))
+
+/* Free an environment built by child_env (its own strings are the last ones). */
+static void
+free_child_env(char **env)
+{
+	size_t		n = 0;
+
+	if (env == NULL)
+		return;
+	while (env[n])
+		n++;
+	for (size_t i = n >= N_CHILD_VARS ? n - N_CHILD_VARS : 0; i < n; i++)
+		free(env[i]);
+	free(env);
+}
+
+/*
+ * Environment of the command: ours without the LE_ variables we set, plus
+ * LE_LEASE_KEY, LE_FENCING_TOKEN, LE_OWNER_ID, LE_EXPIRES_AT and LE_DSN.
+ * Built before fork (nothing is allocated after it).  NULL when out of memory.
+ */
 static char **
-child_env(const le_lease_info *l)
+child_env(const le_lease_info *l, const char *dsn)
 {
 	size_t		n = 0,
 				k = 0;
 	char	  **env;
+	char	   *mine[N_CHILD_VARS] = {NULL};
 
 	while (environ[n])
 		n++;
-	env = calloc(n + 5, sizeof(char *));
+	env = calloc(n + N_CHILD_VARS + 1, sizeof(char *));
 	if (env == NULL)
 		return NULL;
+	if (asprintf(&mine[0], "LE_LEASE_KEY=%s", l->lease_key) < 0)
+		mine[0] = NULL;
+	if (asprintf(&mine[1], "LE_FENCING_TOKEN=%" PRId64, l->fencing_token) < 0)
+		mine[1] = NULL;
+	if (asprintf(&mine[2], "LE_OWNER_ID=%s", l->owner_id) < 0)
+		mine[2] = NULL;
+	if (asprintf(&mine[3], "LE_EXPIRES_AT=%s", l->expires_at) < 0)
+		mine[3] = NULL;
+	if (asprintf(&mine[4], "LE_DSN=%s", dsn) < 0)
+		mine[4] = NULL;
+	for (size_t j = 0; j < N_CHILD_VARS; j++)
+	{
+		if (mine[j] == NULL)
+		{
+			for (size_t i = 0; i < N_CHILD_VARS; i++)
+				free(mine[i]);
+			free(env);
+			return NULL;
+		}
+	}
 	for (size_t i = 0; i < n; i++)
-		if (strncmp(environ[i], "LE_LEASE_KEY=", 13) != 0 &&
-			strncmp(environ[i], "LE_FENCING_TOKEN=", 17) != 0 &&
-			strncmp(environ[i], "LE_OWNER_ID=", 12) != 0 &&
-			strncmp(environ[i], "LE_EXPIRES_AT=", 14) != 0)
+	{
+		bool		ours = false;
+
+		for (size_t j = 0; j < N_CHILD_VARS; j++)
+			if (strncmp(environ[i], child_vars[j], strlen(child_vars[j])) == 0)
+				ours = true;
+		if (!ours)
 			env[k++] = environ[i];
-	if (asprintf(&env[k++], "LE_LEASE_KEY=%s", l->lease_key) < 0 ||
-		asprintf(&env[k++], "LE_FENCING_TOKEN=%" PRId64, l->fencing_token) < 0 ||
-		asprintf(&env[k++], "LE_OWNER_ID=%s", l->owner_id) < 0 ||
-		asprintf(&env[k++], "LE_EXPIRES_AT=%s", l->expires_at) < 0)
-		return NULL;
+	}
+	for (size_t j = 0; j < N_CHILD_VARS; j++)
+		env[k++] = mine[j];
 	env[k] = NULL;
 	return env;
 }
 
-/* Fork and exec the command in its own process group with a death signal. */
-static pid_t
-start_child(char **command, const le_lease_info *l)
-{
-	char	  **env = child_env(l);
-	pid_t		parent = getpid();
-	pid_t		pid;
-
-	if (env == NULL)
-		return -1;
-	pid = fork();
-	if (pid == 0)
-	{
-		sigset_t	none;
-
-		setpgid(0, 0);
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(EXIT_LOST);	/* the wrapper died before the death signal was armed */
-		signal(SIGTERM, SIG_DFL);
-		signal(SIGINT, SIG_DFL);
-		signal(SIGHUP, SIG_DFL);
-		signal(SIGCHLD, SIG_DFL);
-		signal(SIGPIPE, SIG_DFL);
-		sigemptyset(&none);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		close(wake_pipe[0]);
-		close(wake_pipe[1]);
-		environ = env;
-		execvp(command[0], command);
-		{
-			int			save = errno;
-
-			dprintf(2, "%s: could not run \"%s\": %s\n", progname, command[0], strerror(save));
-			_exit(save == ENOENT ? 127 : 126);
-		}
-	}
-	if (pid > 0)
-		setpgid(pid, pid);		/* also here, so the group exists before we signal it */
-	/* the four strings we allocated are the last ones */
-	{
-		size_t		n = 0;
-
-		while (env[n])
-			n++;
-		for (size_t i = n - 4; i < n; i++)
-			free(env[i]);
-		free(env);
-	}
-	return pid;
-}
-
-/* Message to the watchdog: stand down, the command has ended. */
-#define WATCHDOG_EXIT	INT64_C(-1)
-
 /*
- * Body of the watchdog process: stop the command's process group at the
- * deadline (SIGTERM, then SIGKILL after grace_ms) unless a later deadline
- * arrives on fd first; SIGKILL it at once if the wrapper dies (EOF).  It
- * runs in a child forked from a threaded process, so it only makes
- * async-signal-safe calls (poll, read, kill, clock_gettime, _exit).
+ * The command's executable as execvp would find it (a name without a slash
+ * is looked up in PATH); resolved before fork.  NULL with errno set when
+ * there is none (ENOENT) or none we may run (EACCES).  Free the result.
  */
-static void
-watchdog_main(int fd, pid_t group, int64_t deadline, int64_t grace_ms)
+static char *
+resolve_command(const char *name)
 {
-	struct sigaction dfl;
+	const char *path = getenv("PATH");
+	const char *p;
+	int			err = ENOENT;
 
-	memset(&dfl, 0, sizeof(dfl));
-	dfl.sa_handler = SIG_DFL;
-	sigaction(SIGTERM, &dfl, NULL);
-	sigaction(SIGINT, &dfl, NULL);
-	sigaction(SIGHUP, &dfl, NULL);
-	sigaction(SIGCHLD, &dfl, NULL);
-	for (;;)
+	if (strchr(name, '/') != NULL)
+		return strdup(name);
+	if (path == NULL || *path == '\0')
+		path = "/usr/local/bin:/usr/bin:/bin";
+	for (p = path;; p = strchr(p, ':') + 1)
 	{
-		int64_t		now = le_monotonic_ms();
-		int64_t		left = deadline - now;
-		struct pollfd p = {.fd = fd, .events = POLLIN};
-		int64_t		msg[64];
-		ssize_t		n;
+		size_t		len = strcspn(p, ":");
+		char	   *cand;
 
-		if (left <= 0)
+		if (asprintf(&cand, "%.*s%s%s", (int) len, p, len ? "/" : "", name) < 0)
+			return NULL;
+		if (access(cand, X_OK) == 0)
 		{
-			kill(-group, SIGTERM);
-			kill(-group, SIGCONT);
-			poll(NULL, 0, grace_ms > INT32_MAX ? INT32_MAX : (int) grace_ms);
-			kill(-group, SIGKILL);
-			_exit(0);
+			struct stat sb;
+
+			if (stat(cand, &sb) == 0 && S_ISREG(sb.st_mode))
+				return cand;
 		}
-		if (poll(&p, 1, left > 60000 ? 60000 : (int) left) <= 0)
-			continue;
-		n = read(fd, msg, sizeof(msg));
-		if (n == 0)
-		{
-			/* the wrapper is gone: nothing may keep running on its lease */
-			kill(-group, SIGKILL);
-			_exit(0);
-		}
-		if (n >= (ssize_t) sizeof(int64_t))
-		{
-			int64_t		last = msg[n / (ssize_t) sizeof(int64_t) - 1];
-
-			if (last == WATCHDOG_EXIT)
-				_exit(0);
-			deadline = last;
-		}
+		else if (errno == EACCES)
+			err = EACCES;
+		free(cand);
+		if (p[len] == '\0')
+			break;
 	}
-}
-
-/*
- * Fork the watchdog of the command's process group: a process of its own,
- * so that the command is stopped at the local deadline even while the
- * wrapper itself is frozen (SIGSTOP of the wrapper's pid only).  Returns its
- * pid and the write end of its deadline pipe in *fd, or -1.
- */
-static pid_t
-start_watchdog(pid_t group, int64_t deadline, int64_t grace_ms, int *fd)
-{
-	int			p[2];
-	pid_t		pid;
-
-	if (pipe2(p, O_CLOEXEC) != 0)
-		return -1;
-	pid = fork();
-	if (pid == 0)
-	{
-		/* keep no copies of the wrapper's connections and pipes */
-		for (int i = 3; i < 1024; i++)
-			if (i != p[0])
-				close(i);
-		watchdog_main(p[0], group, deadline, grace_ms);
-	}
-	close(p[0]);
-	if (pid < 0)
-	{
-		close(p[1]);
-		return -1;
-	}
-	fcntl(p[1], F_SETFL, O_NONBLOCK);	/* never block the supervisor on it */
-	*fd = p[1];
-	return pid;
-}
-
-/* Send a deadline (or WATCHDOG_EXIT) to the watchdog; atomic 8-byte write. */
-static void
-tell_watchdog(int fd, int64_t value)
-{
-	ssize_t		rc;
-
-	if (fd < 0)
-		return;
-	rc = write(fd, &value, sizeof(value));
-	(void) rc;					/* a full pipe means it is frozen; it keeps the older deadline */
+	errno = err;
+	return NULL;
 }
 
 /* Exit status for a child's wait status: its code, or 128 + signal. */
@@ -795,6 +1183,53 @@ child_status(int st)
 	return EXIT_INTERNAL;
 }
 
+/* The controlling terminal if we are in its foreground process group, else -1. */
+static int
+foreground_tty(void)
+{
+	int			fd = open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -1;
+	if (tcgetpgrp(fd) != getpgrp())
+	{
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* Has the command missed its heartbeat?  (Its file older than the timeout.) */
+static bool
+heartbeat_missed(const options *o, int64_t started_real_ms)
+{
+	struct stat sb;
+	struct timespec now;
+	int64_t		last = started_real_ms;
+
+	if (o->heartbeat_file == NULL)
+		return false;
+	if (stat(o->heartbeat_file, &sb) == 0)
+	{
+		int64_t		m = (int64_t) sb.st_mtim.tv_sec * 1000 + sb.st_mtim.tv_nsec / 1000000;
+
+		if (m > last)
+			last = m;
+	}
+	clock_gettime(CLOCK_REALTIME, &now);
+	return (int64_t) now.tv_sec * 1000 + now.tv_nsec / 1000000 - last > o->heartbeat_timeout;
+}
+
+/* Why a running command is being stopped. */
+typedef enum stop_kind
+{
+	STOP_NONE = 0,
+	STOP_LOST,					/* leadership ended, or the deadline is near */
+	STOP_SHUTDOWN,				/* our own SIGTERM/SIGINT/SIGHUP */
+	STOP_UNHEALTHY,				/* liveness check failed or the command was stopped */
+	STOP_GUARD					/* the supervisor died */
+} stop_kind;
+
 /* pg_leader run: the supervision loop of the main thread. */
 static int
 cmd_run(options *o)
@@ -804,25 +1239,30 @@ cmd_run(options *o)
 	char		err[1024];
 	le_result	rc;
 	struct sigaction sa;
-	pid_t		child = 0;
+	sv_run		run;
+	bool		running = false;
 	uint64_t	child_period = 0;
 	int64_t		child_token = 0;
-	bool		child_lost = false; /* the child is being stopped because leadership ended */
-	bool		killing = false;
+	int64_t		kill_deadline = 0;	/* SIGKILL of the group at the latest */
+	int64_t		started_at = 0;
+	int64_t		started_real = 0;
+	stop_kind	stopping = STOP_NONE;
 	bool		sigkill_sent = false;
+	bool		we_killed = false;
 	int64_t		kill_at = 0;
 	uint64_t	last_period = 0;
 	int			exit_status = -1;
 	bool		command_done = false;
-	pid_t		watchdog = 0;
-	int			watchdog_fd = -1;
-	int64_t		watchdog_deadline = 0;
+	int64_t		wait_since;
+	int			tty_fd;
+	char	   *path;
 
 	if (o->lease == NULL)
 		usage_error("run needs -l KEY");
 	if (o->command[0] == NULL)
 		usage_error("run needs a command after --");
 	check_dsn(o->dsn);
+	check_timing(o);
 
 	le_config_init(&cfg);
 	cfg.conninfo = o->dsn;
@@ -856,107 +1296,189 @@ cmd_run(options *o)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
 	sigaction(SIGCHLD, &sa, NULL);
+	/* we hand the terminal to the command's group and take it back */
+	sa.sa_handler = SIG_IGN;
+	sa.sa_flags = 0;
+	sigaction(SIGTTOU, &sa, NULL);
+	sigaction(SIGTTIN, &sa, NULL);
+	sv_become_subreaper();
+	tty_fd = foreground_tty();
 
 	rc = le_elector_start(e, err, sizeof(err));
 	if (rc != LE_OK)
 	{
 		log_event("error", 0, NULL, NULL, "%s", err);
-		fprintf(stderr, "%s: error: %s\n", progname, err);
+		fprintf(stderr, "%s: error: ", progname);
+		text_str(stderr, err);
+		fputc('\n', stderr);
 		return rc == LE_ERR_NO_EXTENSION ? EXIT_NO_EXTENSION :
 			rc == LE_ERR_CONNECT ? EXIT_CONNECT : EXIT_INTERNAL;
 	}
-	log_event("campaigning", 0, NULL, NULL, "ttl %" PRId64 "ms", o->ttl);
+	log_event("campaigning", 0, NULL, NULL, "ttl %" PRId64 "ms, grace %" PRId64 "ms, renew %" PRId64 "ms",
+			  o->ttl, o->grace, o->renew);
 
 	if (o->no_wait)
 	{
-		le_elector_wait_attempt(e, o->connect_timeout + o->statement_timeout);
+		bool		answered = le_elector_wait_attempt(e, o->connect_timeout + o->statement_timeout);
+
 		if (!le_elector_is_leader(e, NULL))
 		{
 			le_status	st;
+			int			status;
+			char		why[1024];
 
 			le_elector_status(e, &st);
 			le_elector_stop(e);
-			log_event("not_acquired", 0, NULL, NULL, "held by %s",
-					  st.holder[0] ? st.holder : "another owner");
+			status = no_wait_status(answered, &st, why, sizeof(why));
+			log_event("not_acquired", 0, NULL, NULL, "%s", why);
 			le_elector_destroy(e);
-			return EXIT_NOT_ACQUIRED;
+			return status;
 		}
 	}
 
+	memset(&run, 0, sizeof(run));
+	run.to_sup = run.from_sup = -1;
+	wait_since = le_monotonic_ms();
 	for (;;)
 	{
 		le_lease_info info;
 		bool		leading = le_elector_is_leader(e, &info);
 		int64_t		now = le_monotonic_ms();
 		int64_t		timeout = 1000;
-		struct pollfd p;
+		struct pollfd p[2];
+		int			np = 1;
 
-		/* 1. Leadership gone (deadline, loss, new period): stop the child first. */
-		if (child > 0 && !killing && (!leading || info.period != child_period))
+		if (running)
 		{
-			log_event("stopping_command", child_token, NULL,
-					  info.period == child_period && now >= info.deadline_ms ? "deadline_passed" : "leadership_ended",
-					  "SIGTERM to process group %d, SIGKILL in %" PRId64 "ms", (int) child, o->grace);
-			kill(-child, SIGTERM);
-			kill(-child, SIGCONT);
-			killing = true;
-			child_lost = true;
-			kill_at = now + o->grace;
-		}
-		/* 2. Our own SIGTERM/SIGINT/SIGHUP: stop the child, then release. */
-		if (got_signal && child > 0 && !killing)
-		{
-			log_event("stopping_command", child_token, NULL, "shutdown",
-					  "got signal %d; SIGTERM to process group %d", (int) got_signal, (int) child);
-			kill(-child, SIGTERM);
-			killing = true;
-			kill_at = now + o->grace;
-		}
-		if (child > 0 && killing && !sigkill_sent && now >= kill_at)
-		{
-			log_event("killing_command", child_token, NULL, NULL,
-					  "grace period over; SIGKILL to process group %d", (int) child);
-			kill(-child, SIGKILL);
-			sigkill_sent = true;
-		}
-		/* Pass renewals on to the watchdog; reap it when it has exited. */
-		if (child > 0 && leading && info.period == child_period &&
-			info.deadline_ms != watchdog_deadline)
-		{
-			tell_watchdog(watchdog_fd, info.deadline_ms);
-			watchdog_deadline = info.deadline_ms;
-		}
-		if (watchdog > 0 && waitpid(watchdog, NULL, WNOHANG) == watchdog)
-			watchdog = 0;
-		/* 3. Reap. */
-		if (child > 0)
-		{
-			int			st;
-			pid_t		w = waitpid(child, &st, WNOHANG);
+			const char *reason = NULL;
+			stop_kind	kind = STOP_NONE;
 
-			if (w == child)
+			sv_poll(&run);
+			/* Renewals move the kill deadline on, here and in the supervisor. */
+			if (leading && info.period == child_period && stopping == STOP_NONE &&
+				info.deadline_ms - KILL_SLACK_MS > kill_deadline)
 			{
-				int			cs = child_status(st);
+				kill_deadline = info.deadline_ms - KILL_SLACK_MS;
+				sv_set_deadline(&run, kill_deadline);
+			}
+			/* 1. Reasons to stop the command, most urgent first. */
+			if (!leading || info.period != child_period)
+			{
+				kind = STOP_LOST;
+				reason = info.period == child_period && now >= info.deadline_ms ?
+					"deadline_passed" : "leadership_ended";
+			}
+			else if (now >= kill_deadline - o->grace || run.deadline_term || run.deadline_kill)
+			{
+				kind = STOP_LOST;
+				reason = "deadline_near";
+			}
+			else if (got_signal)
+			{
+				kind = STOP_SHUTDOWN;
+				reason = "shutdown";
+			}
+			else if (run.sup_exited && !run.sup_reported_end && !we_killed)
+			{
+				kind = STOP_GUARD;
+				reason = "guard_lost";
+			}
+			else if (run.stopped_sig)
+			{
+				kind = STOP_UNHEALTHY;
+				reason = "command_stopped";
+			}
+			else if (o->max_runtime > 0 && now - started_at >= o->max_runtime)
+			{
+				kind = STOP_UNHEALTHY;
+				reason = "max_runtime";
+			}
+			else if (heartbeat_missed(o, started_real))
+			{
+				kind = STOP_UNHEALTHY;
+				reason = "heartbeat_timeout";
+			}
+			if (kind != STOP_NONE && stopping == STOP_NONE)
+			{
+				stopping = kind;
+				kill_at = now + o->grace;
+				if (kill_at > kill_deadline)
+					kill_at = kill_deadline;
+				if (kind == STOP_GUARD)
+					kill_at = now;
+				if (run.group_gone)
+					log_event("stopping_command", child_token, NULL, reason,
+							  "the supervisor had already stopped the command at its deadline");
+				else if (kind == STOP_UNHEALTHY && run.stopped_sig)
+					log_event("stopping_command", child_token, NULL, reason,
+							  "the command was stopped by signal %d; SIGTERM to process group %d, SIGKILL in %" PRId64 "ms",
+							  run.stopped_sig, (int) run.group, kill_at - now);
+				else
+					log_event("stopping_command", child_token, NULL, reason,
+							  "SIGTERM to process group %d, SIGKILL in %" PRId64 "ms",
+							  (int) run.group, kill_at - now);
+				sv_signal(&run, SIGTERM);
+				sv_signal(&run, SIGCONT);
+			}
+			/* 2. SIGKILL: grace over, kill deadline reached, or a second signal. */
+			if (!sigkill_sent && !run.group_gone &&
+				((stopping != STOP_NONE && now >= kill_at) || now >= kill_deadline ||
+				 signal_count >= 2))
+			{
+				log_event("killing_command", child_token, NULL, NULL, "%s; SIGKILL to process group %d",
+						  signal_count >= 2 ? "second signal" :
+						  now >= kill_deadline ? "kill deadline reached" : "grace period over",
+						  (int) run.group);
+				sv_signal(&run, SIGKILL);
+				sigkill_sent = true;
+				we_killed = true;
+				if (stopping == STOP_NONE)
+					stopping = STOP_LOST;
+				sv_poll(&run);
+			}
+			/* 3. The whole group is gone: only now may the lease be released. */
+			if (run.group_gone)
+			{
+				int			cs;
 
-				tell_watchdog(watchdog_fd, WATCHDOG_EXIT);
-				if (watchdog_fd >= 0)
-					close(watchdog_fd);
-				watchdog_fd = -1;
-				/* make sure nothing of its group survives */
-				kill(-child, SIGKILL);
+				if (run.exec_failed)
+				{
+					log_event("error", child_token, NULL, NULL, "could not run \"%s\": %s",
+							  o->command[0], strerror(run.exec_errno));
+					cs = run.exec_errno == ENOENT ? 127 : run.exec_errno == EACCES ? 126 : EXIT_INTERNAL;
+				}
+				else if (run.command_exited)
+					cs = child_status(run.command_wstatus);
+				else
+					cs = 128 + SIGKILL;
+				if (tty_fd >= 0)
+					tcsetpgrp(tty_fd, getpgrp());
+				sv_finish(&run);
+				running = false;
 				log_event("command_exited", child_token, NULL, NULL, "status %d", cs);
-				child = 0;
-				killing = false;
-				sigkill_sent = false;
+				if (run.exec_failed && stopping == STOP_NONE)
+				{
+					exit_status = cs;
+					break;
+				}
 				if (got_signal)
 					;			/* handled below */
-				else if (child_lost)
+				else if (stopping == STOP_GUARD)
+				{
+					log_event("error", child_token, NULL, NULL,
+							  "the supervisor of the command died; refusing to run without it");
+					exit_status = EXIT_GUARD_LOST;
+					break;
+				}
+				else if (stopping == STOP_LOST || stopping == STOP_UNHEALTHY)
 				{
 					if (!o->loop)
 					{
-						exit_status = EXIT_LOST;
+						exit_status = stopping == STOP_LOST ? EXIT_LOST : EXIT_UNHEALTHY;
 						break;
 					}
+					if (le_elector_is_leader(e, &info) && info.period == child_period)
+						le_elector_resign(e);
 				}
 				else if (!o->loop)
 				{
@@ -966,62 +1488,104 @@ cmd_run(options *o)
 				}
 				else
 					le_elector_resign(e);
-				child_lost = false;
+				stopping = STOP_NONE;
+				wait_since = le_monotonic_ms();
 				continue;
 			}
 		}
-		if (got_signal && child == 0)
+		if (!running && got_signal)
 		{
 			exit_status = 128 + got_signal;
 			break;
 		}
 		/* 4. Leading with no command running: start it. */
-		if (child == 0 && leading && info.period != last_period)
+		if (!running && leading && info.period != last_period)
 		{
+			char	  **env;
+
 			last_period = info.period;
-			child = start_child(o->command, &info);
-			if (child < 0)
+			path = resolve_command(o->command[0]);
+			if (path == NULL)
 			{
-				log_event("error", info.fencing_token, NULL, NULL, "fork: %s", strerror(errno));
-				child = 0;
+				int			save = errno;
+
+				log_event("error", info.fencing_token, NULL, NULL, "could not run \"%s\": %s",
+						  o->command[0], save == ENOENT ? "command not found" : strerror(save));
+				exit_status = save == ENOENT ? 127 : 126;
+				command_done = true;
+				break;
+			}
+			env = child_env(&info, o->dsn);
+			if (env == NULL)
+			{
+				free(path);
+				log_event("error", info.fencing_token, NULL, NULL, "out of memory");
 				exit_status = EXIT_INTERNAL;
 				break;
 			}
+			kill_deadline = info.deadline_ms - KILL_SLACK_MS;
+			if (!sv_start(&run, path, o->command, env, kill_deadline, o->grace, tty_fd))
+			{
+				int			save = errno;
+
+				free(path);
+				free_child_env(env);
+				log_event("error", info.fencing_token, NULL, NULL,
+						  "could not start the supervisor of the command (%s); not running the command without it",
+						  strerror(save));
+				exit_status = EXIT_INTERNAL;
+				break;
+			}
+			free(path);
+			free_child_env(env);
+			running = true;
 			child_period = info.period;
 			child_token = info.fencing_token;
-			child_lost = false;
-			watchdog = start_watchdog(child, info.deadline_ms, o->grace, &watchdog_fd);
-			if (watchdog < 0)
+			stopping = STOP_NONE;
+			sigkill_sent = false;
+			we_killed = false;
+			started_at = le_monotonic_ms();
 			{
-				log_event("notice", info.fencing_token, NULL, NULL,
-						  "could not start the watchdog: %s", strerror(errno));
-				watchdog = 0;
-				watchdog_fd = -1;
+				struct timespec ts;
+
+				clock_gettime(CLOCK_REALTIME, &ts);
+				started_real = (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 			}
-			watchdog_deadline = info.deadline_ms;
 			log_event("command_started", info.fencing_token, info.expires_at, NULL,
-					  "pid %d: %s", (int) child, o->command[0]);
+					  "process group %d: %s", (int) run.group, o->command[0]);
 			continue;
 		}
-		else if (child == 0 && !leading && last_period > 0 && !o->loop)
+		if (!running && !leading && o->wait_timeout > 0 && now - wait_since >= o->wait_timeout)
 		{
-			/* lost between the command's start and ours noticing, without a child */
-			exit_status = EXIT_LOST;
+			log_event("not_acquired", 0, NULL, NULL, "no leadership within --wait-timeout %" PRId64 "ms",
+					  o->wait_timeout);
+			exit_status = EXIT_WAIT_TIMEOUT;
 			break;
 		}
 
-		/* 5. Sleep until something happens, the deadline or the SIGKILL time. */
-		if (leading && child > 0)
-			timeout = info.deadline_ms - now + 1;
-		if (killing && !sigkill_sent && kill_at - now < timeout)
-			timeout = kill_at - now;
-		if (child > 0 && timeout > 100)
-			timeout = 100;		/* belt and braces for waitpid */
+		/* 5. Sleep until something happens or the next thing is due. */
+		if (running)
+		{
+			int64_t		due = stopping == STOP_NONE ? kill_deadline - o->grace :
+				sigkill_sent ? now + 100 : kill_at;
+
+			if (due > kill_deadline)
+				due = kill_deadline;
+			timeout = due - now;
+			if (timeout > 100)
+				timeout = 100;	/* liveness checks and belt and braces for reaping */
+			p[1].fd = run.from_sup;
+			p[1].events = POLLIN;
+			/* after the supervisor's exit its pipe only says EOF: do not spin on it */
+			np = run.from_sup >= 0 && !run.sup_exited ? 2 : 1;
+		}
+		else if (o->wait_timeout > 0 && wait_since + o->wait_timeout - now < timeout)
+			timeout = wait_since + o->wait_timeout - now;
 		if (timeout < 0)
 			timeout = 0;
-		p.fd = wake_pipe[0];
-		p.events = POLLIN;
-		if (poll(&p, 1, (int) timeout) > 0)
+		p[0].fd = wake_pipe[0];
+		p[0].events = POLLIN;
+		if (poll(p, np, (int) timeout) > 0 && (p[0].revents & POLLIN))
 		{
 			char		buf[64];
 
@@ -1030,12 +1594,19 @@ cmd_run(options *o)
 		}
 	}
 
-	if (watchdog > 0)
+	if (running)
 	{
-		/* it was told to exit when the command ended; do not wait for a frozen one */
-		for (int i = 0; i < 50 && waitpid(watchdog, NULL, WNOHANG) == 0; i++)
-			poll(NULL, 0, 10);
+		/* leaving with a command (out of memory and the like): kill it first */
+		sv_signal(&run, SIGKILL);
+		for (int i = 0; i < 500 && !run.group_gone; i++)
+		{
+			sv_poll(&run);
+			if (!run.group_gone)
+				poll(NULL, 0, 10);
+		}
 	}
+	if (tty_fd >= 0)
+		close(tty_fd);
 	if (command_done && le_elector_is_leader(e, NULL))
 		le_elector_resign(e);
 	le_elector_stop(e);
@@ -1043,7 +1614,6 @@ cmd_run(options *o)
 	log_event("exit", 0, NULL, NULL, "status %d", exit_status);
 	return exit_status;
 }
-
 /* Entry point: dispatch on the subcommand. */
 int
 main(int argc, char **argv)
@@ -1051,12 +1621,19 @@ main(int argc, char **argv)
 	options		o;
 	const char *cmd;
 
+	/* a closed pipe must be an EPIPE error, never our death (issue 8 item 2) */
+	signal(SIGPIPE, SIG_IGN);
 	if (argc < 2)
 		usage_error("missing command (run, status or release)");
 	cmd = argv[1];
 	if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0)
 	{
 		help();
+		return 0;
+	}
+	if (strcmp(cmd, "-V") == 0 || strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0)
+	{
+		printf("%s (leader_election) %s\n", progname, PG_LEADER_VERSION);
 		return 0;
 	}
 	parse_options(argc - 1, argv + 1, &o);

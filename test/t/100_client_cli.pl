@@ -14,13 +14,13 @@ use LeClientTest;
 
 my ($node, $dsn, $dir) = start_node('client_cli');
 $node->safe_psql('postgres', 'CREATE DATABASE noext');
-my $pgl = pg_leader_bin();
+my @pgl = pg_leader_cmd();
 
 # Run pg_leader to completion: (exit status, stdout, stderr).
 sub cli
 {
 	my ($out, $err) = ('', '');
-	IPC::Run::run([ $pgl, @_ ], '<', \undef, '>', \$out, '2>', \$err,
+	IPC::Run::run([ @pgl, @_ ], '<', \undef, '>', \$out, '2>', \$err,
 		IPC::Run::timeout(120));
 	return ($? >> 8, $out, $err);
 }

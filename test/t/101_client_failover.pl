@@ -17,7 +17,7 @@ my ($node, $dsn, $dir) = start_node('client_failover');
 
 my $ttl_s = 2;
 my $retry_s = 0.5;
-my @timing = ('--ttl', "${ttl_s}s", '--retry', '500ms', '--grace', '1s');
+my @timing = ('--ttl', "${ttl_s}s", '--retry', '500ms', '--grace', '500ms');
 
 # Gaps between a release and the next grant, from the server's history.
 sub handover_gaps

@@ -110,7 +110,8 @@ for my $w ($c, $d)
 		  if $e->[1] eq 'acquired' || $e->[1] eq 'stopped_leading';
 	}
 }
-@periods = sort { $a->[0] <=> $b->[0] } @periods;
+# ($main::a/$main::b: the lexical $a and $b above are candidates)
+@periods = sort { $main::a->[0] <=> $main::b->[0] } @periods;
 my ($open, @overlaps);
 for my $p (@periods)
 {

@@ -14,9 +14,9 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-our @EXPORT = qw(start_node pg_leader_bin start_candidate stop_all wait_for write_job
+our @EXPORT = qw(start_node pg_leader_bin pg_leader_cmd start_candidate stop_all wait_for write_job
   read_events lease_state history_rows log_has alive reap log_events
-  check_no_overlap spans);
+  check_no_overlap spans pgid_of);
 
 my @started;    # every wrapper we started, killed at the end
 
@@ -39,7 +39,27 @@ sub pg_leader_bin
 	return -x $built ? $built : 'pg_leader';
 }
 
-# Start "pg_leader run" in a process group of its own, stderr to a log file.
+# pg_leader as a command list for IPC::Run: through "env --default-signal",
+# because the TAP harness ignores SIGPIPE and children inherit that; pg_leader
+# must be tested with the signal dispositions a shell gives it.
+sub pg_leader_cmd
+{
+	return ('env', '--default-signal', pg_leader_bin());
+}
+
+# In a forked child about to exec: every signal to its default disposition
+# and none blocked, as a shell would start a program.
+sub default_signals
+{
+	for my $sig (qw(PIPE INT TERM HUP QUIT CHLD ALRM USR1 USR2 TTIN TTOU TSTP))
+	{
+		$SIG{$sig} = 'DEFAULT';
+	}
+	POSIX::sigprocmask(POSIX::SIG_SETMASK(), POSIX::SigSet->new());
+}
+
+# Start "pg_leader run" in a process group of its own, stderr to a log file,
+# with default signal dispositions.
 # Returns { pid => ..., log => ..., name => ... }.
 sub start_candidate
 {
@@ -58,7 +78,8 @@ sub start_candidate
 		delete $ENV{PGAPPNAME};
 		open(STDOUT, '>>', $log) or die;
 		open(STDERR, '>>', $log) or die;
-		exec(@cmd) or die "exec: $!";
+		default_signals();
+		exec('env', '--default-signal', @cmd) or die "exec: $!";
 	}
 	setpgid($pid, $pid);
 	my $c = { pid => $pid, log => $log, name => $a{name} };
@@ -74,6 +95,15 @@ sub alive
 	open(my $fh, '<', "/proc/$pid/stat") or return 0;
 	my $line = <$fh>;
 	return ($line =~ /\)\s+(\S)/ && $1 ne 'Z') ? 1 : 0;
+}
+
+# Process group of a pid (the command's group is its supervisor's pid), or 0.
+sub pgid_of
+{
+	my ($pid) = @_;
+	open(my $fh, '<', "/proc/$pid/stat") or return 0;
+	my $line = <$fh>;
+	return $line =~ /\)\s+\S+\s+\d+\s+(\d+)/ ? $1 : 0;
 }
 
 # Reap a wrapper if it exited; returns its exit status or undef.

@@ -1,0 +1,421 @@
+/*-------------------------------------------------------------------------
+ *
+ * supervise.c
+ *		The supervisor of pg_leader's command: the command's parent and the
+ *		leader of its process group, which stops the group at the deadline
+ *		even while the wrapper is frozen.
+ *
+ * Processes.  The wrapper (pg_leader, threaded) forks the supervisor S.  S
+ * makes itself a process group G (its own pid; the wrapper sets it too, so
+ * G exists when sv_start returns), ignores every signal a terminal or a
+ * group kill sends except SIGKILL and SIGSTOP, becomes a child subreaper,
+ * optionally takes the terminal's foreground, and only then forks and
+ * execs the command C, which stays in G.  So the command never runs without
+ * its guard, and every process the command starts (unless it leaves the
+ * group) is in G and, once orphaned, a child of S.
+ *
+ * Messages.  Wrapper -> S: 8-byte kill deadlines (le_monotonic_ms clock)
+ * after every renewal.  S drains them before it acts on a deadline, so it
+ * never acts on a stale one it has not read.  S -> wrapper: 8-byte reports
+ * (command started, exec failed, command stopped by a signal, SIGTERM or
+ * SIGKILL sent at the deadline, command exited with a wait status).  All
+ * writes are below PIPE_BUF, so atomic.  EOF on S's input means the wrapper
+ * died: S SIGKILLs G at once.
+ *
+ * Deadline.  S sends SIGTERM (and SIGCONT) to G at kill_deadline - grace
+ * and SIGKILL at kill_deadline.  When the command exits, S reports its wait
+ * status and SIGKILLs G, itself included: nothing of the command survives
+ * it.  S never exits any other way (except when it cannot fork).
+ *
+ * Who may signal G.  G is S's pid, and S is the wrapper's child: the id
+ * cannot be reused before the wrapper reaps S and every other member of G
+ * has died.  The wrapper is a subreaper too, so members orphaned by S's
+ * death become its children; it reaps G with waitpid(-G) and stops
+ * signalling G when that reports ECHILD (group_gone).  Until then some
+ * member of G is an unreaped child of the wrapper, so a signal to -G can
+ * only reach the command's processes.
+ *
+ * Async-signal safety.  S and C are forked from a threaded process: they
+ * call only async-signal-safe functions (no malloc, stdio or strerror).
+ * The command's path, argv and environment are prepared before fork.
+ *
+ *-------------------------------------------------------------------------
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include "le_client.h"
+#include "supervise.h"
+
+/* Reports of the supervisor (and of the command on exec failure). */
+enum
+{
+	SV_STARTED = 1,				/* value: the command's pid */
+	SV_EXEC_FAILED,				/* value: errno of execve */
+	SV_FORK_FAILED,				/* value: errno of fork */
+	SV_STOPPED,					/* value: the signal that stopped the command */
+	SV_DEADLINE_TERM,			/* SIGTERM sent at kill deadline - grace */
+	SV_DEADLINE_KILL,			/* SIGKILL sent at the kill deadline */
+	SV_EXITED					/* value: the command's wait status */
+};
+
+typedef struct sv_msg
+{
+	int32_t		kind;
+	int32_t		value;
+} sv_msg;
+
+/* Signals the supervisor ignores: only SIGKILL (and SIGSTOP) end or stop it. */
+static const int sv_ignored[] = {
+	SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU, SIGPIPE,
+	SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGXCPU, SIGXFSZ, SIGWINCH
+};
+
+/* Self-pipe of the supervisor's SIGCHLD handler. */
+static int sv_chld_pipe[2] = {-1, -1};
+
+/* Send one report (async-signal-safe; a lost report only costs detail). */
+static void
+sv_report(int fd, int32_t kind, int32_t value)
+{
+	sv_msg		m = {kind, value};
+	ssize_t		rc = write(fd, &m, sizeof(m));
+
+	(void) rc;
+}
+
+/* SIGCHLD in the supervisor: wake its poll. */
+static void
+sv_on_chld(int sig)
+{
+	int			save = errno;
+	char		c = 0;
+	ssize_t		rc = write(sv_chld_pipe[1], &c, 1);
+
+	(void) sig;
+	(void) rc;
+	errno = save;
+}
+
+/* Close every descriptor from 3 up except the ones listed (-1 entries ignored). */
+static void
+close_all_but(int a, int b, int c)
+{
+	for (int i = 3; i < 4096; i++)
+		if (i != a && i != b && i != c)
+			close(i);
+}
+
+/* The command, in the freshly forked child of the supervisor: exec or report. */
+static void
+command_main(pid_t sup, int out_fd, const char *path, char *const argv[], char *const envp[])
+{
+	struct sigaction sa;
+	sigset_t	none;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = SIG_DFL;
+	sigemptyset(&sa.sa_mask);
+	for (int s = 1; s < NSIG; s++)
+		if (s != SIGKILL && s != SIGSTOP)
+			sigaction(s, &sa, NULL);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != sup)
+		_exit(137);				/* the supervisor died before the death signal was armed */
+	execve(path, argv, envp);
+	sv_report(out_fd, SV_EXEC_FAILED, errno);
+	_exit(errno == ENOENT ? 127 : 126);
+}
+
+/*
+ * Body of the supervisor: start the command, pass on news, enforce the
+ * deadline.  Never returns.
+ */
+static void
+supervisor_main(int in_fd, int out_fd, const char *path, char *const argv[], char *const envp[],
+				int64_t deadline, int64_t grace_ms, int tty_fd)
+{
+	struct sigaction sa;
+	sigset_t	none;
+	pid_t		self = getpid();
+	pid_t		cmd;
+	bool		term_sent = false;
+
+	setpgid(0, 0);
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = SIG_IGN;
+	sigemptyset(&sa.sa_mask);
+	for (size_t i = 0; i < sizeof(sv_ignored) / sizeof(sv_ignored[0]); i++)
+		sigaction(sv_ignored[i], &sa, NULL);
+	close_all_but(in_fd, out_fd, tty_fd);
+	if (pipe2(sv_chld_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
+	{
+		sv_report(out_fd, SV_FORK_FAILED, errno);
+		_exit(70);
+	}
+	sa.sa_handler = sv_on_chld;
+	sa.sa_flags = SA_RESTART;
+	sigaction(SIGCHLD, &sa, NULL);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	fcntl(in_fd, F_SETFL, O_NONBLOCK);
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
+	/* the wrapper's death kills us: its end of in_fd closes */
+	if (tty_fd >= 0)
+		tcsetpgrp(tty_fd, self);
+
+	cmd = fork();
+	if (cmd < 0)
+	{
+		sv_report(out_fd, SV_FORK_FAILED, errno);
+		_exit(70);
+	}
+	if (cmd == 0)
+		command_main(self, out_fd, path, argv, envp);
+	sv_report(out_fd, SV_STARTED, (int32_t) cmd);
+
+	for (;;)
+	{
+		int64_t		msg[16];
+		ssize_t		n;
+		int			st;
+		pid_t		w;
+		int64_t		now,
+					next;
+		struct pollfd p[2];
+		char		buf[64];
+
+		/* 1. News from the wrapper first: never act on a deadline not yet read. */
+		while ((n = read(in_fd, msg, sizeof(msg))) != 0)
+		{
+			if (n < 0)
+			{
+				if (errno == EINTR)
+					continue;
+				break;			/* EAGAIN: nothing more */
+			}
+			if (n >= (ssize_t) sizeof(int64_t) && !term_sent)
+				deadline = msg[n / (ssize_t) sizeof(int64_t) - 1];
+		}
+		if (n == 0)
+		{
+			/* the wrapper is gone: nothing may keep running on its lease */
+			kill(0, SIGKILL);
+			_exit(137);
+		}
+
+		/* 2. The command (and orphans, which are ours as subreaper). */
+		while ((w = waitpid(-1, &st, WNOHANG | WUNTRACED)) > 0)
+		{
+			if (w != cmd)
+				continue;
+			if (WIFSTOPPED(st))
+				sv_report(out_fd, SV_STOPPED, WSTOPSIG(st));
+			else
+			{
+				sv_report(out_fd, SV_EXITED, st);
+				kill(0, SIGKILL);	/* what is left of the group, and us */
+				_exit(0);
+			}
+		}
+
+		/* 3. The deadline. */
+		now = le_monotonic_ms();
+		if (now >= deadline)
+		{
+			sv_report(out_fd, SV_DEADLINE_KILL, 0);
+			kill(0, SIGKILL);
+			_exit(137);
+		}
+		if (!term_sent && now >= deadline - grace_ms)
+		{
+			term_sent = true;
+			sv_report(out_fd, SV_DEADLINE_TERM, 0);
+			kill(0, SIGTERM);
+			kill(0, SIGCONT);
+		}
+
+		/* 4. Sleep until news, a child's change or the next deadline step. */
+		next = term_sent ? deadline : deadline - grace_ms;
+		p[0].fd = in_fd;
+		p[0].events = POLLIN;
+		p[1].fd = sv_chld_pipe[0];
+		p[1].events = POLLIN;
+		poll(p, 2, next - now > 1000 ? 1000 : (int) (next - now) + 1);
+		while (read(sv_chld_pipe[0], buf, sizeof(buf)) > 0)
+			;
+	}
+}
+
+/* Start the supervisor and, under it, the command; see supervise.h. */
+bool
+sv_start(sv_run *r, const char *path, char *const argv[], char *const envp[],
+		 int64_t kill_deadline, int64_t grace_ms, int tty_fd)
+{
+	int			to[2],
+				from[2];
+	pid_t		pid;
+	int			save;
+
+	memset(r, 0, sizeof(*r));
+	r->to_sup = r->from_sup = -1;
+	if (pipe2(to, O_CLOEXEC) != 0)
+		return false;
+	if (pipe2(from, O_CLOEXEC) != 0)
+	{
+		save = errno;
+		close(to[0]);
+		close(to[1]);
+		errno = save;
+		return false;
+	}
+	pid = fork();
+	if (pid == 0)
+		supervisor_main(to[0], from[1], path, argv, envp, kill_deadline, grace_ms, tty_fd);
+	save = errno;
+	close(to[0]);
+	close(from[1]);
+	if (pid < 0)
+	{
+		close(to[1]);
+		close(from[0]);
+		errno = save;
+		return false;
+	}
+	/* also here, so that the group exists before we may signal it */
+	setpgid(pid, pid);
+	fcntl(to[1], F_SETFL, O_NONBLOCK);	/* never block the wrapper on it */
+	fcntl(from[0], F_SETFL, O_NONBLOCK);
+	r->group = pid;
+	r->to_sup = to[1];
+	r->from_sup = from[0];
+	r->sent_deadline = kill_deadline;
+	return true;
+}
+
+/* Pass a later kill deadline to the supervisor; atomic 8-byte write. */
+void
+sv_set_deadline(sv_run *r, int64_t kill_deadline)
+{
+	ssize_t		rc;
+
+	if (r->to_sup < 0 || kill_deadline == r->sent_deadline)
+		return;
+	/* a full pipe means it is frozen: it keeps the older, earlier deadline */
+	rc = write(r->to_sup, &kill_deadline, sizeof(kill_deadline));
+	if (rc == (ssize_t) sizeof(kill_deadline))
+		r->sent_deadline = kill_deadline;
+}
+
+/* Signal the group while some member is left (see the header comment). */
+bool
+sv_signal(sv_run *r, int sig)
+{
+	if (r->group <= 0 || r->group_gone)
+		return false;
+	return kill(-r->group, sig) == 0;
+}
+
+/* Read every pending report. */
+static void
+read_reports(sv_run *r)
+{
+	sv_msg		m[32];
+	ssize_t		n;
+
+	if (r->from_sup < 0)
+		return;
+	while ((n = read(r->from_sup, m, sizeof(m))) > 0)
+	{
+		for (ssize_t i = 0; i < n / (ssize_t) sizeof(sv_msg); i++)
+		{
+			switch (m[i].kind)
+			{
+				case SV_STARTED:
+					r->command = m[i].value;
+					break;
+				case SV_EXEC_FAILED:
+				case SV_FORK_FAILED:
+					r->exec_failed = true;
+					r->exec_errno = m[i].value;
+					r->sup_reported_end = m[i].kind == SV_FORK_FAILED;
+					break;
+				case SV_STOPPED:
+					r->stopped_sig = m[i].value;
+					break;
+				case SV_DEADLINE_TERM:
+					r->deadline_term = true;
+					break;
+				case SV_DEADLINE_KILL:
+					r->deadline_kill = true;
+					r->sup_reported_end = true;
+					break;
+				case SV_EXITED:
+					r->command_exited = true;
+					r->command_wstatus = m[i].value;
+					r->sup_reported_end = true;
+					break;
+			}
+		}
+	}
+}
+
+/* Read reports and reap members of the group; see supervise.h. */
+void
+sv_poll(sv_run *r)
+{
+	read_reports(r);
+	while (r->group > 0 && !r->group_gone)
+	{
+		int			st;
+		pid_t		w = waitpid(-r->group, &st, WNOHANG);
+
+		if (w > 0)
+		{
+			if (w == r->group)
+				r->sup_exited = true;
+			continue;
+		}
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0 && errno == ECHILD)
+		{
+			r->group_gone = true;
+			r->sup_exited = true;
+		}
+		break;
+	}
+	/* the supervisor reports before it dies: once it is reaped, all is readable */
+	if (r->sup_exited)
+		read_reports(r);
+}
+
+/* Close the pipes and reap strays (processes that left the group). */
+void
+sv_finish(sv_run *r)
+{
+	if (r->to_sup >= 0)
+		close(r->to_sup);
+	if (r->from_sup >= 0)
+		close(r->from_sup);
+	r->to_sup = r->from_sup = -1;
+	while (waitpid(-1, NULL, WNOHANG) > 0)
+		;
+}
+
+/* Orphans of the command become our children, so we can reap them. */
+void
+sv_become_subreaper(void)
+{
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
+}

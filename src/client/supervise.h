@@ -1,0 +1,70 @@
+/*-------------------------------------------------------------------------
+ *
+ * supervise.h
+ *		Supervision of the command that pg_leader runs while it leads: a
+ *		supervisor process that is the command's parent and the leader of
+ *		the command's process group, and stops that group at the deadline.
+ *
+ * See supervise.c for the processes, the messages between them and the
+ * rules about who may signal the group when.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef SUPERVISE_H
+#define SUPERVISE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* One supervised command, as the wrapper (the supervisor's parent) sees it. */
+typedef struct sv_run
+{
+	pid_t		group;			/* supervisor pid = process group id; 0: none */
+	bool		group_gone;		/* no process of the group is left */
+	bool		sup_exited;		/* the supervisor was reaped */
+	bool		sup_reported_end;	/* it reported the command's end first */
+	int			to_sup;			/* write end: kill deadlines for the supervisor */
+	int			from_sup;		/* read end: reports of the supervisor and command */
+	pid_t		command;		/* the command's pid, once reported (0 before) */
+	bool		command_exited;
+	int			command_wstatus;	/* wait status when command_exited */
+	bool		exec_failed;
+	int			exec_errno;
+	int			stopped_sig;	/* the command was stopped by this signal (0: no news) */
+	bool		deadline_term;	/* the supervisor sent SIGTERM at deadline - grace */
+	bool		deadline_kill;	/* the supervisor sent SIGKILL at the deadline */
+	int64_t		sent_deadline;	/* last kill deadline written to the supervisor */
+} sv_run;
+
+/*
+ * Fork the supervisor, which forks and execs the command (path, argv, envp
+ * all prepared by the caller: nothing is allocated after fork).  kill_deadline
+ * is on the le_monotonic_ms() clock: the supervisor SIGTERMs the group at
+ * kill_deadline - grace_ms and SIGKILLs it at kill_deadline unless a later
+ * deadline arrives first.  tty_fd >= 0: make the group the terminal's
+ * foreground process group.  Returns false with errno set when the
+ * supervisor cannot be started; then no command runs.
+ */
+extern bool sv_start(sv_run *r, const char *path, char *const argv[], char *const envp[],
+					 int64_t kill_deadline, int64_t grace_ms, int tty_fd);
+
+/* Pass a new kill deadline to the supervisor (never blocks). */
+extern void sv_set_deadline(sv_run *r, int64_t kill_deadline);
+
+/*
+ * Signal the whole group; a no-op once the group is gone, so a reused
+ * process group id is never signalled.  Returns false if nothing was sent.
+ */
+extern bool sv_signal(sv_run *r, int sig);
+
+/* Read reports and reap (never blocks); updates *r. */
+extern void sv_poll(sv_run *r);
+
+/* Close the pipes of a run whose group is gone. */
+extern void sv_finish(sv_run *r);
+
+/* Make this process a subreaper, so that orphans of the command are ours to reap. */
+extern void sv_become_subreaper(void);
+
+#endif							/* SUPERVISE_H */

@@ -1,0 +1,152 @@
+# Issue 8 items 12, 14, 15 (CLI): --version, LE_DSN, --wait-timeout, a
+# second signal forces an immediate stop, --max-runtime and the heartbeat
+# file, escaped log values, masked passwords, status alignment with long
+# tokens, status --timeout, one timestamp format in logs.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use IPC::Run;
+use Time::HiRes qw(time usleep);
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use LeClientTest;
+
+my ($node, $dsn, $dir) = start_node('client_options');
+
+# Run pg_leader to completion: (exit status, stdout, stderr, seconds).
+sub cli
+{
+	my ($out, $err) = ('', '');
+	my $t0 = time();
+	IPC::Run::run([ pg_leader_cmd(), @_ ], '<', \undef, '>', \$out, '2>', \$err,
+		IPC::Run::timeout(120));
+	return ($? >> 8, $out, $err, time() - $t0);
+}
+
+my ($rc, $out, $err, $secs);
+
+# --- --version ------------------------------------------------------------------
+($rc, $out) = cli('--version');
+is($rc, 0, '--version exits 0');
+my ($ctl) = grep { /^default_version/ } split /\n/, slurp_file(($ENV{TESTDIR} // '.') . '/leader_election.control');
+my ($ver) = $ctl =~ /'([^']+)'/;
+is($out, "pg_leader (leader_election) $ver\n", '--version prints the extension version');
+($rc, $out) = cli('run', '--version');
+is($rc, 0, 'run --version too');
+
+# --- LE_DSN -----------------------------------------------------------------------
+my $envf = "$dir/env";
+($rc) = cli('run', '-d', $dsn, '-l', 'dsn-key', '--ttl', '3s', '--',
+	'sh', '-c', "printf %s \"\$LE_DSN\" > $envf");
+is($rc, 0, 'command ran');
+is(slurp_file($envf), $dsn, 'LE_DSN is the connection string given with -d');
+
+# --- --wait-timeout ---------------------------------------------------------------------
+$node->safe_psql('postgres', "SELECT le_acquire('busy', 'sql-holder', '5 minutes')");
+($rc, $out, $err, $secs) = cli('run', '-d', $dsn, '-l', 'busy', '--retry', '200ms',
+	'--wait-timeout', '1s', '--', 'true');
+is($rc, 81, '--wait-timeout on a held lease: status 81');
+cmp_ok($secs, '<', 5, 'given up after about the timeout');
+like($err, qr/not_acquired .*--wait-timeout/, 'not_acquired logged');
+like($err, qr/new_leader .*expires=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z/,
+	'server timestamps in logs are in the same UTC "Z" format as ours');
+ok($err !~ /\+00(:00)?\b/, 'no +00:00 timestamps in the log');
+
+# --- --no-wait: distinct statuses -------------------------------------------------------------
+($rc, $out, $err) = cli('run', '-d', $dsn, '-l', 'busy', '--no-wait', '--', 'true');
+is($rc, 75, '--no-wait, held by another owner: 75');
+$node->safe_psql('postgres', 'CREATE ROLE bob LOGIN');
+($rc, $out, $err) = cli('run', '-d', "$dsn user=bob", '-l', 'nw', '--no-wait', '--', 'true');
+is($rc, 77, '--no-wait without EXECUTE on le_acquire: permission denied, 77');
+like($err, qr/not_acquired .*permission denied/, 'explained');
+($rc, $out, $err) = cli('run', '-d', "$dsn options='-c default_transaction_read_only=on'", '-l', 'nw',
+	'--no-wait', '--', 'true');
+is($rc, 76, '--no-wait on a read-only server (as on a standby, SQLSTATE 25006): 76');
+
+# --- a second SIGTERM forces an immediate stop ---------------------------------------------
+{
+	my $pidf = "$dir/stubborn.pid";
+	my $c = start_candidate(dir => $dir, name => 'twice', dsn => $dsn, key => 'twice',
+		opts => [ '--ttl', '20s', '--grace', '5s' ],
+		command => [ 'sh', '-c', "echo \$\$ > $pidf; trap '' TERM; while :; do sleep 0.1; done" ]);
+	ok(wait_for(sub { -s $pidf }, 30), 'command ignoring SIGTERM runs');
+	chomp(my $pid = slurp_file($pidf));
+	kill 'TERM', $c->{pid};
+	ok(wait_for(sub { log_has($c, qr/stopping_command .*reason=shutdown/) }, 5), 'first SIGTERM: stopping');
+	my $t0 = time();
+	kill 'TERM', $c->{pid};
+	my $w = wait_for(sub { defined reap($c) }, 10);
+	ok(defined $w, 'second SIGTERM: pg_leader exits');
+	cmp_ok($w, '<', 2, 'without waiting for the 5 s grace period');
+	note(sprintf('second SIGTERM -> exit %.0f ms', 1000 * $w));
+	is($c->{status}, 143, 'status 128 + SIGTERM');
+	ok(log_has($c, qr/killing_command .*second signal/), 'SIGKILL for the second signal logged');
+	ok(!alive($pid), 'the command is gone');
+	like(lease_state($node, 'twice'), qr/\|f$/, 'the lease was released');
+}
+
+# --- --max-runtime --------------------------------------------------------------------------
+($rc, $out, $err, $secs) = cli('run', '-d', $dsn, '-l', 'maxrt', '--ttl', '3s', '--grace', '200ms',
+	'--max-runtime', '1s', '--', 'sleep', '30');
+is($rc, 80, '--max-runtime: the command is stopped, status 80');
+cmp_ok($secs, '<', 6, 'after about the maximum runtime');
+like($err, qr/stopping_command .*reason=max_runtime/, 'reason max_runtime logged');
+is($node->safe_psql('postgres', "SELECT end_reason FROM le_lease_history WHERE lease_key = 'maxrt'"),
+	'released', 'and the lease released');
+
+# --- heartbeat file ---------------------------------------------------------------------------
+my $hb = "$dir/hb";
+($rc, $out, $err, $secs) = cli('run', '-d', $dsn, '-l', 'hb', '--ttl', '3s', '--grace', '200ms',
+	'--heartbeat-file', $hb, '--heartbeat-timeout', '1s',
+	'--', 'sh', '-c', "for i in 1 2 3 4 5 6 7 8; do touch $hb; sleep 0.2; done; sleep 30");
+is($rc, 80, 'heartbeat missed: status 80');
+cmp_ok($secs, '>', 2, 'not while the command touched its heartbeat file');
+like($err, qr/stopping_command .*reason=heartbeat_timeout/, 'reason heartbeat_timeout logged');
+($rc) = cli('run', '-d', $dsn, '-l', 'hb');
+is($rc, 64, 'run without a command: usage');
+($rc, $out, $err) = cli('run', '-d', $dsn, '-l', 'hb', '--heartbeat-file', $hb, '--', 'true');
+is($rc, 64, '--heartbeat-file without --heartbeat-timeout: usage (64)');
+
+# --- escaped log values -----------------------------------------------------------------------
+($rc, $out, $err) = cli('run', '-d', $dsn, '-l', "evil\n2026-01-01T00:00:00.000Z pg_leader[1] acquired key=x",
+	'--ttl', '3s', '--', 'true');
+is($rc, 0, 'a key with a newline works');
+my @forged = grep { /^2026-01-01T00:00:00/ } split /\n/, $err;
+is(scalar @forged, 0, 'a newline in the key cannot forge a log line');
+like($err, qr/key=evil\\n2026-01-01/, 'it is shown escaped');
+
+# --- passwords are never echoed ---------------------------------------------------------------
+($rc, $out, $err) = cli('run', '-d', "$dsn password=sekret1 bogus", '-l', 'k', '--', 'true');
+is($rc, 64, 'bad connection string with a password: usage');
+unlike($err, qr/sekret1/, 'its password is not echoed');
+like($err, qr/password=\*\*\*\*/, 'but masked');
+($rc, $out, $err) = cli('status', '-d', 'postgresql://u:sekret2@[::1/db');
+is($rc, 64, 'bad URI: usage');
+unlike($err, qr/sekret2/, 'the URI password is not echoed, not even in libpq\'s message');
+
+# --- status: columns wide enough for long tokens; --timeout ---------------------------------
+$node->safe_psql('postgres', "SELECT le_acquire('long-token', 'o1', '1 minute')");
+$node->safe_psql('postgres', "UPDATE le_lease SET fencing_token = 1234567890123 WHERE lease_key = 'long-token'");
+($rc, $out) = cli('status', '-d', $dsn);
+my @rows = split /\n/, $out;
+my ($row) = grep { /^long-token / } @rows;
+my $end_hdr = index($rows[0], 'token') + length('token');
+my $end_tok = index($row, '1234567890123') + 13;
+is($end_tok, $end_hdr, 'status: a 13-digit token stays in its column');
+is(index($row, ' ' . ($row =~ /(\S+Z)/)[0]), index($rows[0], ' expires_at'), 'and the next column too');
+
+my $lock = IPC::Run::start(
+	[ 'psql', '-X', '-q', '-d', $dsn, '-c', 'BEGIN; LOCK TABLE le_lease; SELECT pg_sleep(30);' ],
+	'>', \my $lo, '2>', \my $le);
+wait_for(sub { $node->safe_psql('postgres', "SELECT count(*) FROM pg_locks WHERE relation = 'le_lease'::regclass AND mode = 'AccessExclusiveLock' AND granted") eq '1' }, 10);
+($rc, $out, $err, $secs) = cli('status', '-d', $dsn, '--timeout', '1s');
+is($rc, 81, 'status --timeout: status 81 when the server does not answer in time');
+cmp_ok($secs, '<', 5, 'after about the timeout');
+like($err, qr/no answer within --timeout/, 'explained');
+$lock->kill_kill;
+
+stop_all();
+$node->stop;
+done_testing();
