@@ -80,6 +80,7 @@ import re
 import select
 import sys
 import time
+import traceback
 
 import psycopg2
 import psycopg2.extensions as ext
@@ -259,7 +260,7 @@ class Driver:
         self.obs = None
         self.events = []
         self.programs = []                       # running generators
-        self.sleepers = {}                       # prog -> wake time
+        self.driver_errors = []
 
     # ---- connections ----------------------------------------------------
     def wait_conn(self, conn, timeout=30):
@@ -493,6 +494,11 @@ GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO rt_app;
             try:
                 act = gen.send(value)
             except StopIteration:
+                self.end_program(p)
+                return
+            except Exception:
+                # A bug of the driver itself: report it, keep going, fail at the end.
+                self.driver_errors.append(traceback.format_exc())
                 self.end_program(p)
                 return
             value = None
@@ -1149,8 +1155,13 @@ def main():
             print('  step %-36s %d' % (kind, n))
         for kind, st, msg in drv.events[:10]:
             print('  unexpected: %s %s %s' % (kind, st, msg))
+        for tb in drv.driver_errors[:3]:
+            print('driver error:\n' + tb)
     v = check(args.dsn, args.server_log, args.late_ms)
     print('le_random: %d violations (seed %d)' % (v, args.seed))
+    if not args.check_only and drv.driver_errors:
+        print('le_random: %d driver errors' % len(drv.driver_errors))
+        return 2
     return 1 if v else 0
 
 
