@@ -318,6 +318,11 @@ class Driver:
         self.obs_connect()
         self.obs_exec("""
 DROP TABLE IF EXISTS rt_obs, rt_audit, rt_checked, rt_outcome, rt_t1, rt_t2;
+DO $$ DECLARE t text; BEGIN
+  FOR t IN SELECT relname FROM pg_class WHERE relname LIKE 'rt\_p\_%' AND relkind = 'r' LOOP
+    EXECUTE format('DROP TABLE %I', t);
+  END LOOP;
+END $$;
 CREATE EXTENSION IF NOT EXISTS leader_election;
 DO $$ BEGIN
   IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'rt_app') THEN CREATE ROLE rt_app LOGIN; END IF;
@@ -355,6 +360,19 @@ GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO rt_app;
     def new_owner(self, s):
         self.owner_seq += 1
         return 's%d-o%d' % (s.idx, self.owner_seq)
+
+    def protected_table(self, key):
+        """A new table protected by the fence on key, audited like rt_t1."""
+        table = 'rt_p_' + key
+        self.obs_exec(
+            "CREATE TABLE " + table + " (id bigserial PRIMARY KEY, v int NOT NULL DEFAULT 0,"
+            " fencing_token bigint NOT NULL);"
+            " CREATE TRIGGER rt_audit AFTER INSERT OR UPDATE OR DELETE ON " + table +
+            " FOR EACH ROW EXECUTE FUNCTION rt_audit_row(%s);"
+            " SELECT le_protect(%s, %s);"
+            " GRANT SELECT, INSERT, UPDATE, DELETE ON " + table + " TO rt_app;"
+            " GRANT USAGE ON SEQUENCE " + table + "_id_seq TO rt_app", (key, table, key))
+        return table
 
     def new_fresh_key(self):
         self.fresh_seq += 1
@@ -894,13 +912,20 @@ GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO rt_app;
         W commits."""
         key = self.new_fresh_key()
         wo, ao, bo = self.new_owner(w), self.new_owner(a), self.new_owner(b)
+        if self.rng.random() < 0.5:
+            # Through le_fence_check, or through the trigger of a table
+            # protected on this new key (created now, by the superuser).
+            fenced_write = ("SELECT le_fence_check(%s, %s); INSERT INTO rt_checked (lease_key, fencing_token, session)"
+                            " VALUES (%s, %s, %s)", lambda t: (key, t, key, t, w.idx))
+        else:
+            table = self.protected_table(key)
+            fenced_write = ("INSERT INTO " + table + " (fencing_token) VALUES (%s)", lambda t: (t,))
         res = yield Q(w, 'BEGIN')
         res, acq, tok = yield from self.do_acquire(w, key, wo, 2.0, 'txn', 'pattern_fence_cache')
         if not res.ok:
             return
         if acq:
-            res = yield Q(w, "SELECT le_fence_check(%s, %s); INSERT INTO rt_checked (lease_key, fencing_token, session)"
-                             " VALUES (%s, %s, %s)", (key, tok, key, tok, w.idx))
+            res = yield Q(w, fenced_write[0], fenced_write[1](tok))
             self.classify(w, 'pattern1-w-write', res)
         res = yield Q(w, 'ROLLBACK')
         if acq:
@@ -911,8 +936,7 @@ GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO rt_app;
             return
         a.holds[key] = (ao, tok)
         res = yield Q(w, 'BEGIN')
-        res = yield Q(w, "SELECT le_fence_check(%s, %s); INSERT INTO rt_checked (lease_key, fencing_token, session)"
-                         " VALUES (%s, %s, %s)", (key, tok, key, tok, w.idx))
+        res = yield Q(w, fenced_write[0], fenced_write[1](tok))
         self.classify(w, 'pattern1-w-write', res)
         if not res.ok:
             return
