@@ -66,8 +66,21 @@ Rules the driver keeps so the checks stay sound: inside one transaction,
 lease calls (acquire/renew/release) come before any protected write, never
 after one; owner ids are fresh for every new campaign.
 
+What each known failure looks like (issue 7): item 1, a fence trusting the
+id of a lease row created in a transaction that rolled back, fails A and B
+(a token-1 row committed after token 2 was granted, after the release of
+token 1); item 2, le_acquire results freed before they are returned, fails
+E (SIGSEGV in the log, 42704 "type with OID 0 does not exist") and C (a
+column holding another call's row); item 3, a token returned in a
+rolled-back transaction or savepoint issued again, fails C; item 7, cached
+row locations after VACUUM FULL, fails E ("could not read block", XX001).
+
 Usage: le_random.py --dsn CONNINFO [--seconds N] [--seed N]
        [--server-log FILE] [--sessions N] [--late-ms N] [--check-only]
+       [--exclude KIND,...] [--no-grant-rollback]
+--exclude leaves out step kinds (the names printed as step:KIND, and
+"vacuum", "terminate") and --no-grant-rollback never rolls back a
+transaction or savepoint holding a grant: both narrow a failure down.
 Environment: LE_RANDOM_SECONDS and LE_RANDOM_SEED give the defaults.
 """
 
