@@ -206,8 +206,8 @@ class Session:
         self.cur.execute(setup)
         self.drv.wait_conn(conn)
         self.pid = self.cur.fetchone()[0]
-        # Whatever this session believed it held did not survive a lost connection
-        # only if it was uncommitted; committed holdings stay (the lease does).
+        # Holdings by committed grants survive a lost connection (the lease
+        # does); uncommitted ones were already kept only as stale tokens.
 
     def send(self, sql, args=None):
         assert not self.busy, 'session %d busy' % self.idx
@@ -510,14 +510,7 @@ GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO rt_app;
                 res = s.result
                 s.result = None
                 p['wait'] = None
-                self.note_result(s, res)
                 self.advance(p, res)
-
-    def note_result(self, s, res):
-        if res.ok:
-            return
-        if res.lost:
-            s.lost = True
 
     def advance(self, p, value):
         gen = p['gen']
@@ -535,15 +528,11 @@ GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO rt_app;
             value = None
             if isinstance(act, Q):
                 s = act.s
-                if s.conn.closed or getattr(s, 'lost', False):
+                if s.conn.closed or s.lost:
                     value = Result(False, state=None, msg='connection lost', lost=True)
                     continue
                 if s.busy:
-                    # Only possible after a send without wait: collect it first.
-                    p['wait'] = s
-                    p['pending'] = act
-                    self.program_waits_then(p, act)
-                    return
+                    raise RuntimeError('program sent to a busy session: %s' % act.sql)
                 s.send(act.sql, act.args)
                 if act.wait:
                     p['wait'] = s
@@ -560,9 +549,6 @@ GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO rt_app;
                 return
             raise RuntimeError('bad action %r' % (act,))
 
-    def program_waits_then(self, p, act):
-        raise RuntimeError('program sent to a busy session: %s' % act.sql)
-
     def end_program(self, p):
         self.programs.remove(p)
         for s in p['sessions']:
@@ -571,7 +557,7 @@ GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO rt_app;
 
     def cleanup_session(self, s):
         """Leave the session idle, out of any transaction, connected."""
-        lost = getattr(s, 'lost', False) or s.conn.closed
+        lost = s.lost or s.conn.closed
         if not lost and s.busy:
             # A statement sent without wait is still running: cancel and collect it.
             try:
