@@ -101,7 +101,6 @@ le_acquire(PG_FUNCTION_ARGS)
 	TimestampTz now;
 	bool		found;
 	bool		fenced = false;
-	Datum		result;
 
 	le_check_writable("acquire");
 	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
@@ -184,9 +183,15 @@ le_acquire(PG_FUNCTION_ARGS)
 	}
 
 	ForceSyncCommit();
-	result = le_acquire_result(fcinfo, true, &row);
 	le_store_end(&st);
-	PG_RETURN_DATUM(result);
+
+	/*
+	 * Only now, after SPI_finish: a tuple built while SPI is connected lives
+	 * in SPI's procedure context, which SPI_finish frees.  The strings of row
+	 * are the caller's (owner, st.caller_name) or were copied into the
+	 * caller's context by le_store_read.
+	 */
+	PG_RETURN_DATUM(le_acquire_result(fcinfo, true, &row));
 }
 
 /*
