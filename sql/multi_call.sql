@@ -25,6 +25,8 @@ SELECT x->'acquired' AS x_acq, x->>'holder' AS x_holder,
        z->'acquired' AS z_acq, z->>'holder' AS z_holder,
        refused->'acquired' AS r_acq, refused->>'holder' AS r_holder,
        refused->'fencing_token' AS r_token,
+       x->'new_period' AS x_new, y->'new_period' AS y_new, z->'new_period' AS z_new,
+       refused->'new_period' AS r_new,
        (x->>'fencing_token')::bigint = a.fencing_token AS x_is_current,
        (z->>'fencing_token')::bigint = a.fencing_token AS z_same_token,
        (y->>'fencing_token')::bigint = b.fencing_token AS y_is_current,
@@ -43,6 +45,7 @@ SELECT to_jsonb(first) AS first, to_jsonb(second) AS second
                le_acquire('mc-s', 'o', '1 hour') AS second
         OFFSET 0) AS calls;
 SELECT first->'acquired' AS first_acq, second->'acquired' AS second_acq,
+       first->'new_period' AS first_new, second->'new_period' AS second_new,
        first->'fencing_token' = second->'fencing_token' AS same_token,
        (second->>'fencing_token')::bigint = l.fencing_token AS is_current,
        (first->>'expires_at')::timestamptz < (second->>'expires_at')::timestamptz AS second_extends,
@@ -51,10 +54,10 @@ SELECT first->'acquired' AS first_acq, second->'acquired' AS second_acq,
 
 -- In FROM: two calls, one row each.
 CREATE TEMP TABLE fr AS
-SELECT f.acquired AS f_acq, f.holder AS f_holder, f.fencing_token AS f_tok,
-       g.acquired AS g_acq, g.holder AS g_holder, g.fencing_token AS g_tok
+SELECT f.acquired AS f_acq, f.holder AS f_holder, f.fencing_token AS f_tok, f.new_period AS f_new,
+       g.acquired AS g_acq, g.holder AS g_holder, g.fencing_token AS g_tok, g.new_period AS g_new
   FROM le_acquire('mc-c', 'o1', '1 hour') f, le_acquire('mc-d', 'o2', '1 hour') g;
-SELECT f_acq, f_holder, g_acq, g_holder,
+SELECT f_acq, f_holder, f_new, g_acq, g_holder, g_new,
        f_tok = (SELECT fencing_token FROM le_leases WHERE lease_key = 'mc-c') AS f_current,
        g_tok = (SELECT fencing_token FROM le_leases WHERE lease_key = 'mc-d') AS g_current
   FROM fr;
@@ -62,11 +65,11 @@ SELECT f_acq, f_holder, g_acq, g_holder,
 -- LATERAL over a list of keys, one key three times by different owners:
 -- its first call wins, the other two are refused and name the winner.
 CREATE TEMP TABLE lat AS
-SELECT v.n, v.k, v.o, r.acquired, r.holder, r.fencing_token
+SELECT v.n, v.k, v.o, r.acquired, r.holder, r.fencing_token, r.new_period
   FROM (VALUES (1, 'mc-l1', 'w1'), (2, 'mc-l2', 'w2'), (3, 'mc-l1', 'w3'), (4, 'mc-l1', 'w4'))
        AS v(n, k, o),
        LATERAL le_acquire(v.k, v.o, '1 hour') AS r;
-SELECT lat.n, lat.k, lat.o, lat.acquired, lat.holder,
+SELECT lat.n, lat.k, lat.o, lat.acquired, lat.holder, lat.new_period,
        (lat.fencing_token = l.fencing_token) AS token_is_current
   FROM lat JOIN le_leases l ON l.lease_key = lat.k ORDER BY lat.n;
 
@@ -79,7 +82,7 @@ SELECT g, to_jsonb(r) AS r, to_jsonb(own) AS own
   FROM (SELECT g, le_acquire('mc-g' || (g % 3), 'gowner' || (g % 3), '1 hour') AS r,
                le_acquire('mc-own' || g, 'x', '1 hour') AS own
           FROM generate_series(1, 9) AS g OFFSET 0) AS calls;
-SELECT g, r->'acquired' AS acquired, r->>'holder' AS holder,
+SELECT g, r->'acquired' AS acquired, r->>'holder' AS holder, r->'new_period' AS new_period,
        (r->>'fencing_token')::bigint = l.fencing_token AS token_is_current
   FROM gs JOIN le_leases l ON l.lease_key = 'mc-g' || (g % 3) ORDER BY g;
 SELECT count(DISTINCT r->'fencing_token') AS distinct_tokens,
