@@ -23,7 +23,7 @@
  *	  that writes protected data takes it in LE_FENCE_WRITER_LOCKMODE and
  *	  keeps it to the end of its transaction; code that changes the token or
  *	  frees the lease takes it in LE_FENCE_CHANGE_LOCKMODE.  So a write
- *	  accepted with token T cannot commit after T+1 was granted.  Renewals
+ *	  accepted with token T cannot commit after a later token was granted.  Renewals
  *	  neither change the token nor take the fence lock.
  *
  * Lock order: the fence lock before the row lock, so a holder that renews
