@@ -25,41 +25,41 @@ autovacuum = off
 synchronous_commit = off
 });
 $node->start;
-$node->safe_psql('postgres', q{
-CREATE EXTENSION leader_election;
-CREATE TABLE guarded (v int, fencing_token bigint);
-SELECT le_protect('guarded', 'rel');
-});
+$node->safe_psql('postgres', 'CREATE EXTENSION leader_election');
 
 for my $how ('le_release', 'le_force_release')
 {
 	my $owner = "owner-$how";
+	my $key = "rel-$how";
+	my $table = "guarded_$how";
+	$node->safe_psql('postgres',
+		"CREATE TABLE $table (v int, fencing_token bigint); SELECT le_protect('$table', '$key')");
 	my $token = $node->safe_psql('postgres',
-		"SELECT fencing_token FROM le_acquire('rel', '$owner', '10 minutes')");
-	$node->safe_psql('postgres', "INSERT INTO guarded VALUES (1, $token)");
+		"SELECT fencing_token FROM le_acquire('$key', '$owner', '10 minutes')");
+	$node->safe_psql('postgres', "INSERT INTO $table VALUES (1, $token)");
 
 	# Flush everything so far, then nothing but the release is unflushed.
 	$node->safe_psql('postgres', 'CHECKPOINT');
 	my $call = $how eq 'le_release'
-	  ? "SELECT le_release('rel', '$owner', $token)"
-	  : "SELECT le_force_release('rel')";
+	  ? "SELECT le_release('$key', '$owner', $token)"
+	  : "SELECT le_force_release('$key')";
 	is($node->safe_psql('postgres', "SHOW synchronous_commit; $call"),
 		"off\nt", "[$how] release of token $token acknowledged with synchronous_commit = off");
 	$node->stop('immediate');
 	$node->start;
 
 	is($node->safe_psql('postgres',
-			"SELECT coalesce(holder, '<free>') || ' ' || is_valid FROM le_leases WHERE lease_key = 'rel'"),
+			"SELECT coalesce(holder, '<free>') || ' ' || is_valid FROM le_leases WHERE lease_key = '$key'"),
 		'<free> false', "[$how] after recovery the lease is free");
 	my $reason = $how eq 'le_release' ? 'released' : 'force_released';
 	is($node->safe_psql('postgres',
-			"SELECT end_reason FROM le_lease_history WHERE lease_key = 'rel' AND fencing_token = $token"),
+			"SELECT end_reason FROM le_lease_history WHERE lease_key = '$key' AND fencing_token = $token"),
 		$reason, "[$how] its history row is ended as $reason");
 	my ($rc, $out, $err) = $node->psql('postgres',
-		"INSERT INTO guarded VALUES (2, $token)",
+		"INSERT INTO $table VALUES (2, $token)",
 		extra_params => [ '-v', 'VERBOSITY=sqlstate' ]);
 	like($err, qr/LE00[12]/, "[$how] a write with the old token $token is rejected by the fence");
-	is($node->safe_psql('postgres', "SELECT count(*) FROM guarded WHERE v = 2"),
+	is($node->safe_psql('postgres', "SELECT count(*) FROM $table WHERE v = 2"),
 		'0', "[$how] and nothing of it is stored");
 }
 
