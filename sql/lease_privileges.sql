@@ -196,9 +196,12 @@ SELECT le_protect('regress_le_hijack.jobs', 'priv-fence');
 SELECT acquired, fencing_token FROM le_acquire('priv-fence', 'node1', '1 minute');
 SELECT fencing_token AS pf1 FROM le_leases WHERE lease_key OPERATOR(pg_catalog.=) 'priv-fence' \gset
 SELECT le_release('priv-fence', 'node1', :pf1) AS released;
-SELECT acquired, fencing_token FROM le_acquire('priv-fence', 'node2', '10 milliseconds');
-SELECT fencing_token AS pf2 FROM le_leases WHERE lease_key OPERATOR(pg_catalog.=) 'priv-fence' \gset
+-- (The 10 ms lease is written to at once: its token is kept with \gset by
+-- the acquire itself, and shown after the write.)
+SELECT acquired AS pf2_acquired, fencing_token AS pf2
+  FROM le_acquire('priv-fence', 'node2', '10 milliseconds') \gset
 INSERT INTO regress_le_hijack.jobs VALUES (1, :pf2);
+SELECT :'pf2_acquired' AS acquired, :pf2 OPERATOR(pg_catalog.>) :pf1 AS higher_token;
 INSERT INTO regress_le_hijack.jobs VALUES (2, :pf1);
 \echo :LAST_ERROR_SQLSTATE
 SELECT pg_catalog.pg_sleep(0.05);
