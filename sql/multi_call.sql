@@ -203,3 +203,35 @@ RESET leader_election.history_retention;
 SELECT count(*) AS pairs FROM le_leases a JOIN le_leases b USING (lease_key)
  WHERE a.fencing_token = b.fencing_token AND lease_key LIKE 'mc-%';
 
+
+-- Calls that fail inside the lease code (after it switched user, bounded
+-- lock waits and connected SPI), caught by a PL/pgSQL exception block
+-- several times in a row: the caller's lock_timeout and user are back,
+-- and a later unrelated error carries no context of the lease.
+SET lock_timeout = '7s';
+SELECT acquired FROM le_acquire('mc-err', 'o', '1 minute');
+SELECT le_force_release('mc-err');
+UPDATE le_lease SET fencing_token = 9223372036854775807 WHERE lease_key = 'mc-err';
+\set VERBOSITY terse
+DO $$
+DECLARE
+  caught int := 0;
+BEGIN
+  FOR i IN 1 .. 3 LOOP
+    BEGIN
+      PERFORM le_acquire('mc-err', 'o', '1 minute'), le_acquire('mc-err2', 'o', '1 minute');
+    EXCEPTION WHEN numeric_value_out_of_range THEN
+      caught := caught + 1;
+    END;
+  END LOOP;
+  RAISE NOTICE 'caught %, lock_timeout %, current_user is session_user: %',
+    caught, current_setting('lock_timeout'), current_user = session_user;
+END $$;
+\set VERBOSITY sqlstate
+SHOW lock_timeout;
+SELECT current_user = session_user AS same_user;
+SELECT count(*) AS mc_err2_rows FROM le_lease WHERE lease_key = 'mc-err2';
+\set VERBOSITY default
+SELECT 1 / 0;
+\set VERBOSITY sqlstate
+RESET lock_timeout;
