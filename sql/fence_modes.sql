@@ -199,11 +199,12 @@ RESET ROLE;
 CREATE TABLE parted (k int, fencing_token bigint) PARTITION BY RANGE (k);
 CREATE TABLE parted_1 PARTITION OF parted FOR VALUES FROM (0) TO (10);
 SELECT acquired, fencing_token FROM le_acquire('parted-lease', 'p', '1 minute');
+SELECT fencing_token AS pt FROM le_leases WHERE lease_key = 'parted-lease' \gset
 SELECT le_protect('parted', 'parted-lease');
-INSERT INTO parted VALUES (1, 1);
-INSERT INTO parted VALUES (2, 2);
+INSERT INTO parted VALUES (1, :pt);
+INSERT INTO parted VALUES (2, :pt + 1);
 \echo :LAST_ERROR_SQLSTATE
-INSERT INTO parted_1 VALUES (3, 2);
+INSERT INTO parted_1 VALUES (3, :pt + 1);
 \echo :LAST_ERROR_SQLSTATE
 -- TRUNCATE of one partition fires only that partition's triggers: the
 -- TRUNCATE guard is attached to each partition too.
@@ -244,7 +245,7 @@ DROP TABLE maint_t;
 \set ON_ERROR_STOP 0
 SELECT count(*) AS loaded FROM pg_settings WHERE name = 'leader_election.lock_timeout';
 BEGIN;
-SET LOCAL leader_election.fencing_token = 1;
+SET LOCAL leader_election.fencing_token = :pt;
 DELETE FROM parted WHERE k = 1;
 COMMIT;
 SELECT * FROM parted;

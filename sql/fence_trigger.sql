@@ -99,22 +99,24 @@ SELECT count(*) AS rows_after_truncate FROM invoices;
 -- Expiry is judged by the server clock at the write, even inside one
 -- transaction that verified the token before (LE002).
 SELECT acquired, fencing_token FROM le_acquire('short', 'a', '2 seconds');
+SELECT fencing_token AS st FROM le_leases WHERE lease_key = 'short' \gset
 CREATE TABLE short_t (v int, fencing_token bigint);
 CREATE TABLE plain_log (note text);
 SELECT le_protect('short_t', 'short');
 BEGIN;
-INSERT INTO short_t VALUES (1, 1);
+INSERT INTO short_t VALUES (1, :st);
 SELECT pg_sleep(2.2);
-INSERT INTO short_t VALUES (2, 1);
+INSERT INTO short_t VALUES (2, :st);
 \echo :LAST_ERROR_SQLSTATE
 ROLLBACK;
 
 -- A write rolled back to a savepoint leaves nothing to check at COMMIT,
 -- even after the lease expired.
 SELECT acquired, fencing_token FROM le_acquire('short', 'b', '2 seconds');
+SELECT fencing_token AS st FROM le_leases WHERE lease_key = 'short' \gset
 BEGIN;
 SAVEPOINT s;
-INSERT INTO short_t VALUES (11, 2);
+INSERT INTO short_t VALUES (11, :st);
 ROLLBACK TO SAVEPOINT s;
 SELECT pg_sleep(2.2);
 INSERT INTO plain_log VALUES ('kept');
@@ -125,8 +127,9 @@ SELECT * FROM plain_log;
 -- lease has expired (LE002 at COMMIT, nothing written), whatever the clock
 -- said at the write.
 SELECT acquired, fencing_token FROM le_acquire('short', 'b', '2 seconds');
+SELECT fencing_token AS st FROM le_leases WHERE lease_key = 'short' \gset
 BEGIN;
-INSERT INTO short_t VALUES (10, 3);
+INSERT INTO short_t VALUES (10, :st);
 SELECT pg_sleep(2.2);
 COMMIT;
 \echo :LAST_ERROR_SQLSTATE
@@ -135,23 +138,25 @@ SELECT count(*) AS short_rows FROM short_t;
 -- ... and a renewal in between extends it: the fence reads the row again
 -- before rejecting, and the commit goes through.
 SELECT acquired, fencing_token FROM le_acquire('short', 'a', '2 seconds');
+SELECT fencing_token AS st FROM le_leases WHERE lease_key = 'short' \gset
 BEGIN;
-INSERT INTO short_t VALUES (3, 4);
-SELECT le_renew('short', 'a', 4, '1 minute') IS NOT NULL AS renewed;
+INSERT INTO short_t VALUES (3, :st);
+SELECT le_renew('short', 'a', :st, '1 minute') IS NOT NULL AS renewed;
 SELECT pg_sleep(2.2);
-INSERT INTO short_t VALUES (4, 4);
+INSERT INTO short_t VALUES (4, :st);
 COMMIT;
 SELECT * FROM short_t ORDER BY v;
 
 -- A transaction that wrote with its token and then releases the lease
 -- itself cannot keep writing with it: the fence reads the row again when
 -- the transaction holds the fence lock exclusively.
-SELECT le_release('short', 'a', 4);
+SELECT le_release('short', 'a', :st);
 SELECT acquired, fencing_token FROM le_acquire('short', 'c', '1 minute');
+SELECT fencing_token AS st FROM le_leases WHERE lease_key = 'short' \gset
 BEGIN;
-INSERT INTO short_t VALUES (5, 5);
-SELECT le_release('short', 'c', 5);
-INSERT INTO short_t VALUES (6, 5);
+INSERT INTO short_t VALUES (5, :st);
+SELECT le_release('short', 'c', :st);
+INSERT INTO short_t VALUES (6, :st);
 \echo :LAST_ERROR_SQLSTATE
 ROLLBACK;
 SELECT * FROM short_t ORDER BY v;

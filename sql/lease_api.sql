@@ -37,8 +37,9 @@ SELECT le_release('billing', 'a', 1) AS old_holder_cannot_release;
 -- Expiry by the server clock: a 50 ms lease lapses, then anyone may take it
 -- (a new token, even for the previous owner); renewal after expiry fails.
 SELECT acquired, fencing_token FROM le_acquire('short', 'a', '50 milliseconds');
+SELECT fencing_token AS short1 FROM le_leases WHERE lease_key OPERATOR(pg_catalog.=) 'short' \gset
 SELECT pg_sleep(0.1);
-SELECT le_renew('short', 'a', 1) IS NULL AS expired_not_renewed;
+SELECT le_renew('short', 'a', :short1) IS NULL AS expired_not_renewed;
 SELECT acquired, fencing_token, holder FROM le_acquire('short', 'a', '10 seconds');
 SELECT acquired, fencing_token, holder FROM le_acquire('short', 'b', '10 seconds');
 

@@ -8,6 +8,7 @@ RESET client_min_messages;
 \set VERBOSITY terse
 
 SELECT acquired, fencing_token FROM le_acquire('cheap', 'leader', '1 hour');
+SELECT fencing_token AS cheap_tok FROM le_leases WHERE lease_key OPERATOR(pg_catalog.=) 'cheap' \gset
 
 -- A refusal inside an open transaction: no transaction id is assigned (a
 -- row lock, a WAL record or a commit record would need one), no fence lock
@@ -80,7 +81,7 @@ SELECT n_tup_upd AS upd0, n_tup_hot_upd AS hot0,
   FROM pg_stat_user_tables WHERE relid = 'le_lease'::regclass \gset
 \set ECHO none
 \o /dev/null
-SELECT 'SELECT le_renew(''cheap'', ''leader'', 1, ''1 hour'')' FROM generate_series(1, 300) \gexec
+SELECT format('SELECT le_renew(''cheap'', ''leader'', %s, ''1 hour'')', :cheap_tok) FROM generate_series(1, 300) \gexec
 \o
 \set ECHO all
 SELECT pg_stat_force_next_flush();

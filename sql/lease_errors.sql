@@ -13,6 +13,12 @@ CREATE FUNCTION pg_temp.state() RETURNS text LANGUAGE sql AS $$
           || coalesce((SELECT string_agg(h::text, '|' ORDER BY history_id) FROM le_lease_history h), ''))
 $$;
 
+-- The current token of a lease (tokens come from a sequence shared by all
+-- keys, so their values depend on what ran before).
+CREATE FUNCTION pg_temp.tok(key text) RETURNS bigint LANGUAGE sql AS $$
+  SELECT fencing_token FROM le_lease WHERE lease_key = key
+$$;
+
 -- Run one statement; report its SQLSTATE and message (or "ok"), and whether
 -- the lease state is unchanged afterwards.
 CREATE FUNCTION pg_temp.try(stmt text, OUT state text, OUT message text, OUT unchanged boolean)
@@ -30,7 +36,7 @@ BEGIN
   unchanged := pg_temp.state() = before;
 END $$;
 
--- The lease every bad call below aims at, validly held by 'a' with token 1.
+-- The lease every bad call below aims at, validly held by 'a'.
 SELECT acquired, fencing_token, holder FROM le_acquire('err', 'a', '1 hour');
 SELECT lease_key, holder, fencing_token, transitions FROM le_leases WHERE lease_key = 'err';
 
@@ -108,7 +114,7 @@ SELECT le_acquire('err', 'b', '2 hours');
 SELECT le_release('err', repeat('o', 201), 1);
 \echo :LAST_ERROR_SQLSTATE
 
--- Nothing changed: 'a' still holds 'err' with token 1, one period in history.
+-- Nothing changed: 'a' still holds 'err' with its token, one period in history.
 SELECT lease_key, holder, fencing_token, transitions, is_valid FROM le_leases WHERE lease_key = 'err';
 SELECT holder, fencing_token, ended_at FROM le_lease_history WHERE lease_key = 'err';
 
@@ -124,8 +130,8 @@ SELECT length(lease_key) AS key_chars, octet_length(lease_key) AS key_bytes,
        octet_length(holder) AS owner_bytes, fencing_token
   FROM le_leases WHERE lease_key IN (repeat('k', 200), repeat('é', 100), 'err-200')
   ORDER BY lease_key;
-SELECT le_renew('err-200', repeat('o', 200), 1, '1 hour') > clock_timestamp() AS renewed_at_max_ttl;
-SELECT le_release('err-200', repeat('o', 200), 1) AS released;
+SELECT le_renew('err-200', repeat('o', 200), pg_temp.tok('err-200'), '1 hour') > clock_timestamp() AS renewed_at_max_ttl;
+SELECT le_release('err-200', repeat('o', 200), pg_temp.tok('err-200')) AS released;
 
 -- A superuser lowers leader_election.max_ttl: the new bound applies at once,
 -- to acquire and renew; raising it again restores the old bound.
@@ -140,9 +146,9 @@ SELECT t.label, r.*
 SELECT le_acquire('err-ttl', 'b', '11 minutes');
 \echo :LAST_ERROR_SQLSTATE
 SET leader_election.max_ttl = '2h';
-SELECT (le_renew('err-ttl', 'b', 1, '2 hours') - clock_timestamp()) > interval '119 minutes' AS renewed_2h;
+SELECT (le_renew('err-ttl', 'b', pg_temp.tok('err-ttl'), '2 hours') - clock_timestamp()) > interval '119 minutes' AS renewed_2h;
 SELECT t.label, r.* FROM (VALUES
-    ('renew 2 h + 1 s', $$SELECT le_renew('err-ttl', 'b', 1, '7201 seconds')$$)
+    ('renew 2 h + 1 s', $$SELECT le_renew('err-ttl', 'b', pg_temp.tok('err-ttl'), '7201 seconds')$$)
   ) AS t(label, stmt), pg_temp.try(t.stmt) AS r;
 RESET leader_election.max_ttl;
 SHOW leader_election.max_ttl;
@@ -150,7 +156,7 @@ SHOW leader_election.max_ttl;
 -- Token overflow (rule 3): the last token issued is 2^63-1; the next grant
 -- fails with 22003 and changes nothing, neither the row nor the history.
 SELECT acquired, fencing_token FROM le_acquire('err-ovf', 'a', '1 hour');
-SELECT le_release('err-ovf', 'a', 1) AS released;
+SELECT le_release('err-ovf', 'a', pg_temp.tok('err-ovf')) AS released;
 UPDATE le_lease SET fencing_token = 9223372036854775807 WHERE lease_key = 'err-ovf';
 SELECT pg_temp.state() AS before_ovf \gset
 SELECT t.label, r.* FROM (VALUES
@@ -186,7 +192,7 @@ SELECT t.label, r.*
     ('acquire held lease',  $$SELECT le_acquire('err', 'b', '1 minute')$$),
     ('re-acquire own',      $$SELECT le_acquire('err', 'a', '1 minute')$$),
     ('renew',               $$SELECT le_renew('err', 'a', 1, '1 minute')$$),
-    ('release',             $$SELECT le_release('err', 'a', 1)$$),
+    ('release',             $$SELECT le_release('err', 'a', pg_temp.tok('err'))$$),
     ('force release',       $$SELECT le_force_release('err')$$),
     ('prune history',       $$SELECT le_prune_history()$$)
   ) AS t(label, stmt), pg_temp.try(t.stmt) AS r;
@@ -195,13 +201,13 @@ SELECT le_renew('err', 'a', 1, '1 minute');
 \echo :LAST_ERROR_SQLSTATE
 ROLLBACK;
 SET default_transaction_read_only = on;
-SELECT le_release('err', 'a', 1);
+SELECT le_release('err', 'a', pg_temp.tok('err'));
 \echo :LAST_ERROR_SQLSTATE
 RESET default_transaction_read_only;
 
 -- After all of that: the lease is intact and usable, the backend is the same.
 SELECT lease_key, holder, fencing_token, transitions, is_valid FROM le_leases WHERE lease_key = 'err';
-SELECT le_renew('err', 'a', 1, '1 minute') IS NOT NULL AS renewed;
-SELECT le_release('err', 'a', 1) AS released;
+SELECT le_renew('err', 'a', pg_temp.tok('err'), '1 minute') IS NOT NULL AS renewed;
+SELECT le_release('err', 'a', pg_temp.tok('err')) AS released;
 SELECT acquired, fencing_token, holder FROM le_acquire('err', 'b', '1 minute');
 SELECT pg_backend_pid() = :start_pid AS same_backend;

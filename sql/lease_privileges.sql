@@ -77,14 +77,15 @@ GRANT EXECUTE ON FUNCTION le_protect(regclass, text, name, text), le_fence() TO 
 SET ROLE regress_le_a;
 SELECT acquired, fencing_token, holder FROM le_acquire('priv', 'node1', '1 hour');
 SELECT holder, holder_role, fencing_token FROM le_leases WHERE lease_key = 'priv';
+SELECT fencing_token AS priv1 FROM le_leases WHERE lease_key OPERATOR(pg_catalog.=) 'priv' \gset
 RESET ROLE;
 
 -- Role b knows the owner id and the token, but is a different role: its
 -- acquire is refused, its renew returns NULL, its release false.
 SET ROLE regress_le_b;
 SELECT acquired, fencing_token, holder FROM le_acquire('priv', 'node1', '1 hour');
-SELECT le_renew('priv', 'node1', 1, '1 hour') IS NULL AS renew_refused;
-SELECT le_release('priv', 'node1', 1) AS released;
+SELECT le_renew('priv', 'node1', :priv1, '1 hour') IS NULL AS renew_refused;
+SELECT le_release('priv', 'node1', :priv1) AS released;
 -- Nor can it use the admin functions, still not granted.
 SELECT t.label, regress_le_try(t.stmt) AS result
   FROM (VALUES
@@ -96,8 +97,8 @@ RESET ROLE;
 
 -- Role a, the real holder, still can.
 SET ROLE regress_le_a;
-SELECT le_renew('priv', 'node1', 1, '1 hour') IS NOT NULL AS renewed;
-SELECT le_release('priv', 'node1', 1) AS released;
+SELECT le_renew('priv', 'node1', :priv1, '1 hour') IS NOT NULL AS renewed;
+SELECT le_release('priv', 'node1', :priv1) AS released;
 RESET ROLE;
 -- Once free, role b may take it (a new period, a new token).
 SET ROLE regress_le_b;
@@ -186,25 +187,32 @@ SELECT 'x'::text = 'y'::text AS hijacked_eq, clock_timestamp() < '2001-01-01' AS
 SELECT acquired, fencing_token, holder FROM le_acquire('priv', 'node1', '1 hour');
 -- A 10 ms lease expires by the real clock, not the fake one.
 SELECT acquired, fencing_token FROM le_acquire('priv-hijack', 'node1', '10 milliseconds');
+SELECT fencing_token AS hj1 FROM le_leases WHERE lease_key OPERATOR(pg_catalog.=) 'priv-hijack' \gset
 SELECT pg_catalog.pg_sleep(0.05);
-SELECT le_renew('priv-hijack', 'node1', 1, '1 minute') IS NULL AS lapsed_not_renewed;
+SELECT le_renew('priv-hijack', 'node1', :hj1, '1 minute') IS NULL AS lapsed_not_renewed;
 SELECT lease_key, is_valid FROM le_leases
  WHERE lease_key OPERATOR(pg_catalog.=) ANY (ARRAY['priv', 'priv-hijack']) ORDER BY 1;
 SELECT acquired, fencing_token FROM le_acquire('priv-hijack', 'node2', '1 minute');
-SELECT le_release('priv-hijack', 'node2', 2) AS released;
+SELECT fencing_token AS hj2 FROM le_leases WHERE lease_key OPERATOR(pg_catalog.=) 'priv-hijack' \gset
+SELECT le_release('priv-hijack', 'node2', :hj2) AS released;
 -- The fence trigger (no pinned search_path, see above) under the same
 -- hijack: the current token passes, a stale one is refused (LE001), a write
 -- after the lease lapsed by the real clock is refused (LE002).
 CREATE TABLE regress_le_hijack.jobs (id int, fencing_token bigint);
 SELECT le_protect('regress_le_hijack.jobs', 'priv-fence');
 SELECT acquired, fencing_token FROM le_acquire('priv-fence', 'node1', '1 minute');
-SELECT le_release('priv-fence', 'node1', 1) AS released;
-SELECT acquired, fencing_token FROM le_acquire('priv-fence', 'node2', '10 milliseconds');
-INSERT INTO regress_le_hijack.jobs VALUES (1, 2);
-INSERT INTO regress_le_hijack.jobs VALUES (2, 1);
+SELECT fencing_token AS pf1 FROM le_leases WHERE lease_key OPERATOR(pg_catalog.=) 'priv-fence' \gset
+SELECT le_release('priv-fence', 'node1', :pf1) AS released;
+-- (The 10 ms lease is written to at once: its token is kept with \gset by
+-- the acquire itself, and shown after the write.)
+SELECT acquired AS pf2_acquired, fencing_token AS pf2
+  FROM le_acquire('priv-fence', 'node2', '10 milliseconds') \gset
+INSERT INTO regress_le_hijack.jobs VALUES (1, :pf2);
+SELECT :'pf2_acquired' AS acquired, :pf2 OPERATOR(pg_catalog.>) :pf1 AS higher_token;
+INSERT INTO regress_le_hijack.jobs VALUES (2, :pf1);
 \echo :LAST_ERROR_SQLSTATE
 SELECT pg_catalog.pg_sleep(0.05);
-INSERT INTO regress_le_hijack.jobs VALUES (3, 2);
+INSERT INTO regress_le_hijack.jobs VALUES (3, :pf2);
 \echo :LAST_ERROR_SQLSTATE
 SELECT id, fencing_token FROM regress_le_hijack.jobs;
 -- le_fence_advance under the same hijack: the always-true '=' finds no other

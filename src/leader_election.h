@@ -88,6 +88,7 @@ typedef struct LeaseStoreState
 	char	   *caller_name;
 	const char *lease_key;		/* for error context */
 	MemoryContext caller_cxt;	/* where rows read are allocated */
+	Oid			nsp;			/* schema of the extension */
 	ErrorContextCallback errcallback;
 } LeaseStoreState;
 
@@ -102,7 +103,8 @@ extern void le_store_history_close(LeaseStoreState *st, int64 lease_id, int64 to
 extern int64 le_store_prune_history(LeaseStoreState *st, int64 lease_id);
 
 /* Token rule and fence lock (lease_store.c). */
-extern int64 le_next_token(const LeaseRow *row, int32 *timeline, int64 *system_id);
+extern int64 le_next_token(LeaseStoreState *st, const LeaseRow *row, int32 *timeline,
+						   int64 *system_id);
 extern void le_fence_lock(int64 lease_id, LOCKMODE mode);
 extern bool le_fence_trylock(int64 lease_id, LOCKMODE mode);
 extern bool le_lease_is_valid(const LeaseRow *row, TimestampTz now);

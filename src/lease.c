@@ -45,13 +45,17 @@ le_is_ours(const LeaseRow *row, const char *owner, const LeaseStoreState *st)
 		strcmp(row->holder_role, st->caller_name) == 0;
 }
 
-/* Build le_acquire's result row. */
+/*
+ * Build le_acquire's result row; new_period tells whether a granted call
+ * started a new ownership period (ignored, and NULL, when not acquired).
+ */
 static Datum
-le_acquire_result(FunctionCallInfo fcinfo, bool acquired, const LeaseRow *row)
+le_acquire_result(FunctionCallInfo fcinfo, bool acquired, bool new_period,
+				  const LeaseRow *row)
 {
 	TupleDesc	tupdesc;
-	Datum		values[4];
-	bool		nulls[4] = {false, false, false, false};
+	Datum		values[5];
+	bool		nulls[5] = {false, false, false, false, false};
 
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
@@ -67,6 +71,8 @@ le_acquire_result(FunctionCallInfo fcinfo, bool acquired, const LeaseRow *row)
 	}
 	else
 		nulls[2] = nulls[3] = true;
+	values[4] = BoolGetDatum(new_period);
+	nulls[4] = !acquired;
 
 	return HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls));
 }
@@ -86,9 +92,10 @@ le_close_period(LeaseStoreState *st, const LeaseRow *row, TimestampTz now,
 
 /*
  * le_acquire(lease_key, owner_id, ttl) -> (acquired, fencing_token, holder,
- * expires_at).  Grants a free or expired lease with a new, higher token;
- * extends a lease this owner and role validly hold, keeping their token;
- * otherwise reports the current holder.
+ * expires_at, new_period).  Grants a free or expired lease with a new,
+ * higher token (new_period true); extends a lease this owner and role
+ * validly hold, keeping their token (new_period false); otherwise reports
+ * the current holder (new_period NULL).
  */
 Datum
 le_acquire(PG_FUNCTION_ARGS)
@@ -101,7 +108,7 @@ le_acquire(PG_FUNCTION_ARGS)
 	TimestampTz now;
 	bool		found;
 	bool		fenced = false;
-	Datum		result;
+	bool		new_period = false;
 
 	le_check_writable("acquire");
 	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
@@ -112,7 +119,7 @@ le_acquire(PG_FUNCTION_ARGS)
 		!le_is_ours(&row, owner, &st))
 	{
 		le_store_end(&st);
-		PG_RETURN_DATUM(le_acquire_result(fcinfo, false, &row));
+		PG_RETURN_DATUM(le_acquire_result(fcinfo, false, false, &row));
 	}
 
 	if (!found)
@@ -139,7 +146,7 @@ le_acquire(PG_FUNCTION_ARGS)
 		{
 			/* Lost a race to another candidate. */
 			le_store_end(&st);
-			PG_RETURN_DATUM(le_acquire_result(fcinfo, false, &row));
+			PG_RETURN_DATUM(le_acquire_result(fcinfo, false, false, &row));
 		}
 		/* The valid holder again (e.g. a retry after a lost reply). */
 		row.renewed_at = now;
@@ -163,14 +170,16 @@ le_acquire(PG_FUNCTION_ARGS)
 			if (!le_fence_trylock(row.lease_id, LE_FENCE_CHANGE_LOCKMODE))
 			{
 				le_store_end(&st);
-				PG_RETURN_DATUM(le_acquire_result(fcinfo, false, &row));
+				PG_RETURN_DATUM(le_acquire_result(fcinfo, false, false, &row));
 			}
 			now = GetCurrentTimestamp();
 		}
 		if (row.holder != NULL)
 			le_close_period(&st, &row, now, "expired");
 
-		row.fencing_token = le_next_token(&row, &row.token_timeline, &row.token_system_id);
+		row.fencing_token = le_next_token(&st, &row, &row.token_timeline,
+										  &row.token_system_id);
+		new_period = true;
 		row.holder = owner;
 		row.holder_role = st.caller_name;
 		row.acquired_at = now;
@@ -184,9 +193,15 @@ le_acquire(PG_FUNCTION_ARGS)
 	}
 
 	ForceSyncCommit();
-	result = le_acquire_result(fcinfo, true, &row);
 	le_store_end(&st);
-	PG_RETURN_DATUM(result);
+
+	/*
+	 * Only now, after SPI_finish: a tuple built while SPI is connected lives
+	 * in SPI's procedure context, which SPI_finish frees.  The strings of row
+	 * are the caller's (owner, st.caller_name) or were copied into the
+	 * caller's context by le_store_read.
+	 */
+	PG_RETURN_DATUM(le_acquire_result(fcinfo, true, new_period, &row));
 }
 
 /*

@@ -23,7 +23,7 @@
  *	  that writes protected data takes it in LE_FENCE_WRITER_LOCKMODE and
  *	  keeps it to the end of its transaction; code that changes the token or
  *	  frees the lease takes it in LE_FENCE_CHANGE_LOCKMODE.  So a write
- *	  accepted with token T cannot commit after T+1 was granted.  Renewals
+ *	  accepted with token T cannot commit after a later token was granted.  Renewals
  *	  neither change the token nor take the fence lock.
  *
  * Lock order: the fence lock before the row lock, so a holder that renews
@@ -33,16 +33,22 @@
  * our work), so a row locked by a stuck or prepared transaction produces a
  * clear error instead of a hang.
  *
- * Token rule (le_next_token): a new ownership period gets the old token plus
- * one; when the server writes WAL on a newer timeline than the one that
- * issued the old token (after a standby promotion or a point-in-time
- * recovery), the token first jumps to (timeline - 1) << 40, above anything an
- * older timeline can have issued, acknowledged or not.  Timelines of another
- * cluster (a row restored by pg_dump, or after pg_upgrade: the row's
- * token_system_id is not ours) say nothing about ours, so such a row's next
- * grant jumps by the current timeline's number of 2^40 ranges above its
- * token: a primary and a standby promoted later, both starting from the
- * restored row, then land in different ranges, the later timeline higher.
+ * Token rule (le_next_token): a token is (range << 40) + a value of the
+ * sequence le_token_seq.  The sequence is non-transactional, so a value that
+ * reached anyone, even from a grant that rolled back, is never drawn again;
+ * its WAL is flushed before a token is returned, so a crash cannot set it
+ * back.  The range stays the old token's, except: when the server writes
+ * WAL on a newer timeline than the one that issued the old token (after a
+ * standby promotion or a point-in-time recovery), it jumps to at least
+ * timeline - 1, above anything an older timeline can have issued,
+ * acknowledged or not.  Timelines of another cluster (a row restored by
+ * pg_dump, or after pg_upgrade: the row's token_system_id is not ours) say
+ * nothing about ours, so such a row's next grant jumps by the current
+ * timeline's number of 2^40 ranges above its token: a primary and a standby
+ * promoted later, both starting from the restored row, then land in
+ * different ranges, the later timeline higher.  Per key, the new token must
+ * also exceed the row's last one; a sequence found behind it (set back by
+ * hand) is raised first, under a lock that excludes every nextval().
  *
  *-------------------------------------------------------------------------
  */
@@ -57,7 +63,9 @@
 #include "access/xact.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
+#include "access/xlog.h"
 #include "commands/async.h"
+#include "commands/sequence.h"
 #include "common/int.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
@@ -68,6 +76,7 @@
 #include "utils/builtins.h"
 #include "utils/datetime.h"
 #include "utils/fmgroids.h"
+#include "utils/fmgrprotos.h"
 #include "utils/guc.h"
 #include "utils/json.h"
 #include "utils/lsyscache.h"
@@ -371,6 +380,7 @@ le_store_begin(LeaseStoreState *st, Oid fn_oid, const char *lease_key)
 	st->caller_name = GetUserNameFromId(st->caller, false);
 	st->lease_key = lease_key;
 	st->caller_cxt = CurrentMemoryContext;
+	st->nsp = nsp;
 
 	owner = le_store_owner(nsp);
 
@@ -586,25 +596,98 @@ le_store_prune_history(LeaseStoreState *st, int64 lease_id)
 	return (int64) SPI_processed;
 }
 
+/* The oid of le_token_seq, the source of new tokens. */
+static Oid
+le_token_seq_oid(LeaseStoreState *st)
+{
+	Oid			seqid = get_relname_relid("le_token_seq", st->nsp);
+
+	if (!OidIsValid(seqid))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("sequence le_token_seq of extension leader_election is missing from schema \"%s\"",
+						get_namespace_name(st->nsp)),
+				 errhint("Reinstall the extension with DROP EXTENSION and CREATE EXTENSION.")));
+	return seqid;
+}
+
+/*
+ * The next value of le_token_seq, the source of the low bits of every new
+ * token.  A sequence is never rolled back, so a value handed out by a grant
+ * that later rolls back (or whose savepoint does) is never drawn again.
+ * nextval() WAL-logs the sequence only every few values, and the WAL of a
+ * transaction that rolls back is not flushed: when this call wrote WAL, it
+ * is flushed here, before the token can reach anyone, so that no crash can
+ * bring the sequence back below a value already returned.  The test is on
+ * this backend's own last record, so the flush is skipped (and costs
+ * nothing) for the values that nextval() did not log.
+ */
+static int64
+le_token_seq_next(Oid seqid)
+{
+	XLogRecPtr	before = XactLastRecEnd;
+	int64		value;
+
+	/* We run as the extension owner, who owns the sequence. */
+	value = nextval_internal(seqid, true);
+	if (XactLastRecEnd != before)
+		XLogFlush(XactLastRecEnd);
+	return value;
+}
+
+/*
+ * A value of le_token_seq above floor, raising the sequence when it is not
+ * (it was set back by hand, or restored older than the lease rows).  The
+ * sequence is locked against every nextval() until the end of the
+ * transaction first, so that the raise can never set it below a value that
+ * another grant drew in the meantime; the wait is bounded by
+ * leader_election.lock_timeout.
+ */
+static int64
+le_token_seq_raise(Oid seqid, int64 floor, const char *key)
+{
+	int64		value;
+
+	LockRelationOid(seqid, ShareRowExclusiveLock);
+	value = le_token_seq_next(seqid);
+	if (value <= floor)
+	{
+		ereport(LOG,
+				(errmsg("leader_election: sequence le_token_seq was behind the last token of lease \"%s\", raised from " INT64_FORMAT " to " INT64_FORMAT,
+						key, value, floor)));
+		(void) DirectFunctionCall2(setval_oid, ObjectIdGetDatum(seqid), Int64GetDatum(floor));
+		value = le_token_seq_next(seqid);
+	}
+	return value;
+}
+
 /*
  * The token of the next ownership period of a lease, and the timeline and
- * system identifier to record with it: one more than the last; on a newer
- * WAL timeline than the one that issued the last token, at least
- * (timeline - 1) << LE_TIMELINE_SHIFT and as many ranges of
- * 2^LE_TIMELINE_SHIFT above the last token's range as timelines passed; for
- * a token another cluster issued, the current timeline's number of ranges
- * above the last token's.  Tokens so always sit near the start of a range,
- * and a primary and its later-promoted standby, starting from the same row,
- * issue tokens in different ranges, the later timeline's higher.  Overflow
- * is an error.
+ * system identifier to record with it.
+ *
+ * A token is (range << LE_TIMELINE_SHIFT) + a fresh value of le_token_seq.
+ * The range is the last token's range; on a newer WAL timeline than the one
+ * that issued the last token, at least timeline - 1 and as many ranges above
+ * the last token's as timelines passed; for a token another cluster issued,
+ * the current timeline's number of ranges above the last token's.  So a
+ * primary and its later-promoted standby, starting from the same row, issue
+ * tokens in different ranges, the later timeline's higher; and within a
+ * range no two grants ever share a sequence value, acknowledged or rolled
+ * back.  The result must still exceed the row's last token: a sequence set
+ * back by hand (setval, or a restore of an older sequence next to newer
+ * rows) would make it lower, so then the sequence is first raised to the
+ * last token's value.  Exhaustion (range or sequence) is an error.
  */
 int64
-le_next_token(const LeaseRow *row, int32 *timeline, int64 *system_id)
+le_next_token(LeaseStoreState *st, const LeaseRow *row, int32 *timeline, int64 *system_id)
 {
 	TimeLineID	tli = le_current_timeline();
 	int64		sysid = (int64) GetSystemIdentifier();
 	int64		last_range = row->fencing_token >> LE_TIMELINE_SHIFT;
-	int64		range = -1;
+	int64		low_mask = (INT64CONST(1) << LE_TIMELINE_SHIFT) - 1;
+	int64		range;
+	Oid			seqid;
+	int64		seq;
 	int64		next;
 
 	if ((int64) (tli - 1) > (PG_INT64_MAX >> LE_TIMELINE_SHIFT))
@@ -618,16 +701,32 @@ le_next_token(const LeaseRow *row, int32 *timeline, int64 *system_id)
 		range = last_range + (int64) tli;	/* issued by another cluster */
 	else if ((int64) tli > (int64) row->token_timeline)
 		range = Max((int64) tli - 1, last_range + (int64) tli - row->token_timeline);
+	else
+		range = last_range;
 
-	if (pg_add_s64_overflow(row->fencing_token, 1, &next) ||
-		range > (PG_INT64_MAX >> LE_TIMELINE_SHIFT))
+	/* A range whose last value was issued cannot take another token. */
+	if (range > (PG_INT64_MAX >> LE_TIMELINE_SHIFT) ||
+		(range == last_range && (row->fencing_token & low_mask) == low_mask))
 		ereport(ERROR,
 				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
 				 errmsg("fencing token of lease \"%s\" is exhausted", row->lease_key),
 				 errdetail("The last token issued was " INT64_FORMAT ".", row->fencing_token),
 				 errhint("Use a new lease key.")));
-	if (range > 0 && (range << LE_TIMELINE_SHIFT) > next)
-		next = range << LE_TIMELINE_SHIFT;
+
+	seqid = le_token_seq_oid(st);
+	seq = le_token_seq_next(seqid);
+	if (range == last_range && seq <= (row->fencing_token & low_mask))
+		seq = le_token_seq_raise(seqid, row->fencing_token & low_mask, row->lease_key);
+	if (seq <= 0 || seq > low_mask)
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("sequence le_token_seq is exhausted"),
+				 errdetail("It gave " INT64_FORMAT "; tokens take values from 1 to " INT64_FORMAT ".",
+						   seq, low_mask)));
+	next = (range << LE_TIMELINE_SHIFT) + seq;
+	if (next <= row->fencing_token)
+		elog(ERROR, "leader_election: new token " INT64_FORMAT " of lease \"%s\" is not above the last one, " INT64_FORMAT,
+			 next, row->lease_key, row->fencing_token);
 
 	*timeline = (int32) tli;
 	*system_id = sysid;

@@ -8,6 +8,14 @@ CREATE SEQUENCE @extschema@.le_lease_id_seq AS bigint;
 COMMENT ON SEQUENCE @extschema@.le_lease_id_seq IS
     'surrogate ids of lease rows; also the collision-free lock tag of each lease''s fence lock';
 
+-- The low bits of every fencing token (see le_next_token in
+-- src/lease_store.c): a sequence is never rolled back, so a token that a
+-- rolled-back grant returned is never issued again.  Tokens are 1 to 2^40 - 1
+-- within a range of 2^40.
+CREATE SEQUENCE @extschema@.le_token_seq AS bigint MAXVALUE 1099511627775 NO CYCLE;
+COMMENT ON SEQUENCE @extschema@.le_token_seq IS
+    'source of fencing tokens (the part below 2^40): every grant of a new ownership period takes a fresh value, never given out again, even when the granting transaction rolls back';
+
 CREATE TABLE @extschema@.le_lease (
     lease_id        bigint      NOT NULL DEFAULT pg_catalog.nextval('le_lease_id_seq'::pg_catalog.regclass),
     lease_key       text        NOT NULL,
@@ -31,7 +39,7 @@ ALTER SEQUENCE @extschema@.le_lease_id_seq OWNED BY @extschema@.le_lease.lease_i
 COMMENT ON TABLE @extschema@.le_lease IS
     'one row per lease key, never deleted (a deleted row would let its tokens start again); written only by the leader_election C functions';
 COMMENT ON COLUMN @extschema@.le_lease.fencing_token IS
-    'last token issued for this key (0: never granted); rises on every grant of a new ownership period';
+    'last token issued for this key (0: never granted); rises on every grant of a new ownership period, not by one: tokens come from le_token_seq, shared by all keys';
 COMMENT ON COLUMN @extschema@.le_lease.token_timeline IS
     'WAL timeline that issued fencing_token; a grant on a newer timeline jumps the token above anything an older timeline could have issued';
 COMMENT ON COLUMN @extschema@.le_lease.token_system_id IS
@@ -76,11 +84,13 @@ COMMENT ON COLUMN @extschema@.le_lease_history.ended_at IS
 -- Lease state must survive pg_dump/pg_restore, or tokens would start again.
 SELECT pg_catalog.pg_extension_config_dump('le_lease', '');
 SELECT pg_catalog.pg_extension_config_dump('le_lease_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('le_token_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('le_lease_history', '');
 SELECT pg_catalog.pg_extension_config_dump('le_lease_history_id_seq', '');
 
 REVOKE ALL ON @extschema@.le_lease, @extschema@.le_lease_history FROM PUBLIC;
-REVOKE ALL ON SEQUENCE @extschema@.le_lease_id_seq, @extschema@.le_lease_history_id_seq FROM PUBLIC;
+REVOKE ALL ON SEQUENCE @extschema@.le_lease_id_seq, @extschema@.le_lease_history_id_seq,
+    @extschema@.le_token_seq FROM PUBLIC;
 
 CREATE FUNCTION @extschema@.le_acquire(
     lease_key text,
@@ -89,13 +99,14 @@ CREATE FUNCTION @extschema@.le_acquire(
     OUT acquired boolean,
     OUT fencing_token bigint,
     OUT holder text,
-    OUT expires_at timestamptz)
+    OUT expires_at timestamptz,
+    OUT new_period boolean)
 RETURNS record
 LANGUAGE c VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'le_acquire';
 COMMENT ON FUNCTION @extschema@.le_acquire(text, text, interval) IS
-    'try to take the lease; returns the caller''s fencing token when granted (the same token again for the valid holder), or the current holder and its expiry when refused';
+    'try to take the lease; returns the caller''s fencing token when granted (new_period true: a new, higher token; false: the valid holder again, same token and a new expiry), or the current holder and its expiry when refused (new_period NULL)';
 
 CREATE FUNCTION @extschema@.le_renew(
     lease_key text,
