@@ -84,11 +84,17 @@ PG_FUNCTION_INFO_V1(le_unprotect);
 #define LE_FENCE_ROW_TRIGGER		"le_fence"
 #define LE_FENCE_TRUNCATE_TRIGGER	"le_fence_truncate"
 
-/* Per-backend cache of where le_lease lives and of key -> lease_id. */
+/*
+ * Per-backend cache of where le_lease lives and, per key, where (heap TID)
+ * the row was last found.  No lease id is cached: the fence always judges a
+ * write by the row it reads.  A hint is only a place to look first (see
+ * le_store_read_latest); all hints are dropped on any relcache
+ * invalidation of le_lease or its index (VACUUM FULL, CLUSTER, TRUNCATE,
+ * DROP and CREATE EXTENSION).
+ */
 typedef struct LeaseIdEntry
 {
 	char		key[LE_MAX_KEY_LEN + 1];	/* hash key */
-	int64		lease_id;
 	ItemPointerData tid;		/* where the index last found the row */
 } LeaseIdEntry;
 
@@ -100,18 +106,41 @@ static HTAB *cache_lease_ids = NULL;
 static bool cache_stale = false;
 
 /*
- * What this transaction last verified under the fence lock.  Reset at the
- * end of every transaction.
+ * What the current command last passed the early (lockless) check with, so
+ * that the other rows of a multi-row statement need only the clock compared
+ * with the expiry; the next command reads the row again (and so sees a
+ * release or grant made meanwhile, by anyone, this transaction included).
+ * Reset at the end of every transaction and when a subtransaction rolls
+ * back.  Only a shortcut for the early check: the commit-time check is the
+ * authority.
  */
 static struct
 {
 	bool		valid;
+	CommandId	cid;
 	Oid			nsp;
-	int64		lease_id;
+	char		key[LE_MAX_KEY_LEN + 1];
 	int64		token;
 	TimestampTz expires_at;
 	Oid			strict_userid;	/* role that passed the strict check, if any */
 }			verified;
+
+/*
+ * The row an UPDATE of a fenced table last passed the fence with, in this
+ * command: when that UPDATE moves the row to another partition, PostgreSQL
+ * deletes it from the old partition, firing the DELETE trigger there for the
+ * same tuple; that deletion is judged by the new row's token (item 10 of
+ * issue 7).  Reset at the end of every transaction.
+ */
+static struct
+{
+	bool		valid;
+	Oid			relid;
+	ItemPointerData tid;
+	CommandId	cid;
+	SubTransactionId subid;
+	int64		token;
+}			updated_row;
 
 /*
  * Every (lease, token) this transaction passed the fence with, checked again
@@ -123,7 +152,8 @@ static struct
 typedef struct FencedLease
 {
 	Oid			nsp;
-	int64		lease_id;
+	Oid			lease_relid;	/* le_lease the row was read from */
+	int64		lease_id;		/* id of the row read (never a cached one) */
 	int64		token;
 	TimestampTz expires_at;		/* as last read */
 	SubTransactionId subid;		/* (sub)transaction that first passed */
@@ -152,6 +182,8 @@ typedef struct FenceTriggerInfo
 static HTAB *trigger_infos = NULL;
 static bool trigger_infos_stale = false;
 
+static void le_fence_cache_prepare(Oid nsp);
+
 /*
  * Note that le_lease or its index changed (or the relcache was reset): the
  * next check looks the oids up again and, if they changed (the extension
@@ -162,7 +194,7 @@ static void
 le_fence_relcache_callback(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || relid == cache_lease_relid || relid == cache_key_indexid)
-		cache_stale = true;
+		cache_stale = true;		/* the hints go too, see le_fence_cache_prepare */
 	trigger_infos_stale = true;
 }
 
@@ -174,10 +206,15 @@ le_fence_proc_callback(Datum arg, int cacheid, uint32 hashvalue)
 }
 
 /*
- * At commit (or PREPARE), check again every lease this transaction passed
- * the fence with whose expiry, as last read, has passed: the row is read
- * again (a renewal may have extended it) and the commit fails with LE002
- * (LE001 if the token moved) when the lease is no longer held.
+ * At commit (or PREPARE): the authoritative check.  For every lease this
+ * transaction passed the fence with, take its fence lock in
+ * LE_FENCE_WRITER_LOCKMODE (the wait bounded by
+ * leader_election.lock_timeout, 55P03), then read the latest committed row
+ * with a snapshot taken after the lock was granted, and require that it is
+ * still the row the write was judged by, that the token is its current one
+ * and that the lease is unexpired now.  Otherwise the commit fails with
+ * LE001 or LE002 and the transaction is rolled back.  The lock is held from
+ * here to the end of the commit (or, after PREPARE, to COMMIT PREPARED).
  */
 static void
 le_fence_commit_check(void)
@@ -187,16 +224,30 @@ le_fence_commit_check(void)
 	foreach(lc, fenced_leases)
 	{
 		FencedLease *fl = (FencedLease *) lfirst(lc);
-		TimestampTz now = GetCurrentTimestamp();
-		Oid			lease_relid;
-		Oid			key_indexid;
+		TimestampTz now;
 		LeaseRow	row;
+		bool		found;
 
-		if (now < fl->expires_at)
-			continue;
-		le_store_relids(fl->nsp, &lease_relid, &key_indexid);
-		if (!le_store_read_latest(lease_relid, key_indexid, fl->key, &fl->tid, &row))
-			row.fencing_token = 0;
+		le_fence_cache_prepare(fl->nsp);
+		if (cache_lease_relid != fl->lease_relid)
+			ereport(ERROR,
+					(errcode(ERRCODE_LE_STALE_FENCING_TOKEN),
+					 errmsg("lease \"%s\" was replaced before this transaction committed", fl->key),
+					 errdetail("The table le_lease that issued fencing token " INT64_FORMAT " is gone; the transaction is rolled back.",
+							   fl->token),
+					 errhint("Acquire the lease again for a new token.")));
+
+		le_fence_lock_writer(fl->lease_id, fl->key);
+		found = le_store_read_latest(cache_lease_relid, cache_key_indexid, fl->key,
+									 &fl->tid, &row);
+		now = GetCurrentTimestamp();
+		if (!found || row.lease_id != fl->lease_id)
+			ereport(ERROR,
+					(errcode(ERRCODE_LE_STALE_FENCING_TOKEN),
+					 errmsg("lease \"%s\" was replaced before this transaction committed", fl->key),
+					 errdetail("The lease row that issued fencing token " INT64_FORMAT " is gone; the transaction is rolled back.",
+							   fl->token),
+					 errhint("Acquire the lease again for a new token.")));
 		if (row.fencing_token != fl->token)
 			ereport(ERROR,
 					(errcode(ERRCODE_LE_STALE_FENCING_TOKEN),
@@ -237,6 +288,7 @@ le_fence_xact_callback(XactEvent event, void *arg)
 			break;
 		default:
 			verified.valid = false;
+			updated_row.valid = false;
 			fenced_leases = NIL;	/* its memory goes with the transaction */
 			break;
 	}
@@ -255,6 +307,7 @@ le_fence_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	if (event == SUBXACT_EVENT_ABORT_SUB)
 	{
 		verified.valid = false;
+		updated_row.valid = false;
 		foreach(lc, fenced_leases)
 		{
 			if (((FencedLease *) lfirst(lc))->subid == mySubid)
@@ -275,7 +328,8 @@ le_fence_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 
 /* Remember that this transaction passed the fence of a lease with a token. */
 static void
-le_fence_remember(Oid nsp, const char *key, const LeaseRow *row, ItemPointer tid)
+le_fence_remember(Oid nsp, Oid lease_relid, const char *key, const LeaseRow *row,
+				  ItemPointer tid)
 {
 	ListCell   *lc;
 	FencedLease *fl;
@@ -284,8 +338,8 @@ le_fence_remember(Oid nsp, const char *key, const LeaseRow *row, ItemPointer tid
 	foreach(lc, fenced_leases)
 	{
 		fl = (FencedLease *) lfirst(lc);
-		if (fl->nsp == nsp && fl->lease_id == row->lease_id &&
-			fl->token == row->fencing_token)
+		if (fl->nsp == nsp && fl->lease_relid == lease_relid &&
+			fl->lease_id == row->lease_id && fl->token == row->fencing_token)
 		{
 			fl->expires_at = row->expires_at;
 			return;
@@ -294,6 +348,7 @@ le_fence_remember(Oid nsp, const char *key, const LeaseRow *row, ItemPointer tid
 	oldcxt = MemoryContextSwitchTo(TopTransactionContext);
 	fl = (FencedLease *) palloc(sizeof(FencedLease));
 	fl->nsp = nsp;
+	fl->lease_relid = lease_relid;
 	fl->lease_id = row->lease_id;
 	fl->token = row->fencing_token;
 	fl->expires_at = row->expires_at;
@@ -317,7 +372,13 @@ le_fence_register_callbacks(void)
 	cache_callbacks_registered = true;
 }
 
-/* Make sure the caches describe the extension living in schema nsp. */
+/*
+ * Make sure the caches describe the extension living in schema nsp.  After
+ * any invalidation of le_lease or its index the oids are looked up again
+ * and every TID hint is dropped: the table may have been rewritten or
+ * truncated (VACUUM FULL, CLUSTER, TRUNCATE) or replaced (DROP and CREATE
+ * EXTENSION).
+ */
 static void
 le_fence_cache_prepare(Oid nsp)
 {
@@ -326,24 +387,22 @@ le_fence_cache_prepare(Oid nsp)
 	Oid			key_indexid;
 
 	le_fence_register_callbacks();
-	if (cache_nsp == nsp && !cache_stale)
+	if (cache_nsp == nsp && !cache_stale && cache_lease_ids != NULL)
 		return;
 
-	cache_stale = false;
 	le_store_relids(nsp, &lease_relid, &key_indexid);
-	if (cache_nsp == nsp && lease_relid == cache_lease_relid &&
-		key_indexid == cache_key_indexid && cache_lease_ids != NULL)
-		return;
+	cache_stale = false;
 
-	/* Another extension instance: lease ids and TIDs mean nothing now. */
-	verified.valid = false;
 	if (cache_lease_ids != NULL)
 		hash_destroy(cache_lease_ids);
+	cache_lease_ids = NULL;
+	if (cache_nsp != nsp || lease_relid != cache_lease_relid)
+		verified.valid = false;
 	memset(&ctl, 0, sizeof(ctl));
 	ctl.keysize = LE_MAX_KEY_LEN + 1;
 	ctl.entrysize = sizeof(LeaseIdEntry);
 	ctl.hcxt = CacheMemoryContext;
-	cache_lease_ids = hash_create("leader_election lease ids", 64, &ctl,
+	cache_lease_ids = hash_create("leader_election lease row hints", 64, &ctl,
 								  HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
 	cache_nsp = nsp;
 	cache_lease_relid = lease_relid;
@@ -362,11 +421,13 @@ le_fence_reject_unknown(const char *key, int64 token)
 }
 
 /*
- * The fence check shared by the trigger, le_fence_check() and the jobs
- * functions: take the fence lock, then accept the token only if it is the
- * lease's current one and the lease is held and unexpired now; in strict
- * mode the current role must also be the role that acquired the lease.
- * Raises LE001, LE002 or 42501 otherwise.
+ * The early fence check shared by the trigger, le_fence_check() and the
+ * jobs functions: accept the token only if it is the lease's current one and
+ * the lease is held and unexpired now (in strict mode the current role must
+ * also be the role that acquired the lease), judged on the latest committed
+ * row, read without any lock; raises LE001, LE002 or 42501 otherwise.  The
+ * (lease row, token) is recorded for the commit-time check, which takes
+ * the fence lock and decides (le_fence_commit_check).
  */
 void
 le_fence_check_lease(Oid nsp, const char *key, int64 token, bool strict)
@@ -374,42 +435,27 @@ le_fence_check_lease(Oid nsp, const char *key, int64 token, bool strict)
 	LeaseIdEntry *entry;
 	LeaseRow	row;
 	bool		found;
-	bool		held_before;
 	TimestampTz now;
-	Oid			lease_relid;
-	Oid			key_indexid;
 
 	le_fence_cache_prepare(nsp);
-	lease_relid = cache_lease_relid;
-	key_indexid = cache_key_indexid;
-
-	entry = (LeaseIdEntry *) hash_search(cache_lease_ids, key, HASH_FIND, NULL);
-	if (entry == NULL)
-	{
-		/* First use of this key in this backend: learn its lease_id. */
-		ItemPointerData tid;
-
-		ItemPointerSetInvalid(&tid);
-		if (!le_store_read_latest(lease_relid, key_indexid, key, &tid, &row))
-			le_fence_reject_unknown(key, token);
-		entry = (LeaseIdEntry *) hash_search(cache_lease_ids, key, HASH_ENTER, &found);
-		entry->lease_id = row.lease_id;
-		entry->tid = tid;
-	}
-
-	held_before = le_fence_lock_writer(entry->lease_id, key);
 	now = GetCurrentTimestamp();
 
-	/* Same lease and token already verified under this very lock. */
-	if (held_before && verified.valid && verified.nsp == nsp &&
-		verified.lease_id == entry->lease_id && verified.token == token &&
-		now < verified.expires_at &&
+	/* Same lease and token already passed in this transaction. */
+	if (verified.valid && verified.cid == GetCurrentCommandId(false) &&
+		verified.nsp == nsp && verified.token == token &&
+		now < verified.expires_at && strcmp(verified.key, key) == 0 &&
 		(!strict || verified.strict_userid == GetUserId()))
 		return;
+	verified.valid = false;
 
-	/* The latest committed row, read after the lock was granted. */
-	if (!le_store_read_latest(lease_relid, key_indexid, key, &entry->tid, &row))
+	entry = (LeaseIdEntry *) hash_search(cache_lease_ids, key, HASH_ENTER, &found);
+	if (!found)
+		ItemPointerSetInvalid(&entry->tid);
+
+	/* The latest committed row (and this transaction's own changes). */
+	if (!le_store_read_latest(cache_lease_relid, cache_key_indexid, key, &entry->tid, &row))
 		le_fence_reject_unknown(key, token);
+	now = GetCurrentTimestamp();
 
 	if (row.fencing_token != token)
 		ereport(ERROR,
@@ -452,10 +498,11 @@ le_fence_check_lease(Oid nsp, const char *key, int64 token, bool strict)
 		verified.strict_userid = userid;
 	}
 
-	le_fence_remember(nsp, key, &row, &entry->tid);
+	le_fence_remember(nsp, cache_lease_relid, key, &row, &entry->tid);
 	verified.valid = true;
+	verified.cid = GetCurrentCommandId(false);
 	verified.nsp = nsp;
-	verified.lease_id = row.lease_id;
+	strlcpy(verified.key, key, sizeof(verified.key));
 	verified.token = token;
 	verified.expires_at = row.expires_at;
 }
@@ -504,12 +551,14 @@ le_fence_validate(Relation rel, const char *key, const char *column, Oid *atttyp
 
 		if (att->attisdropped || strcmp(NameStr(att->attname), column) != 0)
 			continue;
-		if (att->atttypid != INT8OID && att->atttypid != INT4OID && att->atttypid != INT2OID)
+		if (att->atttypid != INT8OID)
 			ereport(ERROR,
 					(errcode(ERRCODE_DATATYPE_MISMATCH),
-					 errmsg("token column \"%s\" of table \"%s\" must be bigint or integer",
+					 errmsg("token column \"%s\" of table \"%s\" must be of type bigint",
 							column, RelationGetRelationName(rel)),
-					 errdetail("Its type is %s.", format_type_be(att->atttypid))));
+					 errdetail("Its type is %s.", format_type_be(att->atttypid)),
+					 errhint("Fencing tokens jump to 2^40 and above after a promotion, a point-in-time recovery or a restore into another cluster; use ALTER TABLE %s ALTER COLUMN %s TYPE bigint.",
+							 quote_identifier(RelationGetRelationName(rel)), quote_identifier(column))));
 		*atttypid = att->atttypid;
 		return att->attnum;
 	}
@@ -590,12 +639,7 @@ le_fence_row_token(FenceTriggerInfo *info, TriggerData *trigdata, HeapTuple tupl
 				 errmsg("fencing token column \"%s\" of table \"%s\" is NULL",
 						column, RelationGetRelationName(trigdata->tg_relation)),
 				 errhint("Every write to a fenced table carries the writer's fencing token.")));
-	if (info->atttypid == INT8OID)
-		token = DatumGetInt64(d);
-	else if (info->atttypid == INT4OID)
-		token = DatumGetInt32(d);
-	else
-		token = DatumGetInt16(d);
+	token = DatumGetInt64(d);	/* bigint only, see le_fence_validate */
 	if (token <= 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -623,6 +667,40 @@ le_fence_setting_token(TriggerData *trigdata, const char *what)
 						what, RelationGetRelationName(trigdata->tg_relation)),
 				 errhint("Run SET LOCAL leader_election.fencing_token = <your token> in the transaction first.")));
 	return le_fencing_token_setting;
+}
+
+/* Remember the row an UPDATE passed the fence with (see updated_row). */
+static void
+le_fence_note_update(TriggerData *trigdata, int64 token)
+{
+	updated_row.valid = true;
+	updated_row.relid = RelationGetRelid(trigdata->tg_relation);
+	updated_row.tid = trigdata->tg_trigtuple->t_self;
+	updated_row.cid = GetCurrentCommandId(false);
+	updated_row.subid = GetCurrentSubTransactionId();
+	updated_row.token = token;
+}
+
+/*
+ * Is this DELETE the first half of a cross-partition UPDATE whose BEFORE
+ * UPDATE trigger just passed the fence for the same tuple in the same
+ * command?  Then *token is the new row's token (the INSERT half checks it
+ * again in the new partition).
+ */
+static bool
+le_fence_moving_row(TriggerData *trigdata, int64 *token)
+{
+	bool		moving;
+
+	moving = updated_row.valid &&
+		updated_row.relid == RelationGetRelid(trigdata->tg_relation) &&
+		ItemPointerEquals(&updated_row.tid, &trigdata->tg_trigtuple->t_self) &&
+		updated_row.cid == GetCurrentCommandId(false) &&
+		updated_row.subid == GetCurrentSubTransactionId();
+	updated_row.valid = false;
+	if (moving)
+		*token = updated_row.token;
+	return moving;
 }
 
 /*
@@ -681,11 +759,15 @@ le_fence(PG_FUNCTION_ARGS)
 		/* The new row's token: an UPDATE that keeps a stale token fails. */
 		result = trigdata->tg_newtuple;
 		token = le_fence_row_token(info, trigdata, result);
+		le_fence_check_lease(info->nsp, info->key, token, info->strict);
+		le_fence_note_update(trigdata, token);
+		return PointerGetDatum(result);
 	}
 	else
 	{
 		result = trigdata->tg_trigtuple;
-		token = le_fence_setting_token(trigdata, "DELETE");
+		if (le_fencing_token_setting != 0 || !le_fence_moving_row(trigdata, &token))
+			token = le_fence_setting_token(trigdata, "DELETE");
 	}
 
 	le_fence_check_lease(info->nsp, info->key, token, info->strict);

@@ -62,6 +62,7 @@
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "storage/bufmgr.h"
 #include "storage/lmgr.h"
 #include "storage/lock.h"
 #include "storage/proc.h"
@@ -823,6 +824,16 @@ le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
 	snap = RegisterSnapshot(GetLatestSnapshot());
 	slot = table_slot_create(rel, NULL);
 
+	/*
+	 * A hint may point past the end of the table: VACUUM can truncate
+	 * trailing pages (other hints are dropped on relcache invalidation, but
+	 * that may arrive only with this very table_open).  Our lock excludes
+	 * truncation while we read.
+	 */
+	if (hint != NULL && ItemPointerIsValid(hint) &&
+		ItemPointerGetBlockNumber(hint) >= RelationGetNumberOfBlocks(rel))
+		ItemPointerSetInvalid(hint);
+
 	if (hint != NULL && ItemPointerIsValid(hint))
 	{
 		IndexFetchTableData *fetch = table_index_fetch_begin(rel);
@@ -888,28 +899,21 @@ le_fence_wait_context(void *arg)
 
 /*
  * Take the fence lock of a lease in LE_FENCE_WRITER_LOCKMODE until the end
- * of the transaction.  Returns true when this transaction already held it
- * in that mode and does not hold LE_FENCE_CHANGE_LOCKMODE itself, i.e. when
- * no token change can have committed since the lock was first granted.
- *
- * The uncontended path touches no setting; a wait (for a takeover or a
- * release in progress) is bounded by leader_election.lock_timeout, or by the
- * caller's lock_timeout when that is shorter, and fails with 55P03.
+ * of the transaction; the fence does so only at commit (and PREPARE), see
+ * fence.c.  The uncontended path touches no setting; a wait (for a takeover
+ * or a release in progress) is bounded by leader_election.lock_timeout, or
+ * by the caller's lock_timeout when that is shorter, and fails with 55P03.
  */
-bool
+void
 le_fence_lock_writer(int64 lease_id, const char *key)
 {
 	LOCKTAG		tag;
-	LockAcquireResult res;
 	ErrorContextCallback errcallback;
 	int			nestlevel;
 
 	le_fence_locktag(&tag, lease_id);
-	res = LockAcquire(&tag, LE_FENCE_WRITER_LOCKMODE, false, true);
-	if (res == LOCKACQUIRE_OK)
-		return false;
-	if (res != LOCKACQUIRE_NOT_AVAIL)
-		return !LockHeldByMe(&tag, LE_FENCE_CHANGE_LOCKMODE);
+	if (LockAcquire(&tag, LE_FENCE_WRITER_LOCKMODE, false, true) != LOCKACQUIRE_NOT_AVAIL)
+		return;
 
 	errcallback.callback = le_fence_wait_context;
 	errcallback.arg = (void *) key;
@@ -919,5 +923,4 @@ le_fence_lock_writer(int64 lease_id, const char *key)
 	(void) LockAcquire(&tag, LE_FENCE_WRITER_LOCKMODE, false, false);
 	AtEOXact_GUC(true, nestlevel);
 	error_context_stack = errcallback.previous;
-	return false;
 }
