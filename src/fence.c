@@ -6,45 +6,43 @@
  *
  * A protected write carries a fencing token.  The fence accepts it only when
  * the token equals the lease's current token and the lease is held and
- * unexpired by the server clock at check time; otherwise it raises LE001
- * (stale or never issued token) or LE002 (lease not held: released,
- * expired or never acquired), and the write is not done.
+ * unexpired by the server clock; otherwise it raises LE001 (stale or never
+ * issued token) or LE002 (lease not held: released, expired or never
+ * acquired), and the write is not done (or the transaction not committed).
  *
- * Locking rules.  Before reading the lease, the check takes the lease's
- * fence lock in LE_FENCE_WRITER_LOCKMODE (le_fence_lock_writer) and keeps it
- * to the end of the transaction; acquire, release and force-release take it
- * in LE_FENCE_CHANGE_LOCKMODE before they change the token or free the
- * lease.  The row is then read with a snapshot taken after the lock was
- * granted (le_store_read_latest), so:
- *	- a takeover that committed before our lock was granted is seen, and our
- *	  stale write is rejected;
- *	- a takeover that starts after our lock was granted waits until our
- *	  transaction ends, so a write accepted with token T never commits after
- *	  the grant of a later token.  That wait is bounded by
- *	  leader_election.lock_timeout on the acquirer's side (55P03).
+ * Locking rules.  The check is made twice (issue 7, items 1 and 4):
+ *	- at each write, without any lock, on the latest committed lease row
+ *	  (le_store_read_latest takes its own snapshot, so REPEATABLE READ and
+ *	  SERIALIZABLE writers see token changes too): an early rejection.  The
+ *	  (lease row id, token) is recorded for the transaction;
+ *	- at XACT_EVENT_PRE_COMMIT and PRE_PREPARE, for every recorded lease:
+ *	  the fence lock of the recorded row id is taken in
+ *	  LE_FENCE_WRITER_LOCKMODE (le_fence_lock_writer; the wait is bounded by
+ *	  leader_election.lock_timeout, 55P03), the row is read again with a
+ *	  snapshot taken after the lock was granted, and the commit fails unless
+ *	  it is still the same row (the id locked is the id read), the token is
+ *	  current and the lease unexpired.
+ * Acquire, release and force-release take the lock in
+ * LE_FENCE_CHANGE_LOCKMODE before they change the token or free the lease,
+ * until their transaction ends.  So a takeover that committed before our
+ * commit-time lock was granted is seen and our commit fails; one that starts
+ * after it waits only until our commit has ended; one in progress makes our
+ * commit wait (bounded).  The writer holds the lock only from PRE_COMMIT to
+ * the end of the commit, so an idle or frozen writer never blocks a
+ * takeover; a prepared transaction keeps it until COMMIT PREPARED.
  * Renewals take no fence lock: they change only expires_at, never the token.
- *
- * At commit (and PREPARE) every lease the transaction passed the fence with
- * is checked again if its expiry, as last read, has passed: a transaction
- * whose process was paused between its writes and COMMIT past the lease's
- * end fails to commit (LE002).  Leases passed only in subtransactions that
- * rolled back are not checked.
  *
  * Speed.  A fenced INSERT must cost little more than an unfenced one, so the
  * trigger uses no SPI, no user switch and no setting changes on its normal
  * path.  Per backend we cache the oids of le_lease and its key index, and
- * per key the lease_id and the heap TID of the row (lease rows are never
- * deleted; the cache is checked again after any relcache invalidation of
- * le_lease or its index, and dropped when they are new, e.g. after DROP and
- * CREATE EXTENSION).  Per transaction we remember the last (lease, token,
- * expiry) verified under the fence lock: while this transaction keeps
- * holding that lock in share mode (and does not hold it exclusively
- * itself), the token and holder cannot change, so the next row only needs
- * the clock compared with the remembered expiry.  When that comparison
- * fails the row is read again before rejecting, because a renewal may have
- * extended the lease meanwhile.  A lock taken in a subtransaction that
- * rolls back is released with it; le_fence_lock_writer then reports a
- * fresh grant and the row is read again.
+ * per key the heap TID where the row was last found, a hint only (checked
+ * against the key and the table's size when used; all hints are dropped on
+ * any relcache invalidation of le_lease or its index, e.g. VACUUM FULL,
+ * CLUSTER, TRUNCATE, DROP and CREATE EXTENSION).  No lease id is cached.
+ * Within one command, the rows after the first for the same lease and token
+ * only compare the clock with the expiry read for the first; the next
+ * command reads the row again.  Subtransactions that roll back drop what
+ * they recorded.
  *
  * Unknown lease keys: a fence on a key that has never been acquired rejects
  * every write (LE002), so protecting a table before its first leader exists

@@ -20,15 +20,20 @@
  *
  *	- the fence lock, a transaction-scoped heavyweight lock whose tag is
  *	  built from the lease's surrogate id (never a hash of the key).  Code
- *	  that writes protected data takes it in LE_FENCE_WRITER_LOCKMODE and
- *	  keeps it to the end of its transaction; code that changes the token or
- *	  frees the lease takes it in LE_FENCE_CHANGE_LOCKMODE.  So a write
- *	  accepted with token T cannot commit after T+1 was granted.  Renewals
- *	  neither change the token nor take the fence lock.
+ *	  that changes the token or frees the lease takes it in
+ *	  LE_FENCE_CHANGE_LOCKMODE; a transaction that wrote protected data takes
+ *	  it in LE_FENCE_WRITER_LOCKMODE only at commit (fence.c), then reads the
+ *	  token again.  So a write accepted with token T cannot commit after T+1
+ *	  was granted, and an idle writer blocks nobody.  Renewals neither change
+ *	  the token nor take the fence lock.  Whoever locks the fence of an id
+ *	  read earlier checks, after its locked read, that the row still has
+ *	  that id.
  *
- * Lock order: the fence lock before the row lock, so a holder that renews
- * inside a transaction that already wrote fenced rows does not deadlock
- * against a concurrent takeover.  Every wait is bounded by
+ * Lock order: the fence lock before the row lock.  A call that already
+ * holds the row lock when it finds it needs the fence lock only tries it.
+ * (A transaction that renews and then commits fenced writes takes them the
+ * other way round; against a concurrent takeover that ends in a deadlock
+ * error, see doc/fence.md.)  Every wait is bounded by
  * leader_election.lock_timeout (applied as lock_timeout for the duration of
  * our work), so a row locked by a stuck or prepared transaction produces a
  * clear error instead of a hang.
