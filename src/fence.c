@@ -27,9 +27,12 @@
  * until their transaction ends.  So a takeover that committed before our
  * commit-time lock was granted is seen and our commit fails; one that starts
  * after it waits only until our commit has ended; one in progress makes our
- * commit wait (bounded).  The writer holds the lock only from PRE_COMMIT to
- * the end of the commit, so an idle or frozen writer never blocks a
- * takeover; a prepared transaction keeps it until COMMIT PREPARED.
+ * commit wait (bounded), unless this transaction wrote the lease row itself
+ * (renewed it): then its row lock keeps every token change out until it
+ * ends, and waiting would deadlock with the taker, which holds the fence
+ * lock and waits for the row.  The writer holds the lock only from
+ * PRE_COMMIT to the end of the commit, so an idle or frozen writer never
+ * blocks a takeover; a prepared transaction keeps it until COMMIT PREPARED.
  * Renewals take no fence lock: they change only expires_at, never the token.
  *
  * Speed.  A fenced INSERT must cost little more than an unfenced one, so the
@@ -235,9 +238,30 @@ le_fence_commit_check(void)
 							   fl->token),
 					 errhint("Acquire the lease again for a new token.")));
 
-		le_fence_lock_writer(fl->lease_id, fl->key);
-		found = le_store_read_latest(cache_lease_relid, cache_key_indexid, fl->key,
-									 &fl->tid, &row);
+		if (le_fence_trylock(fl->lease_id, LE_FENCE_WRITER_LOCKMODE))
+			found = le_store_read_latest(cache_lease_relid, cache_key_indexid, fl->key,
+										 &fl->tid, &row, NULL);
+		else
+		{
+			bool		ours = false;
+
+			/*
+			 * A takeover or release is in progress.  If this transaction
+			 * itself wrote the lease row (a renewal), it holds the row's lock
+			 * to its end, and no token change can commit before it: waiting
+			 * for the fence lock would deadlock with the taker, which holds
+			 * it and waits for our row.  Otherwise wait (bounded) and read
+			 * again after the lock was granted.
+			 */
+			found = le_store_read_latest(cache_lease_relid, cache_key_indexid, fl->key,
+										 &fl->tid, &row, &ours);
+			if (!found || !ours)
+			{
+				le_fence_lock_writer(fl->lease_id, fl->key);
+				found = le_store_read_latest(cache_lease_relid, cache_key_indexid, fl->key,
+											 &fl->tid, &row, NULL);
+			}
+		}
 		now = GetCurrentTimestamp();
 		if (!found || row.lease_id != fl->lease_id)
 			ereport(ERROR,
@@ -451,7 +475,7 @@ le_fence_check_lease(Oid nsp, const char *key, int64 token, bool strict)
 		ItemPointerSetInvalid(&entry->tid);
 
 	/* The latest committed row (and this transaction's own changes). */
-	if (!le_store_read_latest(cache_lease_relid, cache_key_indexid, key, &entry->tid, &row))
+	if (!le_store_read_latest(cache_lease_relid, cache_key_indexid, key, &entry->tid, &row, NULL))
 		le_fence_reject_unknown(key, token);
 	now = GetCurrentTimestamp();
 

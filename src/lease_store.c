@@ -31,9 +31,9 @@
  *
  * Lock order: the fence lock before the row lock.  A call that already
  * holds the row lock when it finds it needs the fence lock only tries it.
- * (A transaction that renews and then commits fenced writes takes them the
- * other way round; against a concurrent takeover that ends in a deadlock
- * error, see doc/fence.md.)  Every wait is bounded by
+ * (A transaction that renewed the lease, so holds its row lock, and then
+ * commits fenced writes does not wait for the fence lock at all: its row
+ * lock already keeps token changes out, see fence.c.)  Every wait is bounded by
  * leader_election.lock_timeout (applied as lock_timeout for the duration of
  * our work), so a row locked by a stuck or prepared transaction produces a
  * clear error instead of a hang.
@@ -794,6 +794,8 @@ le_store_slot_row(TupleTableSlot *slot, LeaseRow *row)
 /*
  * Read the latest committed version of the lease row of key into *row
  * (strings in the current memory context); false when the key has no row.
+ * *written_by_us, when not NULL, tells whether the version read was written
+ * by the current transaction (which then holds the row's lock to its end).
  *
  * For the fence, which runs for every protected row written: direct access
  * with no SPI, no user switch and no privilege check (the caller never sees
@@ -812,7 +814,7 @@ le_store_slot_row(TupleTableSlot *slot, LeaseRow *row)
  */
 bool
 le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
-					 ItemPointer hint, LeaseRow *row)
+					 ItemPointer hint, LeaseRow *row, bool *written_by_us)
 {
 	Relation	rel;
 	Snapshot	snap;
@@ -887,7 +889,17 @@ le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
 	}
 
 	if (found)
+	{
 		le_store_slot_row(slot, row);
+		if (written_by_us != NULL)
+		{
+			bool		isnull;
+			Datum		xmin = slot_getsysattr(slot, MinTransactionIdAttributeNumber, &isnull);
+
+			*written_by_us = !isnull &&
+				TransactionIdIsCurrentTransactionId(DatumGetTransactionId(xmin));
+		}
+	}
 	ExecDropSingleTupleTableSlot(slot);
 	UnregisterSnapshot(snap);
 	table_close(rel, AccessShareLock);
