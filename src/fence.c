@@ -216,6 +216,8 @@ le_fence_proc_callback(Datum arg, int cacheid, uint32 hashvalue)
  * and that the lease is unexpired now.  Otherwise the commit fails with
  * LE001 or LE002 and the transaction is rolled back.  The lock is held from
  * here to the end of the commit (or, after PREPARE, to COMMIT PREPARED).
+ * The one case without the lock: it is taken by someone else and the lease
+ * row version read was written by this transaction (see below).
  */
 static void
 le_fence_commit_check(void)
