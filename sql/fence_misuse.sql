@@ -29,10 +29,22 @@ SELECT le_protect('no_such_table', 'misuse');
 \echo :LAST_ERROR_SQLSTATE
 SELECT count(*) AS triggers_after_errors FROM pg_trigger WHERE tgrelid = 't'::regclass;
 
--- An integer token column is accepted.
+-- Issue 7 item 5: only bigint token columns.  Tokens jump to 2^40 and
+-- above after a promotion, a point-in-time recovery or a restore into
+-- another cluster, so integer and smallint columns are refused (42804), by
+-- le_protect and by a trigger attached by hand (at the first write).
 SELECT le_protect('t', 'misuse', 'tok_int');
+\echo :LAST_ERROR_SQLSTATE
+ALTER TABLE t ADD COLUMN tok_small smallint;
+SELECT le_protect('t', 'misuse', 'tok_small');
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) AS triggers_after_integer_columns FROM pg_trigger WHERE tgrelid = 't'::regclass;
+CREATE TRIGGER fi BEFORE INSERT ON t FOR EACH ROW EXECUTE FUNCTION le_fence('misuse', 'tok_int');
 INSERT INTO t (v, tok_int) VALUES (1, 1);
-SELECT le_unprotect('t');
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER fi ON t;
+ALTER TABLE t DROP COLUMN tok_small;
+SELECT count(*) AS rows_written FROM t;
 
 -- Triggers attached by hand: missing or extra arguments.
 CREATE TRIGGER f0 BEFORE INSERT ON t FOR EACH ROW EXECUTE FUNCTION le_fence();

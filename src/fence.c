@@ -6,45 +6,46 @@
  *
  * A protected write carries a fencing token.  The fence accepts it only when
  * the token equals the lease's current token and the lease is held and
- * unexpired by the server clock at check time; otherwise it raises LE001
- * (stale or never issued token) or LE002 (lease not held: released,
- * expired or never acquired), and the write is not done.
+ * unexpired by the server clock; otherwise it raises LE001 (stale or never
+ * issued token) or LE002 (lease not held: released, expired or never
+ * acquired), and the write is not done (or the transaction not committed).
  *
- * Locking rules.  Before reading the lease, the check takes the lease's
- * fence lock in LE_FENCE_WRITER_LOCKMODE (le_fence_lock_writer) and keeps it
- * to the end of the transaction; acquire, release and force-release take it
- * in LE_FENCE_CHANGE_LOCKMODE before they change the token or free the
- * lease.  The row is then read with a snapshot taken after the lock was
- * granted (le_store_read_latest), so:
- *	- a takeover that committed before our lock was granted is seen, and our
- *	  stale write is rejected;
- *	- a takeover that starts after our lock was granted waits until our
- *	  transaction ends, so a write accepted with token T never commits after
- *	  the grant of a later token.  That wait is bounded by
- *	  leader_election.lock_timeout on the acquirer's side (55P03).
+ * Locking rules.  The check is made twice (issue 7, items 1 and 4):
+ *	- at each write, without any lock, on the latest committed lease row
+ *	  (le_store_read_latest takes its own snapshot, so REPEATABLE READ and
+ *	  SERIALIZABLE writers see token changes too): an early rejection.  The
+ *	  (lease row id, token) is recorded for the transaction;
+ *	- at XACT_EVENT_PRE_COMMIT and PRE_PREPARE, for every recorded lease:
+ *	  the fence lock of the recorded row id is taken in
+ *	  LE_FENCE_WRITER_LOCKMODE (le_fence_lock_writer; the wait is bounded by
+ *	  leader_election.lock_timeout, 55P03), the row is read again with a
+ *	  snapshot taken after the lock was granted, and the commit fails unless
+ *	  it is still the same row (the id locked is the id read), the token is
+ *	  current and the lease unexpired.
+ * Acquire, release and force-release take the lock in
+ * LE_FENCE_CHANGE_LOCKMODE before they change the token or free the lease,
+ * until their transaction ends.  So a takeover that committed before our
+ * commit-time lock was granted is seen and our commit fails; one that starts
+ * after it waits only until our commit has ended; one in progress makes our
+ * commit wait (bounded), unless this transaction wrote the lease row itself
+ * (renewed it): then its row lock keeps every token change out until it
+ * ends, and waiting would deadlock with the taker, which holds the fence
+ * lock and waits for the row.  The writer holds the lock only from
+ * PRE_COMMIT to the end of the commit, so an idle or frozen writer never
+ * blocks a takeover; a prepared transaction keeps it until COMMIT PREPARED.
  * Renewals take no fence lock: they change only expires_at, never the token.
- *
- * At commit (and PREPARE) every lease the transaction passed the fence with
- * is checked again if its expiry, as last read, has passed: a transaction
- * whose process was paused between its writes and COMMIT past the lease's
- * end fails to commit (LE002).  Leases passed only in subtransactions that
- * rolled back are not checked.
  *
  * Speed.  A fenced INSERT must cost little more than an unfenced one, so the
  * trigger uses no SPI, no user switch and no setting changes on its normal
  * path.  Per backend we cache the oids of le_lease and its key index, and
- * per key the lease_id and the heap TID of the row (lease rows are never
- * deleted; the cache is checked again after any relcache invalidation of
- * le_lease or its index, and dropped when they are new, e.g. after DROP and
- * CREATE EXTENSION).  Per transaction we remember the last (lease, token,
- * expiry) verified under the fence lock: while this transaction keeps
- * holding that lock in share mode (and does not hold it exclusively
- * itself), the token and holder cannot change, so the next row only needs
- * the clock compared with the remembered expiry.  When that comparison
- * fails the row is read again before rejecting, because a renewal may have
- * extended the lease meanwhile.  A lock taken in a subtransaction that
- * rolls back is released with it; le_fence_lock_writer then reports a
- * fresh grant and the row is read again.
+ * per key the heap TID where the row was last found, a hint only (checked
+ * against the key and the table's size when used; all hints are dropped on
+ * any relcache invalidation of le_lease or its index, e.g. VACUUM FULL,
+ * CLUSTER, TRUNCATE, DROP and CREATE EXTENSION).  No lease id is cached.
+ * Within one command, the rows after the first for the same lease and token
+ * only compare the clock with the expiry read for the first; the next
+ * command reads the row again.  Subtransactions that roll back drop what
+ * they recorded.
  *
  * Unknown lease keys: a fence on a key that has never been acquired rejects
  * every write (LE002), so protecting a table before its first leader exists
@@ -84,11 +85,17 @@ PG_FUNCTION_INFO_V1(le_unprotect);
 #define LE_FENCE_ROW_TRIGGER		"le_fence"
 #define LE_FENCE_TRUNCATE_TRIGGER	"le_fence_truncate"
 
-/* Per-backend cache of where le_lease lives and of key -> lease_id. */
+/*
+ * Per-backend cache of where le_lease lives and, per key, where (heap TID)
+ * the row was last found.  No lease id is cached: the fence always judges a
+ * write by the row it reads.  A hint is only a place to look first (see
+ * le_store_read_latest); all hints are dropped on any relcache
+ * invalidation of le_lease or its index (VACUUM FULL, CLUSTER, TRUNCATE,
+ * DROP and CREATE EXTENSION).
+ */
 typedef struct LeaseIdEntry
 {
 	char		key[LE_MAX_KEY_LEN + 1];	/* hash key */
-	int64		lease_id;
 	ItemPointerData tid;		/* where the index last found the row */
 } LeaseIdEntry;
 
@@ -100,18 +107,41 @@ static HTAB *cache_lease_ids = NULL;
 static bool cache_stale = false;
 
 /*
- * What this transaction last verified under the fence lock.  Reset at the
- * end of every transaction.
+ * What the current command last passed the early (lockless) check with, so
+ * that the other rows of a multi-row statement need only the clock compared
+ * with the expiry; the next command reads the row again (and so sees a
+ * release or grant made meanwhile, by anyone, this transaction included).
+ * Reset at the end of every transaction and when a subtransaction rolls
+ * back.  Only a shortcut for the early check: the commit-time check is the
+ * authority.
  */
 static struct
 {
 	bool		valid;
+	CommandId	cid;
 	Oid			nsp;
-	int64		lease_id;
+	char		key[LE_MAX_KEY_LEN + 1];
 	int64		token;
 	TimestampTz expires_at;
 	Oid			strict_userid;	/* role that passed the strict check, if any */
 }			verified;
+
+/*
+ * The row an UPDATE of a fenced table last passed the fence with, in this
+ * command: when that UPDATE moves the row to another partition, PostgreSQL
+ * deletes it from the old partition, firing the DELETE trigger there for the
+ * same tuple; that deletion is judged by the new row's token (item 10 of
+ * issue 7).  Reset at the end of every transaction.
+ */
+static struct
+{
+	bool		valid;
+	Oid			relid;
+	ItemPointerData tid;
+	CommandId	cid;
+	SubTransactionId subid;
+	int64		token;
+}			updated_row;
 
 /*
  * Every (lease, token) this transaction passed the fence with, checked again
@@ -123,7 +153,8 @@ static struct
 typedef struct FencedLease
 {
 	Oid			nsp;
-	int64		lease_id;
+	Oid			lease_relid;	/* le_lease the row was read from */
+	int64		lease_id;		/* id of the row read (never a cached one) */
 	int64		token;
 	TimestampTz expires_at;		/* as last read */
 	SubTransactionId subid;		/* (sub)transaction that first passed */
@@ -152,6 +183,8 @@ typedef struct FenceTriggerInfo
 static HTAB *trigger_infos = NULL;
 static bool trigger_infos_stale = false;
 
+static void le_fence_cache_prepare(Oid nsp);
+
 /*
  * Note that le_lease or its index changed (or the relcache was reset): the
  * next check looks the oids up again and, if they changed (the extension
@@ -162,7 +195,7 @@ static void
 le_fence_relcache_callback(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || relid == cache_lease_relid || relid == cache_key_indexid)
-		cache_stale = true;
+		cache_stale = true;		/* the hints go too, see le_fence_cache_prepare */
 	trigger_infos_stale = true;
 }
 
@@ -174,10 +207,17 @@ le_fence_proc_callback(Datum arg, int cacheid, uint32 hashvalue)
 }
 
 /*
- * At commit (or PREPARE), check again every lease this transaction passed
- * the fence with whose expiry, as last read, has passed: the row is read
- * again (a renewal may have extended it) and the commit fails with LE002
- * (LE001 if the token moved) when the lease is no longer held.
+ * At commit (or PREPARE): the authoritative check.  For every lease this
+ * transaction passed the fence with, take its fence lock in
+ * LE_FENCE_WRITER_LOCKMODE (the wait bounded by
+ * leader_election.lock_timeout, 55P03), then read the latest committed row
+ * with a snapshot taken after the lock was granted, and require that it is
+ * still the row the write was judged by, that the token is its current one
+ * and that the lease is unexpired now.  Otherwise the commit fails with
+ * LE001 or LE002 and the transaction is rolled back.  The lock is held from
+ * here to the end of the commit (or, after PREPARE, to COMMIT PREPARED).
+ * The one case without the lock: it is taken by someone else and the lease
+ * row version read was written by this transaction (see below).
  */
 static void
 le_fence_commit_check(void)
@@ -187,16 +227,51 @@ le_fence_commit_check(void)
 	foreach(lc, fenced_leases)
 	{
 		FencedLease *fl = (FencedLease *) lfirst(lc);
-		TimestampTz now = GetCurrentTimestamp();
-		Oid			lease_relid;
-		Oid			key_indexid;
+		TimestampTz now;
 		LeaseRow	row;
+		bool		found;
 
-		if (now < fl->expires_at)
-			continue;
-		le_store_relids(fl->nsp, &lease_relid, &key_indexid);
-		if (!le_store_read_latest(lease_relid, key_indexid, fl->key, &fl->tid, &row))
-			row.fencing_token = 0;
+		le_fence_cache_prepare(fl->nsp);
+		if (cache_lease_relid != fl->lease_relid)
+			ereport(ERROR,
+					(errcode(ERRCODE_LE_STALE_FENCING_TOKEN),
+					 errmsg("lease \"%s\" was replaced before this transaction committed", fl->key),
+					 errdetail("The table le_lease that issued fencing token " INT64_FORMAT " is gone; the transaction is rolled back.",
+							   fl->token),
+					 errhint("Acquire the lease again for a new token.")));
+
+		if (le_fence_trylock(fl->lease_id, LE_FENCE_WRITER_LOCKMODE))
+			found = le_store_read_latest(cache_lease_relid, cache_key_indexid, fl->key,
+										 &fl->tid, &row, NULL);
+		else
+		{
+			bool		ours = false;
+
+			/*
+			 * A takeover or release is in progress.  If this transaction
+			 * itself wrote the lease row (a renewal), it holds the row's lock
+			 * to its end, and no token change can commit before it: waiting
+			 * for the fence lock would deadlock with the taker, which holds
+			 * it and waits for our row.  Otherwise wait (bounded) and read
+			 * again after the lock was granted.
+			 */
+			found = le_store_read_latest(cache_lease_relid, cache_key_indexid, fl->key,
+										 &fl->tid, &row, &ours);
+			if (!found || !ours)
+			{
+				le_fence_lock_writer(fl->lease_id, fl->key);
+				found = le_store_read_latest(cache_lease_relid, cache_key_indexid, fl->key,
+											 &fl->tid, &row, NULL);
+			}
+		}
+		now = GetCurrentTimestamp();
+		if (!found || row.lease_id != fl->lease_id)
+			ereport(ERROR,
+					(errcode(ERRCODE_LE_STALE_FENCING_TOKEN),
+					 errmsg("lease \"%s\" was replaced before this transaction committed", fl->key),
+					 errdetail("The lease row that issued fencing token " INT64_FORMAT " is gone; the transaction is rolled back.",
+							   fl->token),
+					 errhint("Acquire the lease again for a new token.")));
 		if (row.fencing_token != fl->token)
 			ereport(ERROR,
 					(errcode(ERRCODE_LE_STALE_FENCING_TOKEN),
@@ -237,6 +312,7 @@ le_fence_xact_callback(XactEvent event, void *arg)
 			break;
 		default:
 			verified.valid = false;
+			updated_row.valid = false;
 			fenced_leases = NIL;	/* its memory goes with the transaction */
 			break;
 	}
@@ -255,6 +331,7 @@ le_fence_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	if (event == SUBXACT_EVENT_ABORT_SUB)
 	{
 		verified.valid = false;
+		updated_row.valid = false;
 		foreach(lc, fenced_leases)
 		{
 			if (((FencedLease *) lfirst(lc))->subid == mySubid)
@@ -275,7 +352,8 @@ le_fence_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 
 /* Remember that this transaction passed the fence of a lease with a token. */
 static void
-le_fence_remember(Oid nsp, const char *key, const LeaseRow *row, ItemPointer tid)
+le_fence_remember(Oid nsp, Oid lease_relid, const char *key, const LeaseRow *row,
+				  ItemPointer tid)
 {
 	ListCell   *lc;
 	FencedLease *fl;
@@ -284,8 +362,8 @@ le_fence_remember(Oid nsp, const char *key, const LeaseRow *row, ItemPointer tid
 	foreach(lc, fenced_leases)
 	{
 		fl = (FencedLease *) lfirst(lc);
-		if (fl->nsp == nsp && fl->lease_id == row->lease_id &&
-			fl->token == row->fencing_token)
+		if (fl->nsp == nsp && fl->lease_relid == lease_relid &&
+			fl->lease_id == row->lease_id && fl->token == row->fencing_token)
 		{
 			fl->expires_at = row->expires_at;
 			return;
@@ -294,6 +372,7 @@ le_fence_remember(Oid nsp, const char *key, const LeaseRow *row, ItemPointer tid
 	oldcxt = MemoryContextSwitchTo(TopTransactionContext);
 	fl = (FencedLease *) palloc(sizeof(FencedLease));
 	fl->nsp = nsp;
+	fl->lease_relid = lease_relid;
 	fl->lease_id = row->lease_id;
 	fl->token = row->fencing_token;
 	fl->expires_at = row->expires_at;
@@ -317,7 +396,13 @@ le_fence_register_callbacks(void)
 	cache_callbacks_registered = true;
 }
 
-/* Make sure the caches describe the extension living in schema nsp. */
+/*
+ * Make sure the caches describe the extension living in schema nsp.  After
+ * any invalidation of le_lease or its index the oids are looked up again
+ * and every TID hint is dropped: the table may have been rewritten or
+ * truncated (VACUUM FULL, CLUSTER, TRUNCATE) or replaced (DROP and CREATE
+ * EXTENSION).
+ */
 static void
 le_fence_cache_prepare(Oid nsp)
 {
@@ -326,24 +411,22 @@ le_fence_cache_prepare(Oid nsp)
 	Oid			key_indexid;
 
 	le_fence_register_callbacks();
-	if (cache_nsp == nsp && !cache_stale)
+	if (cache_nsp == nsp && !cache_stale && cache_lease_ids != NULL)
 		return;
 
-	cache_stale = false;
 	le_store_relids(nsp, &lease_relid, &key_indexid);
-	if (cache_nsp == nsp && lease_relid == cache_lease_relid &&
-		key_indexid == cache_key_indexid && cache_lease_ids != NULL)
-		return;
+	cache_stale = false;
 
-	/* Another extension instance: lease ids and TIDs mean nothing now. */
-	verified.valid = false;
 	if (cache_lease_ids != NULL)
 		hash_destroy(cache_lease_ids);
+	cache_lease_ids = NULL;
+	if (cache_nsp != nsp || lease_relid != cache_lease_relid)
+		verified.valid = false;
 	memset(&ctl, 0, sizeof(ctl));
 	ctl.keysize = LE_MAX_KEY_LEN + 1;
 	ctl.entrysize = sizeof(LeaseIdEntry);
 	ctl.hcxt = CacheMemoryContext;
-	cache_lease_ids = hash_create("leader_election lease ids", 64, &ctl,
+	cache_lease_ids = hash_create("leader_election lease row hints", 64, &ctl,
 								  HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
 	cache_nsp = nsp;
 	cache_lease_relid = lease_relid;
@@ -362,11 +445,13 @@ le_fence_reject_unknown(const char *key, int64 token)
 }
 
 /*
- * The fence check shared by the trigger, le_fence_check() and the jobs
- * functions: take the fence lock, then accept the token only if it is the
- * lease's current one and the lease is held and unexpired now; in strict
- * mode the current role must also be the role that acquired the lease.
- * Raises LE001, LE002 or 42501 otherwise.
+ * The early fence check shared by the trigger, le_fence_check() and the
+ * jobs functions: accept the token only if it is the lease's current one and
+ * the lease is held and unexpired now (in strict mode the current role must
+ * also be the role that acquired the lease), judged on the latest committed
+ * row, read without any lock; raises LE001, LE002 or 42501 otherwise.  The
+ * (lease row, token) is recorded for the commit-time check, which takes
+ * the fence lock and decides (le_fence_commit_check).
  */
 void
 le_fence_check_lease(Oid nsp, const char *key, int64 token, bool strict)
@@ -374,42 +459,27 @@ le_fence_check_lease(Oid nsp, const char *key, int64 token, bool strict)
 	LeaseIdEntry *entry;
 	LeaseRow	row;
 	bool		found;
-	bool		held_before;
 	TimestampTz now;
-	Oid			lease_relid;
-	Oid			key_indexid;
 
 	le_fence_cache_prepare(nsp);
-	lease_relid = cache_lease_relid;
-	key_indexid = cache_key_indexid;
-
-	entry = (LeaseIdEntry *) hash_search(cache_lease_ids, key, HASH_FIND, NULL);
-	if (entry == NULL)
-	{
-		/* First use of this key in this backend: learn its lease_id. */
-		ItemPointerData tid;
-
-		ItemPointerSetInvalid(&tid);
-		if (!le_store_read_latest(lease_relid, key_indexid, key, &tid, &row))
-			le_fence_reject_unknown(key, token);
-		entry = (LeaseIdEntry *) hash_search(cache_lease_ids, key, HASH_ENTER, &found);
-		entry->lease_id = row.lease_id;
-		entry->tid = tid;
-	}
-
-	held_before = le_fence_lock_writer(entry->lease_id, key);
 	now = GetCurrentTimestamp();
 
-	/* Same lease and token already verified under this very lock. */
-	if (held_before && verified.valid && verified.nsp == nsp &&
-		verified.lease_id == entry->lease_id && verified.token == token &&
-		now < verified.expires_at &&
+	/* Same lease and token already passed in this transaction. */
+	if (verified.valid && verified.cid == GetCurrentCommandId(false) &&
+		verified.nsp == nsp && verified.token == token &&
+		now < verified.expires_at && strcmp(verified.key, key) == 0 &&
 		(!strict || verified.strict_userid == GetUserId()))
 		return;
+	verified.valid = false;
 
-	/* The latest committed row, read after the lock was granted. */
-	if (!le_store_read_latest(lease_relid, key_indexid, key, &entry->tid, &row))
+	entry = (LeaseIdEntry *) hash_search(cache_lease_ids, key, HASH_ENTER, &found);
+	if (!found)
+		ItemPointerSetInvalid(&entry->tid);
+
+	/* The latest committed row (and this transaction's own changes). */
+	if (!le_store_read_latest(cache_lease_relid, cache_key_indexid, key, &entry->tid, &row, NULL))
 		le_fence_reject_unknown(key, token);
+	now = GetCurrentTimestamp();
 
 	if (row.fencing_token != token)
 		ereport(ERROR,
@@ -452,10 +522,11 @@ le_fence_check_lease(Oid nsp, const char *key, int64 token, bool strict)
 		verified.strict_userid = userid;
 	}
 
-	le_fence_remember(nsp, key, &row, &entry->tid);
+	le_fence_remember(nsp, cache_lease_relid, key, &row, &entry->tid);
 	verified.valid = true;
+	verified.cid = GetCurrentCommandId(false);
 	verified.nsp = nsp;
-	verified.lease_id = row.lease_id;
+	strlcpy(verified.key, key, sizeof(verified.key));
 	verified.token = token;
 	verified.expires_at = row.expires_at;
 }
@@ -504,12 +575,14 @@ le_fence_validate(Relation rel, const char *key, const char *column, Oid *atttyp
 
 		if (att->attisdropped || strcmp(NameStr(att->attname), column) != 0)
 			continue;
-		if (att->atttypid != INT8OID && att->atttypid != INT4OID && att->atttypid != INT2OID)
+		if (att->atttypid != INT8OID)
 			ereport(ERROR,
 					(errcode(ERRCODE_DATATYPE_MISMATCH),
-					 errmsg("token column \"%s\" of table \"%s\" must be bigint or integer",
+					 errmsg("token column \"%s\" of table \"%s\" must be of type bigint",
 							column, RelationGetRelationName(rel)),
-					 errdetail("Its type is %s.", format_type_be(att->atttypid))));
+					 errdetail("Its type is %s.", format_type_be(att->atttypid)),
+					 errhint("Fencing tokens jump to 2^40 and above after a promotion, a point-in-time recovery or a restore into another cluster; use ALTER TABLE %s ALTER COLUMN %s TYPE bigint.",
+							 quote_identifier(RelationGetRelationName(rel)), quote_identifier(column))));
 		*atttypid = att->atttypid;
 		return att->attnum;
 	}
@@ -590,12 +663,7 @@ le_fence_row_token(FenceTriggerInfo *info, TriggerData *trigdata, HeapTuple tupl
 				 errmsg("fencing token column \"%s\" of table \"%s\" is NULL",
 						column, RelationGetRelationName(trigdata->tg_relation)),
 				 errhint("Every write to a fenced table carries the writer's fencing token.")));
-	if (info->atttypid == INT8OID)
-		token = DatumGetInt64(d);
-	else if (info->atttypid == INT4OID)
-		token = DatumGetInt32(d);
-	else
-		token = DatumGetInt16(d);
+	token = DatumGetInt64(d);	/* bigint only, see le_fence_validate */
 	if (token <= 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -623,6 +691,40 @@ le_fence_setting_token(TriggerData *trigdata, const char *what)
 						what, RelationGetRelationName(trigdata->tg_relation)),
 				 errhint("Run SET LOCAL leader_election.fencing_token = <your token> in the transaction first.")));
 	return le_fencing_token_setting;
+}
+
+/* Remember the row an UPDATE passed the fence with (see updated_row). */
+static void
+le_fence_note_update(TriggerData *trigdata, int64 token)
+{
+	updated_row.valid = true;
+	updated_row.relid = RelationGetRelid(trigdata->tg_relation);
+	updated_row.tid = trigdata->tg_trigtuple->t_self;
+	updated_row.cid = GetCurrentCommandId(false);
+	updated_row.subid = GetCurrentSubTransactionId();
+	updated_row.token = token;
+}
+
+/*
+ * Is this DELETE the first half of a cross-partition UPDATE whose BEFORE
+ * UPDATE trigger just passed the fence for the same tuple in the same
+ * command?  Then *token is the new row's token (the INSERT half checks it
+ * again in the new partition).
+ */
+static bool
+le_fence_moving_row(TriggerData *trigdata, int64 *token)
+{
+	bool		moving;
+
+	moving = updated_row.valid &&
+		updated_row.relid == RelationGetRelid(trigdata->tg_relation) &&
+		ItemPointerEquals(&updated_row.tid, &trigdata->tg_trigtuple->t_self) &&
+		updated_row.cid == GetCurrentCommandId(false) &&
+		updated_row.subid == GetCurrentSubTransactionId();
+	updated_row.valid = false;
+	if (moving)
+		*token = updated_row.token;
+	return moving;
 }
 
 /*
@@ -681,11 +783,15 @@ le_fence(PG_FUNCTION_ARGS)
 		/* The new row's token: an UPDATE that keeps a stale token fails. */
 		result = trigdata->tg_newtuple;
 		token = le_fence_row_token(info, trigdata, result);
+		le_fence_check_lease(info->nsp, info->key, token, info->strict);
+		le_fence_note_update(trigdata, token);
+		return PointerGetDatum(result);
 	}
 	else
 	{
 		result = trigdata->tg_trigtuple;
-		token = le_fence_setting_token(trigdata, "DELETE");
+		if (le_fencing_token_setting != 0 || !le_fence_moving_row(trigdata, &token))
+			token = le_fence_setting_token(trigdata, "DELETE");
 	}
 
 	le_fence_check_lease(info->nsp, info->key, token, info->strict);

@@ -113,8 +113,8 @@ extern void le_notify(const char *event, const LeaseRow *row);
 /* Direct reads and the writer's side of the fence lock (lease_store.c). */
 extern void le_store_relids(Oid nsp, Oid *lease_relid, Oid *key_indexid);
 extern bool le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
-								 ItemPointer hint, LeaseRow *row);
-extern bool le_fence_lock_writer(int64 lease_id, const char *key);
+								 ItemPointer hint, LeaseRow *row, bool *written_by_us);
+extern void le_fence_lock_writer(int64 lease_id, const char *key);
 
 /* The fence (fence.c). */
 extern int64 le_fencing_token_setting;	/* leader_election.fencing_token, 0 when unset */

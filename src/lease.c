@@ -109,6 +109,7 @@ le_acquire(PG_FUNCTION_ARGS)
 	bool		found;
 	bool		fenced = false;
 	bool		new_period = false;
+	int64		fenced_id = 0;
 
 	le_check_writable("acquire");
 	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
@@ -134,11 +135,20 @@ le_acquire(PG_FUNCTION_ARGS)
 		 */
 		le_fence_lock(row.lease_id, LE_FENCE_CHANGE_LOCKMODE);
 		fenced = true;
+		fenced_id = row.lease_id;
 	}
 
 	if (!le_store_read(&st, key, true, &row))
 		elog(ERROR, "leader_election: lease row \"%s\" vanished", key);
 	now = GetCurrentTimestamp();
+
+	/*
+	 * The fence lock protects the row whose id it was taken for: if the row
+	 * was replaced meanwhile (DROP and CREATE EXTENSION, a reloaded table),
+	 * the lock we hold is not that row's; go the try-lock way below.
+	 */
+	if (fenced && row.lease_id != fenced_id)
+		fenced = false;
 
 	if (le_lease_is_valid(&row, now))
 	{
@@ -254,6 +264,7 @@ le_free_lease(FunctionCallInfo fcinfo, const char *key, const char *owner,
 	LeaseStoreState st;
 	LeaseRow	row;
 	TimestampTz now;
+	int64		locked_id;
 
 	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
 
@@ -266,13 +277,26 @@ le_free_lease(FunctionCallInfo fcinfo, const char *key, const char *owner,
 	}
 
 	/* Freeing ends the token's validity: exclude fenced writers first. */
-	le_fence_lock(row.lease_id, LE_FENCE_CHANGE_LOCKMODE);
+	locked_id = row.lease_id;
+	le_fence_lock(locked_id, LE_FENCE_CHANGE_LOCKMODE);
 	if (!le_store_read(&st, key, true, &row) || row.holder == NULL ||
 		(owner != NULL && (!le_is_ours(&row, owner, &st) || row.fencing_token != token)))
 	{
 		le_store_end(&st);
 		return false;
 	}
+
+	/*
+	 * The row was replaced between the two reads: we hold its row lock, so
+	 * we must not wait for its fence lock (lock order).
+	 */
+	if (row.lease_id != locked_id &&
+		!le_fence_trylock(row.lease_id, LE_FENCE_CHANGE_LOCKMODE))
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("lease \"%s\" changed while it was being released", key),
+				 errdetail("Its row was replaced and a fenced writer is committing under it."),
+				 errhint("Retry the call.")));
 
 	now = GetCurrentTimestamp();
 	le_close_period(&st, &row, now, reason);

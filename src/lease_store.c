@@ -20,15 +20,20 @@
  *
  *	- the fence lock, a transaction-scoped heavyweight lock whose tag is
  *	  built from the lease's surrogate id (never a hash of the key).  Code
- *	  that writes protected data takes it in LE_FENCE_WRITER_LOCKMODE and
- *	  keeps it to the end of its transaction; code that changes the token or
- *	  frees the lease takes it in LE_FENCE_CHANGE_LOCKMODE.  So a write
- *	  accepted with token T cannot commit after a later token was granted.  Renewals
- *	  neither change the token nor take the fence lock.
+ *	  that changes the token or frees the lease takes it in
+ *	  LE_FENCE_CHANGE_LOCKMODE; a transaction that wrote protected data takes
+ *	  it in LE_FENCE_WRITER_LOCKMODE only at commit (fence.c), then reads the
+ *	  token again.  So a write accepted with token T cannot commit after a later
+ *	  token was granted, and an idle writer blocks nobody.  Renewals neither change
+ *	  the token nor take the fence lock.  Whoever locks the fence of an id
+ *	  read earlier checks, after its locked read, that the row still has
+ *	  that id.
  *
- * Lock order: the fence lock before the row lock, so a holder that renews
- * inside a transaction that already wrote fenced rows does not deadlock
- * against a concurrent takeover.  Every wait is bounded by
+ * Lock order: the fence lock before the row lock.  A call that already
+ * holds the row lock when it finds it needs the fence lock only tries it.
+ * (A transaction that renewed the lease, so holds its row lock, and then
+ * commits fenced writes does not wait for the fence lock at all: its row
+ * lock already keeps token changes out, see fence.c.)  Every wait is bounded by
  * leader_election.lock_timeout (applied as lock_timeout for the duration of
  * our work), so a row locked by a stuck or prepared transaction produces a
  * clear error instead of a hang.
@@ -70,6 +75,7 @@
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "storage/bufmgr.h"
 #include "storage/lmgr.h"
 #include "storage/lock.h"
 #include "storage/proc.h"
@@ -887,6 +893,8 @@ le_store_slot_row(TupleTableSlot *slot, LeaseRow *row)
 /*
  * Read the latest committed version of the lease row of key into *row
  * (strings in the current memory context); false when the key has no row.
+ * *written_by_us, when not NULL, tells whether the version read was written
+ * by the current transaction (which then holds the row's lock to its end).
  *
  * For the fence, which runs for every protected row written: direct access
  * with no SPI, no user switch and no privilege check (the caller never sees
@@ -905,7 +913,7 @@ le_store_slot_row(TupleTableSlot *slot, LeaseRow *row)
  */
 bool
 le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
-					 ItemPointer hint, LeaseRow *row)
+					 ItemPointer hint, LeaseRow *row, bool *written_by_us)
 {
 	Relation	rel;
 	Snapshot	snap;
@@ -921,6 +929,16 @@ le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
 
 	snap = RegisterSnapshot(GetLatestSnapshot());
 	slot = table_slot_create(rel, NULL);
+
+	/*
+	 * A hint may point past the end of the table: VACUUM can truncate
+	 * trailing pages (other hints are dropped on relcache invalidation, but
+	 * that may arrive only with this very table_open).  Our lock excludes
+	 * truncation while we read.
+	 */
+	if (hint != NULL && ItemPointerIsValid(hint) &&
+		ItemPointerGetBlockNumber(hint) >= RelationGetNumberOfBlocks(rel))
+		ItemPointerSetInvalid(hint);
 
 	if (hint != NULL && ItemPointerIsValid(hint))
 	{
@@ -970,7 +988,17 @@ le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
 	}
 
 	if (found)
+	{
 		le_store_slot_row(slot, row);
+		if (written_by_us != NULL)
+		{
+			bool		isnull;
+			Datum		xmin = slot_getsysattr(slot, MinTransactionIdAttributeNumber, &isnull);
+
+			*written_by_us = !isnull &&
+				TransactionIdIsCurrentTransactionId(DatumGetTransactionId(xmin));
+		}
+	}
 	ExecDropSingleTupleTableSlot(slot);
 	UnregisterSnapshot(snap);
 	table_close(rel, AccessShareLock);
@@ -987,28 +1015,21 @@ le_fence_wait_context(void *arg)
 
 /*
  * Take the fence lock of a lease in LE_FENCE_WRITER_LOCKMODE until the end
- * of the transaction.  Returns true when this transaction already held it
- * in that mode and does not hold LE_FENCE_CHANGE_LOCKMODE itself, i.e. when
- * no token change can have committed since the lock was first granted.
- *
- * The uncontended path touches no setting; a wait (for a takeover or a
- * release in progress) is bounded by leader_election.lock_timeout, or by the
- * caller's lock_timeout when that is shorter, and fails with 55P03.
+ * of the transaction; the fence does so only at commit (and PREPARE), see
+ * fence.c.  The uncontended path touches no setting; a wait (for a takeover
+ * or a release in progress) is bounded by leader_election.lock_timeout, or
+ * by the caller's lock_timeout when that is shorter, and fails with 55P03.
  */
-bool
+void
 le_fence_lock_writer(int64 lease_id, const char *key)
 {
 	LOCKTAG		tag;
-	LockAcquireResult res;
 	ErrorContextCallback errcallback;
 	int			nestlevel;
 
 	le_fence_locktag(&tag, lease_id);
-	res = LockAcquire(&tag, LE_FENCE_WRITER_LOCKMODE, false, true);
-	if (res == LOCKACQUIRE_OK)
-		return false;
-	if (res != LOCKACQUIRE_NOT_AVAIL)
-		return !LockHeldByMe(&tag, LE_FENCE_CHANGE_LOCKMODE);
+	if (LockAcquire(&tag, LE_FENCE_WRITER_LOCKMODE, false, true) != LOCKACQUIRE_NOT_AVAIL)
+		return;
 
 	errcallback.callback = le_fence_wait_context;
 	errcallback.arg = (void *) key;
@@ -1018,5 +1039,4 @@ le_fence_lock_writer(int64 lease_id, const char *key)
 	(void) LockAcquire(&tag, LE_FENCE_WRITER_LOCKMODE, false, false);
 	AtEOXact_GUC(true, nestlevel);
 	error_context_stack = errcallback.previous;
-	return false;
 }

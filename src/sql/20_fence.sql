@@ -19,7 +19,7 @@ LANGUAGE c VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'le_fence_check';
 COMMENT ON FUNCTION @extschema@.le_fence_check(text, bigint) IS
-    'the fence trigger''s check for code without a trigger: returns when fencing_token is the current token of a held, unexpired lease, raises LE001/LE002 otherwise; keeps the lease''s fence lock to the end of the transaction, so call it before the writes it guards';
+    'the fence trigger''s check for code without a trigger: returns when fencing_token is the current token of a held, unexpired lease, raises LE001/LE002 otherwise; the lease is checked again under its fence lock at COMMIT (or PREPARE), which fails with LE001/LE002 if the token was superseded or the lease ended; call it before the writes it guards';
 REVOKE ALL ON FUNCTION @extschema@.le_fence_check(text, bigint) FROM PUBLIC;
 
 CREATE FUNCTION @extschema@.le_protect(
@@ -32,7 +32,7 @@ LANGUAGE c VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'le_protect';
 COMMENT ON FUNCTION @extschema@.le_protect(regclass, text, name, text) IS
-    'attach the fence to a table (triggers le_fence and le_fence_truncate, replacing earlier ones); mode ''lease'' checks the lease''s token, ''strict'' also the writer''s role, ''advance'' uses le_fence_advance() on the resource named lease_key; runs as the caller';
+    'attach the fence to a table (triggers le_fence and le_fence_truncate, replacing earlier ones); the token column must be bigint; mode ''lease'' checks the lease''s token, ''strict'' also the writer''s role, ''advance'' uses le_fence_advance() on the resource named lease_key; runs as the caller';
 REVOKE ALL ON FUNCTION @extschema@.le_protect(regclass, text, name, text) FROM PUBLIC;
 
 CREATE FUNCTION @extschema@.le_unprotect("table" regclass)
