@@ -203,6 +203,7 @@ le_acquire(PG_FUNCTION_ARGS)
 	}
 
 	ForceSyncCommit();
+	st.idle_bound_us = ttl;
 	le_store_end(&st);
 
 	/*
@@ -249,6 +250,7 @@ le_renew(PG_FUNCTION_ARGS)
 	row.expires_at = now + ttl;
 	le_store_write(&st, &row);
 	ForceSyncCommit();
+	st.idle_bound_us = ttl;
 	le_store_end(&st);
 	PG_RETURN_TIMESTAMPTZ(row.expires_at);
 }

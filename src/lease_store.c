@@ -387,6 +387,8 @@ le_store_begin(LeaseStoreState *st, Oid fn_oid, const char *lease_key)
 	st->lease_key = lease_key;
 	st->caller_cxt = CurrentMemoryContext;
 	st->nsp = nsp;
+	st->locked = false;
+	st->idle_bound_us = 0;
 
 	owner = le_store_owner(nsp);
 
@@ -420,6 +422,45 @@ le_store_end(LeaseStoreState *st)
 	SetUserIdAndSecContext(st->save_userid, st->save_sec_context);
 	AtEOXact_GUC(true, st->save_nestlevel);
 	error_context_stack = st->errcallback.previous;
+	if (st->locked)
+		le_bound_idle_holder(st->idle_bound_us);
+}
+
+/*
+ * A lease call that locked the lease row (and, to change the token or free
+ * the lease, its fence lock) inside a transaction block keeps those locks
+ * until the transaction ends.  A client that then stalls idle in that
+ * transaction (paused process, dead host, forgotten COMMIT) would keep
+ * every other candidate out for as long as it stays stalled, whatever the
+ * lease's expiry says.  So lower idle_in_transaction_session_timeout, for
+ * the rest of this transaction only, to bound_us (the ttl the call just
+ * granted or renewed; leader_election.lock_timeout when it changed nothing
+ * or freed the lease): a stalled holder's session then ends with its
+ * transaction, which could not have committed usefully anyway (its
+ * uncommitted period has run out too), and the next candidate gets the
+ * lease within that bound.  The caller's own setting stays when shorter.
+ * Outside transaction blocks the statement commits at once: nothing to do.
+ * A session busy running statements (not idle) is not bounded by this.
+ */
+void
+le_bound_idle_holder(int64 bound_us)
+{
+	int64		bound_ms;
+	char		value[32];
+
+	if (!IsTransactionBlock())
+		return;
+	bound_ms = (bound_us > 0) ? (bound_us + 999) / 1000 : le_lock_timeout_ms;
+	if (bound_ms < 1)
+		bound_ms = 1;
+	if (bound_ms > INT_MAX)
+		bound_ms = INT_MAX;
+	if (IdleInTransactionSessionTimeout > 0 && IdleInTransactionSessionTimeout <= bound_ms)
+		return;
+	snprintf(value, sizeof(value), INT64_FORMAT, bound_ms);
+	(void) set_config_option("idle_in_transaction_session_timeout", value,
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_LOCAL,
+							 true, 0, false);
 }
 
 /* Run a kept plan and check its result code. */
@@ -474,6 +515,8 @@ le_store_read(LeaseStoreState *st, const char *key, bool for_update, LeaseRow *r
 
 	values[0] = CStringGetTextDatum(key);
 	le_store_exec(for_update ? PLAN_READ_FOR_UPDATE : PLAN_READ, values, NULL, SPI_OK_SELECT);
+	if (for_update)
+		st->locked = true;
 	if (SPI_processed == 0)
 		return false;
 
