@@ -183,7 +183,7 @@ le_acquire(PG_FUNCTION_ARGS)
 		le_notify("acquired", &row);
 	}
 
-	ForceSyncCommit();
+	le_commit_durably();
 	result = le_acquire_result(fcinfo, true, &row);
 	le_store_end(&st);
 	PG_RETURN_DATUM(result);
@@ -223,7 +223,7 @@ le_renew(PG_FUNCTION_ARGS)
 	row.renewed_at = now;
 	row.expires_at = now + ttl;
 	le_store_write(&st, &row);
-	ForceSyncCommit();
+	le_commit_durably();
 	le_store_end(&st);
 	PG_RETURN_TIMESTAMPTZ(row.expires_at);
 }
@@ -266,7 +266,7 @@ le_free_lease(FunctionCallInfo fcinfo, const char *key, const char *owner,
 	row.expires_at = 0;
 	le_store_write(&st, &row);
 	le_notify(reason, &row);
-	ForceSyncCommit();
+	le_commit_durably();
 	le_store_end(&st);
 	return true;
 }
