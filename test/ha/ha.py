@@ -44,6 +44,14 @@ DSN = ("host=127.0.0.1,127.0.0.1 port=%d,%d dbname=postgres user=postgres "
 # fenced writes use the plain DSN and the server default, on).
 LEADER_DSN = DSN + " options='-c synchronous_commit=local'"
 LEASE_TTL, RENEW = "4s", "1s"
+# Patroni's DCS API: etcd (v2, the default) or etcd3.  Patroni 3.0.2's etcd3
+# code overwrites the leader key without a compare when a primary resumes
+# after its lease expired (_update_leader: a new lease, then a plain put), so
+# a frozen primary takes the lock back from the promoted standby, which is
+# then rewound: acknowledged writes and grants of the new timeline are lost.
+# HA_DCS=etcd3 reproduces that (the checker reports it); the v2 API updates
+# the key with test-and-set.
+DCS = os.environ.get("HA_DCS", "etcd")
 T0 = time.time()
 procs = {}           # name -> Popen of etcd, patroni nodes, candidates
 faults = []          # one dict per injected fault
@@ -90,11 +98,17 @@ def sql(dsn, query, args=None, fetch=True):
 
 
 def writable(name):
-    """Does this node accept writes now (a probe row committed)?"""
+    """Does this node accept writes now (a probe row committed and acknowledged)?
+
+    A commit whose wait for the synchronous standby is cut short by the
+    statement timeout is committed locally only (a WARNING, not an error):
+    that does not count as accepting writes."""
     try:
-        sql(node_dsn(name), "SET statement_timeout = '1s'; INSERT INTO ha_probe DEFAULT VALUES",
-            fetch=False)
-        return True
+        with psycopg2.connect(node_dsn(name)) as conn:
+            conn.autocommit = True
+            with conn.cursor() as cur:
+                cur.execute("SET statement_timeout = '1s'; INSERT INTO ha_probe DEFAULT VALUES")
+            return not any("synchronous replication" in n for n in conn.notices)
     except psycopg2.Error:
         return False
 
@@ -115,7 +129,7 @@ def start_etcd():
          "--advertise-client-urls", "http://127.0.0.1:%d" % ETCD_PORT,
          "--listen-peer-urls", "http://127.0.0.1:%d" % ETCD_PEER,
          "--initial-advertise-peer-urls", "http://127.0.0.1:%d" % ETCD_PEER,
-         "--initial-cluster", "ha=http://127.0.0.1:%d" % ETCD_PEER],
+         "--initial-cluster", "ha=http://127.0.0.1:%d" % ETCD_PEER, "--enable-v2=true"],
         stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -127,7 +141,7 @@ def patroni_config(name):
         "scope": "le-ha", "name": name,
         "log": {"dir": "%s/%s" % (DIR, name), "level": "INFO"},
         "restapi": {"listen": "127.0.0.1:%d" % n["rest"], "connect_address": "127.0.0.1:%d" % n["rest"]},
-        "etcd3": {"hosts": ["127.0.0.1:%d" % ETCD_PORT]},
+        DCS: {"hosts": ["127.0.0.1:%d" % ETCD_PORT]},
         "bootstrap": {
             "dcs": {
                 "ttl": 10, "loop_wait": 1, "retry_timeout": 3,
@@ -246,9 +260,14 @@ def _safe(f):
 
 
 def wait_rejoined(name):
-    """The node runs again as the synchronous standby."""
-    wait_for("%s to rejoin as synchronous standby" % name,
-             lambda: rest(name, "replica") == 200 and rest(name, "sync") == 200, 150, 0.5)
+    """The node runs again as the synchronous standby: True, or False after 120 s."""
+    try:
+        wait_for("%s to rejoin as synchronous standby" % name,
+                 lambda: rest(name, "replica") == 200 and rest(name, "sync") == 200, 120, 0.5)
+        return True
+    except SystemExit as e:
+        log(str(e))
+        return False
 
 
 def stale_probe(fault):
@@ -320,10 +339,12 @@ def inject(kind):
         for g in set(fault["frozen"]):
             os.killpg(g, signal.SIGCONT)
         log("  %s resumed after %.1fs frozen" % (old, time.time() - fault["t"]))
-    wait_rejoined(old)
-    log("  %s is the synchronous standby again (%.1fs after the fault)" % (old, time.time() - fault["t"]))
+    fault["rejoined"] = wait_rejoined(old)
     faults.append(fault)
+    if fault["rejoined"]:
+        log("  %s is the synchronous standby again (%.1fs after the fault)" % (old, time.time() - fault["t"]))
     time.sleep(2)
+    return fault["rejoined"]
 
 
 CHECKS = [
@@ -378,6 +399,9 @@ CHECKS = [
         FROM ha_acked_writes w WHERE NOT EXISTS (SELECT FROM ha_fenced f WHERE f.id = w.id)"""),
     ("stale writes of an old leader are rejected on the new primary (LE001)",
      """SELECT format('%s fault: %s', kind, stale) FROM ha_faults WHERE NOT stale_ok"""),
+    ("the old primary rejoined as synchronous standby after each fault",
+     """SELECT format('%s fault: the old primary did not rejoin within 120 s', kind)
+        FROM ha_faults WHERE NOT rejoined"""),
 ]
 
 
@@ -390,7 +414,7 @@ def check():
                        CREATE TEMP TABLE ha_renewed (owner text, token bigint, expires_at timestamptz);
                        CREATE TEMP TABLE ha_acked_writes (owner text, token bigint, id bigint);
                        CREATE TEMP TABLE ha_faults (kind text, t timestamptz, acked_before bigint,
-                                                    stale text, stale_ok bool)""")
+                                                    stale text, stale_ok bool, rejoined bool)""")
         for e in leader:
             if e["event"] == "acquired":
                 cur.execute("INSERT INTO ha_acquired VALUES (%s, %s)", (e["owner"], e["token"]))
@@ -402,8 +426,9 @@ def check():
                 cur.execute("INSERT INTO ha_acked_writes VALUES (%s, %s, %s)",
                             (w["owner"], w["token"], w["id"]))
         for f in faults:
-            cur.execute("INSERT INTO ha_faults VALUES (%s, to_timestamp(%s), %s, %s, %s)",
-                        (f["kind"], f["t"], f["acked_before"], f["stale"], f.get("stale_ok", True)))
+            cur.execute("INSERT INTO ha_faults VALUES (%s, to_timestamp(%s), %s, %s, %s, %s)",
+                        (f["kind"], f["t"], f["acked_before"], f["stale"], f.get("stale_ok", True),
+                         f["rejoined"]))
         results = []
         for name, q in CHECKS:
             cur.execute(q)
@@ -427,7 +452,7 @@ def check():
 
 
 def main():
-    log("etcd on 127.0.0.1:%d, Patroni nodes %s" % (ETCD_PORT, ", ".join(
+    log("etcd on 127.0.0.1:%d (Patroni DCS %s), Patroni nodes %s" % (ETCD_PORT, DCS, ", ".join(
         "%s (REST %d, PostgreSQL %d)" % (n, v["rest"], v["pg"]) for n, v in NODES.items())))
     start_etcd()
     wait_for("etcd", lambda: _ok_url("http://127.0.0.1:%d/health" % ETCD_PORT), 30)
@@ -449,7 +474,8 @@ def main():
     wait_steady(time.time(), "at the start")
     time.sleep(3)
     for kind in ("switchover", "kill", "freeze"):
-        inject(kind)
+        if not inject(kind):
+            break
     time.sleep(2)
     for i in range(1, 4):
         procs["cand%d" % i].send_signal(signal.SIGTERM)

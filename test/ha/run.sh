@@ -3,7 +3,7 @@
 # "test/run.sh ha" as the user PostgreSQL runs as, with PG_CONFIG set to the
 # installation that has the extension and pg_leader.  Everything lives in a
 # scratch directory that is removed at the end (its logs are kept when the
-# run fails).  Ports: HA_PORT_BASE (default 57800) .. +21.
+# run fails, or when HA_KEEP is set).  Ports: HA_PORT_BASE (default 57800) .. +21.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 PG_BINDIR=$("${PG_CONFIG:?set PG_CONFIG}" --bindir)
@@ -14,7 +14,7 @@ HA_DIR=$(mktemp -d /tmp/le-ha.XXXXXX)
 export PG_BINDIR HA_DIR HA_PORT_BASE=${HA_PORT_BASE:-57800}
 /usr/bin/python3 "$here/ha.py"
 rc=$?
-if [ "$rc" -eq 0 ]; then
+if [ "$rc" -eq 0 ] && [ -z "${HA_KEEP:-}" ]; then
     rm -rf "$HA_DIR"
 else
     echo "test/ha: logs kept in $HA_DIR (etcd.log, node*/ Patroni and PostgreSQL logs, cand*.log, writes-*.jsonl)"
