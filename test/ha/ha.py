@@ -5,8 +5,8 @@ Boots etcd and a 2-node Patroni cluster (synchronous_mode) on loopback, runs
 three `pg_leader run --loop` candidates for one key through a multi-host
 read-write DSN, each leader writing fenced rows with its token every 100 ms,
 then injects in turn a planned switchover, a SIGKILL of the primary's
-Patroni and postmaster, and a SIGSTOP of the primary's Patroni and
-postmaster process group (resumed later).  Afterwards it checks, from the
+Patroni and postmaster, and a SIGSTOP of the primary's Patroni, postmaster
+and backends (resumed later).  Afterwards it checks, from the
 database's history and the clients' logs, the invariants of the project and
 that no acknowledged grant, renewal or fenced write was lost, prints a
 summary with leader and Patroni failover times, and exits 1 on any violation.
@@ -188,6 +188,21 @@ def start_patroni(name):
                                    stderr=subprocess.STDOUT, start_new_session=True)
 
 
+def children(ppid):
+    """Pids of the processes whose parent is ppid (Linux /proc)."""
+    kids = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open("/proc/%s/stat" % pid) as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == ppid:
+                kids.append(int(pid))
+    return kids
+
+
 def postmaster_pid(name):
     with open("%s/%s/data/postmaster.pid" % (DIR, name)) as f:
         return int(f.readline())
@@ -312,10 +327,19 @@ def inject(kind):
         os.kill(pm, signal.SIGKILL)
         procs[old].wait()
     elif kind == "freeze":
+        # Patroni's process group, the postmaster and every child of it:
+        # each backend runs in a process group of its own (setsid), so
+        # stopping the postmaster's group alone would leave the open
+        # connections served (renewals would go on on the "frozen" node).
         pm = postmaster_pid(old)
-        fault["frozen"] = [os.getpgid(procs[old].pid), os.getpgid(pm)]
-        for g in set(fault["frozen"]):
-            os.killpg(g, signal.SIGSTOP)
+        fault["frozen_group"] = os.getpgid(procs[old].pid)
+        os.killpg(fault["frozen_group"], signal.SIGSTOP)
+        os.kill(pm, signal.SIGSTOP)
+        fault["frozen"] = [pm] + children(pm)
+        for pid in fault["frozen"][1:]:
+            os.kill(pid, signal.SIGSTOP)
+        log("  stopped Patroni (process group %d), the postmaster %d and its %d children"
+            % (fault["frozen_group"], pm, len(fault["frozen"]) - 1))
     poller.join()
     if "t" not in done:
         raise SystemExit("FAIL: %s never accepted writes after the %s" % (other, kind))
@@ -336,8 +360,9 @@ def inject(kind):
         start_patroni(old)
     elif kind == "freeze":
         time.sleep(max(0, fault["t"] + 25 - time.time()))
-        for g in set(fault["frozen"]):
-            os.killpg(g, signal.SIGCONT)
+        for pid in fault["frozen"]:
+            os.kill(pid, signal.SIGCONT)
+        os.killpg(fault["frozen_group"], signal.SIGCONT)
         log("  %s resumed after %.1fs frozen" % (old, time.time() - fault["t"]))
     fault["rejoined"] = wait_rejoined(old)
     faults.append(fault)
@@ -526,7 +551,9 @@ def teardown():
                 pass
     for name in NODES:
         try:
-            os.killpg(os.getpgid(postmaster_pid(name)), signal.SIGCONT)
+            pm = postmaster_pid(name)
+            for pid in [pm] + children(pm):
+                os.kill(pid, signal.SIGCONT)
             subprocess.run([BIN + "/pg_ctl", "-D", "%s/%s/data" % (DIR, name), "-m", "immediate",
                             "stop"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         except (OSError, ValueError):
