@@ -3,7 +3,7 @@
 # "test/run.sh ha" as the user PostgreSQL runs as, with PG_CONFIG set to the
 # installation that has the extension and pg_leader.  Everything lives in a
 # scratch directory that is removed at the end (its logs are kept when the
-# run fails, or when HA_KEEP is set).  Ports: HA_PORT_BASE (default 57800) .. +21.
+# run fails, or when HA_KEEP is set).  Ports: HA_PORT_BASE (default 57800) .. +21, or the next free range of 50.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 PG_BINDIR=$("${PG_CONFIG:?set PG_CONFIG}" --bindir)
