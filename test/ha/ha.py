@@ -220,6 +220,14 @@ def children(ppid):
     return kids
 
 
+def signal_if_alive(pid, sig):
+    """Signal a process that may have exited meanwhile (a child that was ending)."""
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
 def postmaster_pid(name):
     with open("%s/%s/data/postmaster.pid" % (DIR, name)) as f:
         return int(f.readline())
@@ -354,7 +362,7 @@ def inject(kind):
         os.kill(pm, signal.SIGSTOP)
         fault["frozen"] = [pm] + children(pm)
         for pid in fault["frozen"][1:]:
-            os.kill(pid, signal.SIGSTOP)
+            signal_if_alive(pid, signal.SIGSTOP)
         log("  stopped Patroni (process group %d), the postmaster %d and its %d children"
             % (fault["frozen_group"], pm, len(fault["frozen"]) - 1))
     poller.join()
@@ -378,7 +386,7 @@ def inject(kind):
     elif kind == "freeze":
         time.sleep(max(0, fault["t"] + 25 - time.time()))
         for pid in fault["frozen"]:
-            os.kill(pid, signal.SIGCONT)
+            signal_if_alive(pid, signal.SIGCONT)
         os.killpg(fault["frozen_group"], signal.SIGCONT)
         log("  %s resumed after %.1fs frozen" % (old, time.time() - fault["t"]))
     fault["rejoined"] = wait_rejoined(old)
