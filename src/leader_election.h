@@ -74,6 +74,9 @@ extern int64 le_check_token(FunctionCallInfo fcinfo, int argno);
 extern int64 le_check_ttl(FunctionCallInfo fcinfo, int argno);
 extern void le_check_writable(const char *action);
 
+/* Commit of a lease change: flushed, and waited for by synchronous standbys. */
+extern void le_commit_durably(void);
+
 /*
  * Access to the lease tables.  le_store_begin() connects SPI as the
  * extension owner and bounds lock waits by leader_election.lock_timeout;

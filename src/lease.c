@@ -202,7 +202,7 @@ le_acquire(PG_FUNCTION_ARGS)
 		le_notify("acquired", &row);
 	}
 
-	ForceSyncCommit();
+	le_commit_durably();
 	st.idle_bound_us = ttl;
 	le_store_end(&st);
 
@@ -249,7 +249,7 @@ le_renew(PG_FUNCTION_ARGS)
 	row.renewed_at = now;
 	row.expires_at = now + ttl;
 	le_store_write(&st, &row);
-	ForceSyncCommit();
+	le_commit_durably();
 	st.idle_bound_us = ttl;
 	le_store_end(&st);
 	PG_RETURN_TIMESTAMPTZ(row.expires_at);
@@ -307,7 +307,7 @@ le_free_lease(FunctionCallInfo fcinfo, const char *key, const char *owner,
 	row.expires_at = 0;
 	le_store_write(&st, &row);
 	le_notify(reason, &row);
-	ForceSyncCommit();
+	le_commit_durably();
 	le_store_end(&st);
 	return true;
 }

@@ -55,6 +55,10 @@
  * also exceed the row's last one; a sequence found behind it (set back by
  * hand) is raised first, under a lock that excludes every nextval().
  *
+ * Durability (le_commit_durably): a lease change is flushed at commit and,
+ * when synchronous standbys are configured, waited for by them, even if the
+ * caller runs with synchronous_commit off or local.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -302,6 +306,57 @@ le_check_writable(const char *action)
 				 errmsg("cannot %s a lease while the server is in recovery", action),
 				 errdetail("Leases change only on the primary server; this one is a standby."),
 				 errhint("Connect to the primary. Reading le_leases works here but may lag behind it.")));
+}
+
+/* Set by le_commit_durably: this transaction changed a lease. */
+static bool le_durable_pending = false;
+
+/*
+ * Before commit (or PREPARE) of a transaction that changed a lease, raise
+ * synchronous_commit to on if the caller runs with less (checked then, so a
+ * SET LOCAL after the lease call cannot lower it again).  The commit then
+ * waits for the synchronous standbys when synchronous_standby_names names
+ * any (and is a plain local flush otherwise), so an acknowledged grant,
+ * renewal or release survives a failover to such a standby.  The setting is
+ * transaction-local: the caller's own value is back once the commit is done.
+ */
+static void
+le_durable_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+		case XACT_EVENT_PRE_PREPARE:
+			if (le_durable_pending && synchronous_commit < SYNCHRONOUS_COMMIT_ON)
+				(void) set_config_option("synchronous_commit", "on",
+										 PGC_USERSET, PGC_S_SESSION,
+										 GUC_ACTION_LOCAL, true, ERROR, false);
+			break;
+		case XACT_EVENT_PARALLEL_PRE_COMMIT:
+			break;
+		default:
+			le_durable_pending = false;
+			break;
+	}
+}
+
+/*
+ * Make the commit of the current transaction, which changes a lease, durable
+ * locally and on the synchronous standbys, whatever the caller's
+ * synchronous_commit (see le_durable_xact_callback).
+ */
+void
+le_commit_durably(void)
+{
+	static bool registered = false;
+
+	ForceSyncCommit();
+	if (!registered)
+	{
+		RegisterXactCallback(le_durable_xact_callback, NULL);
+		registered = true;
+	}
+	le_durable_pending = true;
 }
 
 /* Prepare and keep every plan for the extension living in namespace nsp. */

@@ -324,18 +324,15 @@ wait_fd(int fd, bool for_write, int64_t deadline)
 	}
 }
 
-/* Open a connection without blocking past timeout_ms. */
+/* Open a connection to the server(s) kw/val name, not blocking past deadline. */
 static PGconn *
-connect_bounded(const char *conninfo, const char *appname, int64_t timeout_ms,
-				char *err, size_t errlen)
+connect_until(const char *const *kw, const char *const *val, int expand,
+			  int64_t deadline, int64_t timeout_ms, char *err, size_t errlen)
 {
-	const char *kw[] = {"dbname", "fallback_application_name", NULL};
-	const char *val[] = {conninfo, appname, NULL};
-	int64_t		deadline = le_monotonic_ms() + timeout_ms;
 	PostgresPollingStatusType st = PGRES_POLLING_WRITING;
 	PGconn	   *c;
 
-	c = PQconnectStartParams(kw, val, 1);
+	c = PQconnectStartParams(kw, val, expand);
 	if (c == NULL)
 	{
 		set_err(err, errlen, "out of memory");
@@ -372,6 +369,119 @@ connect_bounded(const char *conninfo, const char *appname, int64_t timeout_ms,
 		}
 		st = PQconnectPoll(c);
 	}
+	return c;
+}
+
+/* Element i of a comma-separated libpq list (the last one when shorter), or NULL. */
+static char *
+list_item(const char *list, int i, char *buf, size_t len)
+{
+	const char *p = list;
+	size_t		n;
+
+	if (list == NULL || *list == '\0')
+		return NULL;
+	for (; i > 0 && strchr(p, ',') != NULL; i--)
+		p = strchr(p, ',') + 1;
+	n = strcspn(p, ",");
+	if (n >= len)
+		n = len - 1;
+	memcpy(buf, p, n);
+	buf[n] = '\0';
+	return buf;
+}
+
+/*
+ * Open a connection without blocking past timeout_ms.  libpq ignores
+ * connect_timeout in non-blocking connects, so with a multi-host conninfo a
+ * host that accepts the TCP connection but never answers (a frozen primary)
+ * would use up the whole timeout and the next hosts would never be tried:
+ * try the hosts one at a time, each for connect_timeout when the conninfo
+ * sets it, else for an equal share of timeout_ms.
+ */
+static PGconn *
+connect_bounded(const char *conninfo, const char *appname, int64_t timeout_ms,
+				char *err, size_t errlen)
+{
+	const char *kw[64];
+	const char *val[64];
+	char		host[256], addr[256], port[32];
+	const char *hosts = NULL, *addrs = NULL, *ports = NULL;
+	int64_t		deadline = le_monotonic_ms() + timeout_ms;
+	int64_t		per_host = 0;
+	int			nhosts = 1, n = 0, i;
+	PQconninfoOption *opts = PQconninfoParse(conninfo, NULL);
+	PQconninfoOption *o;
+	PGconn	   *c = NULL;
+
+	if (opts != NULL)
+	{
+		for (o = opts; o->keyword != NULL; o++)
+		{
+			if (o->val == NULL || o->val[0] == '\0')
+				continue;
+			if (strcmp(o->keyword, "host") == 0)
+				hosts = o->val;
+			else if (strcmp(o->keyword, "hostaddr") == 0)
+				addrs = o->val;
+			else if (strcmp(o->keyword, "port") == 0)
+				ports = o->val;
+			else
+			{
+				if (strcmp(o->keyword, "connect_timeout") == 0 && atoi(o->val) > 0)
+					per_host = (int64_t) (atoi(o->val) < 2 ? 2 : atoi(o->val)) * 1000;
+				if (n < 60)
+				{
+					kw[n] = o->keyword;
+					val[n++] = o->val;
+				}
+			}
+		}
+		for (const char *p = hosts ? hosts : addrs; p && (p = strchr(p, ',')) != NULL; p++)
+			nhosts++;
+	}
+	if (opts == NULL || nhosts < 2)
+	{
+		const char *kw1[] = {"dbname", "fallback_application_name", NULL};
+		const char *val1[] = {conninfo, appname, NULL};
+
+		PQconninfoFree(opts);
+		return connect_until(kw1, val1, 1, deadline, timeout_ms, err, errlen);
+	}
+	if (per_host == 0)
+		per_host = timeout_ms / nhosts;
+	kw[n] = "fallback_application_name";
+	val[n++] = appname;
+	for (i = 0; i < nhosts && c == NULL; i++)
+	{
+		int			k = n;
+		int64_t		host_deadline = le_monotonic_ms() + per_host;
+
+		if (le_monotonic_ms() >= deadline)
+			break;
+		if (list_item(hosts, i, host, sizeof(host)))
+		{
+			kw[k] = "host";
+			val[k++] = host;
+		}
+		if (list_item(addrs, i, addr, sizeof(addr)))
+		{
+			kw[k] = "hostaddr";
+			val[k++] = addr;
+		}
+		if (list_item(ports, i, port, sizeof(port)))
+		{
+			kw[k] = "port";
+			val[k++] = port;
+		}
+		kw[k] = NULL;
+		val[k] = NULL;
+		c = connect_until(kw, val, 0, host_deadline < deadline ? host_deadline : deadline,
+						  per_host, err, errlen);
+	}
+	if (c == NULL && i == 0)
+		set_err(err, errlen, "connection timed out after %" PRId64 " ms", timeout_ms);
+	PQconninfoFree(opts);
 	return c;
 }
 
