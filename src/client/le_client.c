@@ -95,6 +95,7 @@ struct le_elector
 	char		expires_at[64];
 	int64_t		lost_token;		/* highest token we lost: never use it again */
 	int64_t		pending_release;	/* token to release best-effort, 0 = none */
+	bool		renew_now;		/* a notification hinted at a loss: confirm at once */
 
 	uint64_t	attempts;
 	bool		connected;
@@ -673,11 +674,12 @@ renew_main(void *arg)
 			continue;
 		}
 		next = e->last_send + e->cfg.renew_ms;
-		if (now < next)
+		if (now < next && !e->renew_now)
 		{
 			cv_wait_ms(e, (next < deadline ? next : deadline) - now);
 			continue;
 		}
+		e->renew_now = false;
 		snprintf(token_text, sizeof(token_text), "%" PRId64, e->token);
 		pthread_mutex_unlock(&e->mu);
 
@@ -993,9 +995,54 @@ release_token(le_elector *e, PGconn *conn, int64_t token, bool *broken)
 	pthread_mutex_unlock(&e->mu);
 }
 
-/* Drain notifications; returns the time of the next campaign attempt. */
+/*
+ * Ask the renewal thread to renew at once: a notification hinted that the
+ * lease may be lost.  Notifications are unauthenticated (any role may send
+ * one), so only the server's answer to le_renew ends leadership.
+ */
+static void
+confirm_leadership(le_elector *e)
+{
+	pthread_mutex_lock(&e->mu);
+	if (e->leading)
+	{
+		e->renew_now = true;
+		pthread_cond_broadcast(&e->cv);
+	}
+	pthread_mutex_unlock(&e->mu);
+}
+
+/* Read the lease from the server and report its holder; false if the connection broke. */
+static bool
+observe_lease(le_elector *e, PGconn *conn)
+{
+	const char *v1[1] = {e->lease_key};
+	char		msg[512] = "";
+	bool		broken;
+	PGresult   *r;
+
+	r = exec_bounded(conn, e->sql_observe, 1, v1,
+					 le_monotonic_ms() + e->cfg.statement_timeout_ms,
+					 msg, sizeof(msg), &broken);
+	if (r && PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
+		observed(e, PQgetvalue(r, 0, 0), strtoll(PQgetvalue(r, 0, 1), NULL, 10),
+				 PQgetvalue(r, 0, 2));
+	else if (r && PQresultStatus(r) == PGRES_TUPLES_OK)
+		observed(e, "", 0, "");
+	else
+		notice(e, "could not read the lease: %s", msg);
+	PQclear(r);
+	return !broken;
+}
+
+/*
+ * Drain notifications; returns the time of the next campaign attempt.
+ * Payloads are hints only: they wake us to ask the server (le_renew when
+ * leading, a read of the lease, or le_acquire when it may be free); *observe
+ * is set when the lease should be read.
+ */
 static int64_t
-handle_notifies(le_elector *e, PGconn *conn, int64_t next_attempt)
+handle_notifies(le_elector *e, PGconn *conn, int64_t next_attempt, bool *observe)
 {
 	PGnotify   *nt;
 
@@ -1006,50 +1053,26 @@ handle_notifies(le_elector *e, PGconn *conn, int64_t next_attempt)
 		if (strcmp(nt->relname, LE_CHANNEL) == 0 && parse_note(nt->extra, &n) &&
 			strcmp(n.lease_key, e->lease_key) == 0)
 		{
-			if (strcmp(n.event, "acquired") == 0)
-			{
-				uint64_t	period = 0;
-				bool		superseded;
+			bool		leading;
+			int64_t		lost;
 
-				/* someone else got a newer token: whatever we believe, we lost */
-				pthread_mutex_lock(&e->mu);
-				superseded = e->leading && n.token > e->token && strcmp(n.holder, e->owner_id) != 0;
-				period = e->period;
-				pthread_mutex_unlock(&e->mu);
-				if (superseded)
-					end_leadership(e, period, LE_STOP_LOST, "another owner acquired the lease");
-				observed(e, n.holder, n.token, n.expires_at);
-			}
+			pthread_mutex_lock(&e->mu);
+			leading = e->leading;
+			lost = e->lost_token;
+			pthread_mutex_unlock(&e->mu);
+			if (leading)
+				confirm_leadership(e);
 			else
+				*observe = true;
+			/* a release of our own last token is ours: wait for the retry interval */
+			if (strcmp(n.event, "acquired") != 0 && !leading && n.token != lost)
 			{
-				uint64_t	period = 0;
-				bool		ours = false;
-				bool		leading;
-				int64_t		lost;
+				/* maybe free now: campaign at once, spread a little */
+				int64_t		soon = le_monotonic_ms() +
+					(int64_t) (next_rand(e) % (LE_RELEASE_JITTER_MS + 1));
 
-				pthread_mutex_lock(&e->mu);
-				leading = e->leading;
-				lost = e->lost_token;
-				if (leading && strcmp(n.holder, e->owner_id) == 0 && n.token == e->token)
-				{
-					ours = strcmp(n.event, "force_released") == 0;
-					period = e->period;
-				}
-				e->holder[0] = '\0';
-				e->holder_token = 0;
-				pthread_mutex_unlock(&e->mu);
-				if (ours)
-					end_leadership(e, period, LE_STOP_LOST, "the lease was force-released");
-				/* a release of our own last token is ours: wait for the retry interval */
-				if ((!leading && n.token != lost) || ours)
-				{
-					/* free now: campaign at once, spread a little */
-					int64_t		soon = le_monotonic_ms() +
-						(int64_t) (next_rand(e) % (LE_RELEASE_JITTER_MS + 1));
-
-					if (soon < next_attempt)
-						next_attempt = soon;
-				}
+				if (soon < next_attempt)
+					next_attempt = soon;
 			}
 		}
 		PQfreemem(nt);
@@ -1219,6 +1242,7 @@ campaign_main(void *arg)
 					timeout;
 		struct pollfd fds[2];
 		int			nfds = 1;
+		bool		observe = false;
 
 		pthread_mutex_lock(&e->mu);
 		quit = e->quit;
@@ -1299,7 +1323,12 @@ campaign_main(void *arg)
 			next_attempt = campaign_once(e, &conn);
 			if (conn == NULL)
 				continue;
-			next_attempt = handle_notifies(e, conn, next_attempt);
+			next_attempt = handle_notifies(e, conn, next_attempt, &observe);
+			if (observe && !observe_lease(e, conn))
+			{
+				PQfinish(conn);
+				conn = NULL;
+			}
 			continue;
 		}
 
@@ -1333,7 +1362,12 @@ campaign_main(void *arg)
 				}
 			}
 		}
-		next_attempt = handle_notifies(e, conn, next_attempt);
+		next_attempt = handle_notifies(e, conn, next_attempt, &observe);
+		if (observe && !observe_lease(e, conn))
+		{
+			PQfinish(conn);
+			conn = NULL;
+		}
 	}
 	if (conn)
 		PQfinish(conn);
