@@ -73,6 +73,12 @@ extern "C"
 {
 #endif
 
+/*
+ * 2: le_elector_period_fd, le_elector_request_stop, le_result_name,
+ * le_status.last_error and the result codes after LE_ERR_SYSTEM.
+ */
+#define LE_CLIENT_API_VERSION 2
+
 /* Result codes of the functions below. */
 typedef enum le_result
 {

@@ -22,7 +22,30 @@
  *		lead with ttl 3 s and the default statement timeout (5 s, longer
  *		than the ttl); prints "leading token=N", runs SECONDS, then prints
  *		"still leading token=N renewals=K" or the on_stopped line.
+ *
+ *   le_probe blockcb DSN KEY
+ *		ttl 1 s; the first on_renewed callback blocks for 3 s (like a log
+ *		write to a full pipe); prints "leading throughout" if the elector
+ *		led for all of 3.5 s, else "not leading after X ms".
+ *
+ *   le_probe attempts DSN KEY SECONDS
+ *		campaign SECONDS with a 100 ms retry interval; prints "attempts N".
+ *
+ * With LE_CLIENT_API_VERSION >= 2 only:
+ *
+ *   le_probe status DSN KEY
+ *		one acquire attempt; prints "status leading=L last_error=NAME
+ *		sqlstate=S conflicts=N".
+ *
+ *   le_probe owner DSN KEY OWNER SECONDS
+ *		two electors with the same owner id; prints "leading a=L b=L
+ *		conflicts a=N b=N".
+ *
+ *   le_probe api DSN KEY
+ *		the period fd, on_new_leader for ourselves and for a free lease,
+ *		control characters in owner ids; prints lines the test checks.
  */
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -274,6 +297,245 @@ run_deadline(const char *dsn, const char *key, int survive_s)
 	return 0;
 }
 
+static atomic_int block_once;
+
+static void
+b_renewed(void *a, const le_lease_info *l)
+{
+	(void) a;
+	(void) l;
+	if (atomic_fetch_add(&block_once, 1) == 0)
+		sleep_ms(3000);
+}
+
+/* Mode "blockcb". */
+static int
+run_blockcb(const char *dsn, const char *key)
+{
+	le_config	c;
+	le_elector *e;
+	char		err[512];
+	int64_t		t0;
+
+	le_config_init(&c);
+	c.conninfo = dsn;
+	c.lease_key = key;
+	c.ttl_ms = 1000;
+	c.renew_ms = 300;
+	c.on_renewed = b_renewed;
+	e = le_elector_create(&c, err, sizeof(err));
+	if (e == NULL || le_elector_start(e, err, sizeof(err)) != LE_OK ||
+		!le_elector_wait_leader(e, 20000))
+	{
+		printf("error: %s\n", err);
+		return 2;
+	}
+	t0 = le_monotonic_ms();
+	while (le_monotonic_ms() - t0 < 3500)
+	{
+		if (!le_elector_is_leader(e, NULL))
+		{
+			printf("not leading after %lld ms\n", (long long) (le_monotonic_ms() - t0));
+			break;
+		}
+		sleep_ms(20);
+	}
+	if (le_monotonic_ms() - t0 >= 3500)
+		printf("leading throughout\n");
+	le_elector_stop(e);
+	le_elector_destroy(e);
+	return 0;
+}
+
+/* Mode "attempts". */
+static int
+run_attempts(const char *dsn, const char *key, int seconds)
+{
+	le_config	c;
+	le_elector *e;
+	le_status	st;
+	char		err[512];
+
+	le_config_init(&c);
+	c.conninfo = dsn;
+	c.lease_key = key;
+	c.retry_ms = 100;
+	e = le_elector_create(&c, err, sizeof(err));
+	if (e == NULL || le_elector_start(e, err, sizeof(err)) != LE_OK)
+	{
+		printf("error: %s\n", err);
+		return 2;
+	}
+	sleep_ms(seconds * 1000);
+	le_elector_status(e, &st);
+	printf("attempts %llu\n", (unsigned long long) st.attempts);
+	le_elector_stop(e);
+	le_elector_destroy(e);
+	return 0;
+}
+
+#if defined(LE_CLIENT_API_VERSION) && LE_CLIENT_API_VERSION >= 2
+
+/* Mode "status". */
+static int
+run_status(const char *dsn, const char *key)
+{
+	le_config	c;
+	le_elector *e;
+	le_status	st;
+	char		err[512];
+
+	le_config_init(&c);
+	c.conninfo = dsn;
+	c.lease_key = key;
+	c.retry_ms = 100;
+	c.statement_timeout_ms = 2000;
+	e = le_elector_create(&c, err, sizeof(err));
+	if (e == NULL || le_elector_start(e, err, sizeof(err)) != LE_OK)
+	{
+		printf("error: %s\n", err);
+		return 2;
+	}
+	le_elector_wait_attempt(e, 10000);
+	le_elector_status(e, &st);
+	printf("status leading=%d last_error=%s sqlstate=%s conflicts=%llu\n", st.leading,
+		   le_result_name(st.last_error), st.last_sqlstate[0] ? st.last_sqlstate : "-",
+		   (unsigned long long) st.owner_conflicts);
+	printf("message %s\n", st.last_message);
+	le_elector_stop(e);
+	le_elector_destroy(e);
+	return 0;
+}
+
+/* Mode "owner". */
+static int
+run_owner(const char *dsn, const char *key, const char *owner, int seconds)
+{
+	le_elector *e[2];
+	le_status	st[2];
+	char		err[512];
+	int			both = 0;
+
+	for (int i = 0; i < 2; i++)
+	{
+		le_config	c;
+
+		le_config_init(&c);
+		c.conninfo = dsn;
+		c.lease_key = key;
+		c.owner_id = owner;
+		c.ttl_ms = 2000;
+		c.retry_ms = 100;
+		e[i] = le_elector_create(&c, err, sizeof(err));
+		if (e[i] == NULL || le_elector_start(e[i], err, sizeof(err)) != LE_OK)
+		{
+			printf("error: %s\n", err);
+			return 2;
+		}
+		if (i == 0 && !le_elector_wait_leader(e[0], 20000))
+		{
+			printf("error: a does not lead\n");
+			return 2;
+		}
+	}
+	for (int t = 0; t < seconds * 50; t++)
+	{
+		if (le_elector_is_leader(e[0], NULL) && le_elector_is_leader(e[1], NULL))
+			both++;
+		sleep_ms(20);
+	}
+	for (int i = 0; i < 2; i++)
+		le_elector_status(e[i], &st[i]);
+	printf("leading a=%d b=%d both=%d conflicts a=%llu b=%llu last_error b=%s\n",
+		   st[0].leading, st[1].leading, both,
+		   (unsigned long long) st[0].owner_conflicts, (unsigned long long) st[1].owner_conflicts,
+		   le_result_name(st[1].last_error));
+	for (int i = 0; i < 2; i++)
+	{
+		le_elector_stop(e[i]);
+		le_elector_destroy(e[i]);
+	}
+	return 0;
+}
+
+static pthread_mutex_t nl_mu = PTHREAD_MUTEX_INITIALIZER;
+static char nl_log[4096];
+
+static void
+a_new_leader(void *a, const char *holder, int64_t token, const char *x)
+{
+	char		line[512];
+
+	(void) x;
+	snprintf(line, sizeof(line), "%s:new_leader=%s:%lld|", (const char *) a,
+			 holder ? holder : "(free)", (long long) token);
+	pthread_mutex_lock(&nl_mu);
+	if (strlen(nl_log) + strlen(line) < sizeof(nl_log))
+		strcat(nl_log, line);
+	pthread_mutex_unlock(&nl_mu);
+}
+
+/* Mode "api". */
+static int
+run_api(const char *dsn, const char *key)
+{
+	le_elector *a,
+			   *b;
+	le_config	c;
+	char		err[512];
+	int			fd;
+	struct pollfd p;
+	le_lease_info l;
+
+	le_config_init(&c);
+	c.conninfo = dsn;
+	c.lease_key = key;
+	c.ttl_ms = 3000;
+	c.retry_ms = 100;
+	c.owner_id = "evil\nowner";
+	c.on_new_leader = a_new_leader;
+	c.cb_arg = "a";
+	a = le_elector_create(&c, err, sizeof(err));
+	if (a == NULL || le_elector_start(a, err, sizeof(err)) != LE_OK || !le_elector_wait_leader(a, 20000))
+	{
+		printf("error: %s\n", err);
+		return 2;
+	}
+	fd = le_elector_period_fd(a, &l);
+	printf("period fd valid %d period %llu\n", fd >= 0, (unsigned long long) l.period);
+	p.fd = fd;
+	p.events = POLLIN;
+	printf("readable while leading %d\n", poll(&p, 1, 200));
+
+	c.owner_id = "observer";
+	c.retry_ms = 60000;			/* only notifications make it campaign */
+	c.cb_arg = "b";
+	b = le_elector_create(&c, err, sizeof(err));
+	if (b == NULL || le_elector_start(b, err, sizeof(err)) != LE_OK)
+	{
+		printf("error: %s\n", err);
+		return 2;
+	}
+	le_elector_wait_attempt(b, 10000);
+	sleep_ms(300);
+	le_elector_request_stop(a);
+	printf("readable after request_stop %d leading %d\n", poll(&p, 1, 1000),
+		   le_elector_is_leader(a, NULL));
+	close(fd);
+	printf("fd after the period: %d\n", le_elector_period_fd(a, NULL));
+	le_elector_stop(a);
+	printf("b leads %d\n", le_elector_wait_leader(b, 10000));
+	sleep_ms(300);
+	le_elector_stop(b);
+	pthread_mutex_lock(&nl_mu);
+	printf("log %s\n", nl_log);
+	pthread_mutex_unlock(&nl_mu);
+	le_elector_destroy(a);
+	le_elector_destroy(b);
+	return 0;
+}
+#endif
+
 /* Entry point. */
 int
 main(int argc, char **argv)
@@ -285,6 +547,18 @@ main(int argc, char **argv)
 		return run_deadline(argv[2], argv[3], 0);
 	if (argc >= 5 && strcmp(argv[1], "survive") == 0)
 		return run_deadline(argv[2], argv[3], atoi(argv[4]));
-	fprintf(stderr, "usage: le_probe order DSN KEY SECONDS | deadline DSN KEY | survive DSN KEY SECONDS\n");
+	if (argc >= 4 && strcmp(argv[1], "blockcb") == 0)
+		return run_blockcb(argv[2], argv[3]);
+	if (argc >= 5 && strcmp(argv[1], "attempts") == 0)
+		return run_attempts(argv[2], argv[3], atoi(argv[4]));
+#if defined(LE_CLIENT_API_VERSION) && LE_CLIENT_API_VERSION >= 2
+	if (argc >= 4 && strcmp(argv[1], "status") == 0)
+		return run_status(argv[2], argv[3]);
+	if (argc >= 6 && strcmp(argv[1], "owner") == 0)
+		return run_owner(argv[2], argv[3], argv[4], atoi(argv[5]));
+	if (argc >= 4 && strcmp(argv[1], "api") == 0)
+		return run_api(argv[2], argv[3]);
+#endif
+	fprintf(stderr, "usage: le_probe MODE DSN KEY ... (see the file header)\n");
 	return 2;
 }
