@@ -43,7 +43,10 @@ typedef struct campaign
 	le_elector *e;
 	PGconn	   *conn;
 	int64_t		next_attempt;
+	int64_t		last_attempt;	/* when le_acquire was last sent */
 	int			failures;		/* consecutive failed attempts */
+	bool		observe_due;	/* a notification asked for a read of the lease */
+	int64_t		last_observe;	/* when the lease was last read */
 } campaign;
 
 /* The retry interval with jitter, doubled per consecutive failure, capped. */
@@ -119,6 +122,8 @@ observe_lease(campaign *c)
 	bool		broken;
 	PGresult   *r;
 
+	c->observe_due = false;
+	c->last_observe = le_monotonic_ms();
 	r = le_exec_bounded(c->conn, e->sql_observe, 1, v1,
 						le_monotonic_ms() + e->cfg.statement_timeout_ms,
 						msg, sizeof(msg), &broken, NULL);
@@ -140,7 +145,6 @@ handle_notifies(campaign *c)
 {
 	le_elector *e = c->e;
 	PGnotify   *nt;
-	bool		observe = false;
 
 	while ((nt = PQnotifies(c->conn)) != NULL)
 	{
@@ -162,7 +166,7 @@ handle_notifies(campaign *c)
 			}
 			pthread_mutex_unlock(&e->mu);
 			if (!leading)
-				observe = true;
+				c->observe_due = true;
 			/* a release of our own last token is ours: wait for the retry interval */
 			if (!leading && strcmp(n.event, "acquired") != 0 &&
 				!(n.has_token && n.token == lost))
@@ -171,13 +175,15 @@ handle_notifies(campaign *c)
 				int64_t		soon = le_monotonic_ms() +
 					(int64_t) (le_next_rand(&e->rng) % (LE_RELEASE_JITTER_MS + 1));
 
+				if (soon < c->last_attempt + LE_HINT_GAP_MS)
+					soon = c->last_attempt + LE_HINT_GAP_MS;
 				if (soon < c->next_attempt)
 					c->next_attempt = soon;
 			}
 		}
 		PQfreemem(nt);
 	}
-	if (observe && c->conn)
+	if (c->observe_due && c->conn && le_monotonic_ms() >= c->last_observe + LE_HINT_GAP_MS)
 		observe_lease(c);
 }
 
@@ -207,6 +213,7 @@ campaign_once(campaign *c)
 				c_new;
 	bool		new_period = true;
 
+	c->last_attempt = t_send;
 	r = le_exec_bounded(c->conn, e->sql_acquire, 3, values, t_send + e->cfg.statement_timeout_ms,
 						msg, sizeof(msg), &broken, &timedout);
 	c_acq = r ? col(r, "acquired") : -1;
@@ -343,10 +350,13 @@ static void
 sleep_campaign(campaign *c, bool leading)
 {
 	le_elector *e = c->e;
-	int64_t		timeout = leading ? LE_CAMPAIGN_SLICE_MS : c->next_attempt - le_monotonic_ms();
+	int64_t		now = le_monotonic_ms();
+	int64_t		timeout = leading ? LE_CAMPAIGN_SLICE_MS : c->next_attempt - now;
 	struct pollfd fds[2];
 	int			nfds = 1;
 
+	if (c->observe_due && c->last_observe + LE_HINT_GAP_MS - now < timeout)
+		timeout = c->last_observe + LE_HINT_GAP_MS - now;
 	if (timeout < 0)
 		timeout = 0;
 	if (timeout > LE_CAMPAIGN_SLICE_MS)

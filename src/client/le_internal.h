@@ -48,6 +48,13 @@
 #define LE_DETAIL_LEN		600
 #define LE_BACKOFF_CAP_MS	30000	/* longest pause after repeated errors */
 
+/*
+ * Least time between two queries caused by notifications (an early
+ * renewal, a read of the lease, an early le_acquire): a flood of forged
+ * notifications costs at most this rate of queries per connection.
+ */
+#define LE_HINT_GAP_MS		100
+
 /* Kinds of callback events. */
 typedef enum le_event_kind
 {

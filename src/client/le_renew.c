@@ -102,7 +102,9 @@ le_renew_main(void *arg)
 								 "no renewal was confirmed before the local deadline");
 			continue;
 		}
-		next = e->renew_now ? now : e->last_send + e->cfg.renew_ms;
+		/* a hint renews early, but not more often than every LE_HINT_GAP_MS */
+		next = e->last_send + (e->renew_now && LE_HINT_GAP_MS < e->cfg.renew_ms ?
+							   LE_HINT_GAP_MS : e->cfg.renew_ms);
 		if (next < not_before)
 			next = not_before;
 		if (now < next)
