@@ -201,26 +201,29 @@ le_jittered(uint64_t *rng, int64_t ms, int pct)
 
 /*
  * Wait on cv (a CLOCK_MONOTONIC condvar) until woken, until the
- * le_monotonic_ms() time "until" (-1: no limit) or for one slice, whichever
- * comes first.  Callers re-check their condition and the clock: the wait is
- * sliced so that time spent in suspend (counted by CLOCK_BOOTTIME, not by
- * CLOCK_MONOTONIC) delays it by at most one slice.  mu must be held.
+ * le_monotonic_ms() time "until" or for one slice, whichever comes first;
+ * until -1: until woken (every state change broadcasts cv).  Callers
+ * re-check their condition and the clock: timed waits are sliced so that
+ * time spent in suspend (counted by CLOCK_BOOTTIME, not by CLOCK_MONOTONIC)
+ * delays them by at most one slice.  mu must be held.
  */
 void
 le_cv_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until)
 {
 	struct timespec ts;
 	int64_t		ms = LE_WAIT_SLICE_MS;
+	int64_t		left;
 
-	if (until >= 0)
+	if (until < 0)
 	{
-		int64_t		left = until - le_monotonic_ms();
-
-		if (left <= 0)
-			return;
-		if (left < ms)
-			ms = left;
+		pthread_cond_wait(cv, mu);
+		return;
 	}
+	left = until - le_monotonic_ms();
+	if (left <= 0)
+		return;
+	if (left < ms)
+		ms = left;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	ts.tv_sec += ms / 1000;
 	ts.tv_nsec += (ms % 1000) * 1000000;
