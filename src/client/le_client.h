@@ -199,6 +199,7 @@ extern bool le_elector_wait_leader(le_elector *e, int64_t timeout_ms);
  */
 extern bool le_elector_wait_attempt(le_elector *e, int64_t timeout_ms);
 
+/* Copy the elector's state (see le_status). */
 extern void le_elector_status(le_elector *e, le_status *st);
 
 /* The owner id in use (generated when not configured). */
@@ -207,13 +208,17 @@ extern const char *le_elector_owner_id(le_elector *e);
 /*
  * Give up leadership now (stop reason "released"), release the lease so a
  * follower takes over at once, and campaign again after one retry
- * interval.  Returns once the release was attempted.
+ * interval.  Returns once the release was attempted (at once when called
+ * from a callback).
  */
 extern void le_elector_resign(le_elector *e);
 
 /*
- * Stop campaigning; when leading, end leadership (reason "shutdown") and
- * release the lease.  Joins the threads; bounded by the statement timeout.
+ * Stop campaigning; when leading, end leadership (reason "shutdown") at
+ * once and release the lease.  Joins the threads and delivers the
+ * callbacks still queued (on_stopped included) before it returns; takes
+ * at most about the connect plus the statement timeout (longer only if a
+ * DNS lookup hangs).  From a callback it only requests the stop.
  */
 extern void le_elector_stop(le_elector *e);
 
