@@ -113,6 +113,7 @@ leave(probe *p, int max_ms)
 	atomic_fetch_sub(&p->inside, 1);
 }
 
+/* Mode order: on_started. */
 static void
 o_started(void *a, const le_lease_info *l)
 {
@@ -130,6 +131,7 @@ o_started(void *a, const le_lease_info *l)
 	leave(p, 5);
 }
 
+/* Mode order: on_renewed (slow). */
 static void
 o_renewed(void *a, const le_lease_info *l)
 {
@@ -143,6 +145,7 @@ o_renewed(void *a, const le_lease_info *l)
 	leave(p, 40);				/* a slow renewal callback, e.g. logging to a full pipe */
 }
 
+/* Mode order: on_stopped. */
 static void
 o_stopped(void *a, const le_lease_info *l, le_stop_reason r, const char *d)
 {
@@ -159,6 +162,7 @@ o_stopped(void *a, const le_lease_info *l, le_stop_reason r, const char *d)
 	leave(p, 5);
 }
 
+/* Mode order: on_new_leader. */
 static void
 o_new_leader(void *a, const char *h, int64_t t, const char *x)
 {
@@ -230,6 +234,7 @@ run_order(const char *dsn, const char *key, int seconds)
 	return atomic_load(&problems) == 0 ? 0 : 1;
 }
 
+/* Modes deadline/survive: on_stopped, with its lateness. */
 static void
 d_stopped(void *a, const le_lease_info *l, le_stop_reason r, const char *d)
 {
@@ -242,6 +247,7 @@ d_stopped(void *a, const le_lease_info *l, le_stop_reason r, const char *d)
 	atomic_store(&stopped_seen, 1);
 }
 
+/* Modes deadline/survive: count renewals. */
 static void
 d_renewed(void *a, const le_lease_info *l)
 {
@@ -299,6 +305,7 @@ run_deadline(const char *dsn, const char *key, int survive_s)
 
 static atomic_int block_once;
 
+/* Mode blockcb: the first on_renewed blocks for 3 s. */
 static void
 b_renewed(void *a, const le_lease_info *l)
 {
@@ -461,6 +468,7 @@ run_owner(const char *dsn, const char *key, const char *owner, int seconds)
 static pthread_mutex_t nl_mu = PTHREAD_MUTEX_INITIALIZER;
 static char nl_log[4096];
 
+/* Mode api: log on_new_leader calls. */
 static void
 a_new_leader(void *a, const char *holder, int64_t token, const char *x)
 {
