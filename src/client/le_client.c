@@ -173,6 +173,7 @@ le_elector_create(const le_config *cfg, char *err, size_t errlen)
 /*
  * Open one of the elector's connections before deadline (connection
  * "pg_leader <role>"), in non-blocking mode, and check the extension.
+ * LE_ERR_TIMEOUT when the deadline passed, else as le_connect.
  */
 le_result
 le_open_conn(le_elector *e, const char *role, int64_t deadline, PGconn **out,
@@ -184,6 +185,7 @@ le_open_conn(le_elector *e, const char *role, int64_t deadline, PGconn **out,
 	PGconn	   *c;
 	le_result	rc;
 	int			i;
+	bool		timedout;
 
 	*out = NULL;
 	snprintf(appname, sizeof(appname), "pg_leader %s", role);
@@ -191,11 +193,11 @@ le_open_conn(le_elector *e, const char *role, int64_t deadline, PGconn **out,
 		val[i] = e->conn_val[i];
 	val[i] = NULL;
 	val[1] = appname;			/* fallback_application_name */
-	c = le_connect_params(e->conn_kw, val, deadline, msg, sizeof(msg));
+	c = le_connect_params(e->conn_kw, val, deadline, msg, sizeof(msg), &timedout);
 	if (c == NULL)
 	{
 		le_set_err(err, errlen, "could not connect to the server: %s", msg);
-		return LE_ERR_CONNECT;
+		return timedout ? LE_ERR_TIMEOUT : LE_ERR_CONNECT;
 	}
 	rc = le_check_extension(c, deadline, NULL, 0, err, errlen);
 	if (rc != LE_OK)
@@ -296,7 +298,7 @@ le_elector_start(le_elector *e, char *err, size_t errlen)
 			val[i] = e->conn_val[i];
 		val[i] = NULL;
 		val[1] = appname;
-		conn = le_connect_params(e->conn_kw, val, deadline, msg, sizeof(msg));
+		conn = le_connect_params(e->conn_kw, val, deadline, msg, sizeof(msg), NULL);
 		if (conn == NULL)
 		{
 			le_set_err(err, errlen, "could not connect to the server: %s", msg);

@@ -171,15 +171,18 @@ nomem:
 
 /*
  * Open a connection before deadline with the given keyword arrays
- * (dbname expanded), in non-blocking mode.  NULL with a message on failure.
+ * (dbname expanded), in non-blocking mode.  NULL with a message on failure;
+ * *timedout (if not NULL) tells whether the deadline passed.
  */
 PGconn *
 le_connect_params(const char *const *kw, const char *const *val, int64_t deadline,
-				  char *err, size_t errlen)
+				  char *err, size_t errlen, bool *timedout)
 {
 	PostgresPollingStatusType st = PGRES_POLLING_WRITING;
 	PGconn	   *c;
 
+	if (timedout)
+		*timedout = false;
 	c = PQconnectStartParams(kw, val, 1);
 	if (c == NULL)
 	{
@@ -205,6 +208,8 @@ le_connect_params(const char *const *kw, const char *const *val, int64_t deadlin
 		rc = le_wait_fd(PQsocket(c), st == PGRES_POLLING_WRITING, deadline);
 		if (rc == 0)
 		{
+			if (timedout)
+				*timedout = true;
 			le_set_err(err, errlen, "connection timed out");
 			PQfinish(c);
 			return NULL;
@@ -424,7 +429,7 @@ le_connect(const char *conninfo, const char *appname, int64_t timeout_ms,
 		free((char *) val[1]);
 		val[1] = a;
 	}
-	c = le_connect_params(kw, val, deadline, msg, sizeof(msg));
+	c = le_connect_params(kw, val, deadline, msg, sizeof(msg), NULL);
 	le_free_conn_params(kw, val);
 	if (c == NULL)
 	{

@@ -178,7 +178,7 @@ extern le_result le_build_conn_params(const char *conninfo, int64_t ttl_ms,
 extern void le_free_conn_params(const char **kw, const char **val);
 extern int	le_wait_fd(int fd, bool for_write, int64_t deadline);
 extern PGconn *le_connect_params(const char *const *kw, const char *const *val,
-								 int64_t deadline, char *err, size_t errlen);
+								 int64_t deadline, char *err, size_t errlen, bool *timedout);
 extern le_result le_check_extension(PGconn *c, int64_t deadline, char *schema,
 									size_t schemalen, char *err, size_t errlen);
 extern PGresult *le_exec_bounded(PGconn *c, const char *sql, int nparams,

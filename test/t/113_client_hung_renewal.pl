@@ -7,7 +7,7 @@
 #  2. with the postmaster frozen too (no new connection possible):
 #     on_stopped(deadline_passed) must come within 100 ms of the local
 #     deadline (item 4).  (Before: a fixed 200 ms pause after the failed
-#     connect made it ~200 ms late.)
+#     connect made it ~200 ms late.)  le_status.last_error is "timeout".
 use strict;
 use warnings;
 use FindBin;
@@ -88,7 +88,8 @@ sub start_probe
 	eval { $h->finish; };
 	kill 'CONT', $pid, $pm;
 	note($$o);
-	like($$o, qr/^stopped reason=deadline_passed late_ms=-?\d+$/m, 'on_stopped(deadline_passed)');
+	like($$o, qr/^stopped reason=deadline_passed late_ms=-?\d+ /m, 'on_stopped(deadline_passed)');
+	like($$o, qr/ last_error=timeout$/m, 'le_status.last_error says the attempts timed out');
 	my ($late) = $$o =~ /late_ms=(-?\d+)/;
 	cmp_ok($late // 9999, '<', 100, 'within 100 ms of the local deadline');
 	cmp_ok($late // -1, '>=', 0, 'and not before it');

@@ -69,6 +69,7 @@ typedef struct probe
 
 static atomic_int problems;
 static atomic_int stopped_seen;
+static le_elector *deadline_elector;	/* for le_elector_status in d_stopped */
 static atomic_int renewals;
 static char stop_line[256];
 
@@ -244,6 +245,15 @@ d_stopped(void *a, const le_lease_info *l, le_stop_reason r, const char *d)
 	(void) d;
 	snprintf(stop_line, sizeof(stop_line), "stopped reason=%s late_ms=%lld",
 			 le_stop_reason_name(r), (long long) (now - l->deadline_ms));
+#if defined(LE_CLIENT_API_VERSION) && LE_CLIENT_API_VERSION >= 2
+	{
+		le_status	st;
+
+		le_elector_status(deadline_elector, &st);
+		snprintf(stop_line + strlen(stop_line), sizeof(stop_line) - strlen(stop_line),
+				 " last_error=%s", le_result_name(st.last_error));
+	}
+#endif
 	atomic_store(&stopped_seen, 1);
 }
 
@@ -276,6 +286,7 @@ run_deadline(const char *dsn, const char *key, int survive_s)
 	c.on_stopped = d_stopped;
 	c.on_renewed = d_renewed;
 	e = le_elector_create(&c, err, sizeof(err));
+	deadline_elector = e;
 	if (e == NULL || le_elector_start(e, err, sizeof(err)) != LE_OK)
 	{
 		printf("error: %s\n", err);
