@@ -74,7 +74,7 @@ extern "C"
 #endif
 
 /*
- * 2: le_elector_period_fd, le_elector_request_stop, le_result_name,
+ * 2: le_elector_period_fd, le_elector_request_stop, le_result_name, le_exec,
  * le_status.last_error and the result codes after LE_ERR_SYSTEM.
  */
 #define LE_CLIENT_API_VERSION 2
@@ -265,6 +265,18 @@ extern bool le_parse_duration_ms(const char *text, int64_t *ms);
 extern le_result le_connect(const char *conninfo, const char *appname, int64_t timeout_ms,
 							PGconn **conn, char *schema, size_t schemalen,
 							char *err, size_t errlen);
+
+/*
+ * Run one parameterised statement on conn (e.g. from le_connect), waiting
+ * at most timeout_ms for the whole round trip.  Returns the result (check
+ * PQresultStatus; an error's message, without control characters, is in
+ * err) or NULL when the connection broke or the time ran out; then the
+ * connection is unusable: PQfinish it.  *timedout (if not NULL) tells
+ * which.
+ */
+extern PGresult *le_exec(PGconn *conn, const char *sql, int nparams,
+						 const char *const *values, int64_t timeout_ms,
+						 char *err, size_t errlen, bool *timedout);
 
 /* Milliseconds on a clock that never goes back and keeps counting in suspend. */
 extern int64_t le_monotonic_ms(void);

@@ -313,6 +313,19 @@ broken:
 	return NULL;
 }
 
+/* Public wrapper of le_exec_bounded with a relative timeout (see le_client.h). */
+PGresult *
+le_exec(PGconn *conn, const char *sql, int nparams, const char *const *values,
+		int64_t timeout_ms, char *err, size_t errlen, bool *timedout)
+{
+	bool		broken;
+
+	if (err && errlen)
+		err[0] = '\0';
+	return le_exec_bounded(conn, sql, nparams, values, le_monotonic_ms() + timeout_ms,
+						   err, errlen, &broken, timedout);
+}
+
 /* SQLSTATE of an error result, "" if none. */
 const char *
 le_sqlstate_of(const PGresult *r)

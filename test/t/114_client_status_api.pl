@@ -110,6 +110,8 @@ SKIP:
 	like($o, qr/a:new_leader=evil owner:1\|/, 'on_new_leader for ourselves, newline removed');
 	like($o, qr/b:new_leader=evil owner:1\|b:new_leader=\(free\):0\|b:new_leader=observer:2\|/,
 		'the observer saw the leader, the free lease (NULL holder), then itself');
+	like($o, qr/^le_exec of a 5 s sleep with a 300 ms timeout: result 0 timedout 1 within 1$/m,
+		'le_exec on a le_connect connection is bounded');
 }
 
 $standby->stop if $standby;

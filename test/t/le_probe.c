@@ -551,6 +551,24 @@ run_api(const char *dsn, const char *key)
 	pthread_mutex_unlock(&nl_mu);
 	le_elector_destroy(a);
 	le_elector_destroy(b);
+	{
+		PGconn	   *conn;
+		PGresult   *r;
+		bool		timedout = false;
+		int64_t		t0;
+
+		if (le_connect(dsn, "probe", 5000, &conn, NULL, 0, err, sizeof(err)) != LE_OK)
+		{
+			printf("error: %s\n", err);
+			return 2;
+		}
+		t0 = le_monotonic_ms();
+		r = le_exec(conn, "SELECT pg_catalog.pg_sleep(5)", 0, NULL, 300, err, sizeof(err), &timedout);
+		printf("le_exec of a 5 s sleep with a 300 ms timeout: result %d timedout %d within %d\n",
+			   r != NULL, timedout, le_monotonic_ms() - t0 < 1500);
+		PQclear(r);
+		PQfinish(conn);
+	}
 	return 0;
 }
 #endif
