@@ -159,7 +159,14 @@ handle_notifies(campaign *c)
 			pthread_mutex_lock(&e->mu);
 			leading = e->state == LE_LEADING;
 			lost = e->lost_token;
-			if (leading)
+			/*
+			 * While leading, confirm at once what may mean a loss; a payload
+			 * that only repeats what we believe (our own acquire) needs no
+			 * check.
+			 */
+			if (leading &&
+				!(strcmp(n.event, "acquired") == 0 && n.has_holder &&
+				  strcmp(n.holder, e->owner_id) == 0 && n.has_token && n.token == e->token))
 			{
 				e->renew_now = true;
 				pthread_cond_broadcast(&e->cv);

@@ -12,8 +12,8 @@
  * local deadline, so that one hung attempt leaves room for another on a new
  * connection.  After an error the next attempt comes after
  * min(renew/4, 200 ms, a quarter of the time left).  The connection is
- * replaced when a period begins: it may have idled (and died unnoticed)
- * through a long time as a follower.
+ * replaced as soon as a period begins: it may have idled (and died
+ * unnoticed) through a long time as a follower.
  *
  *-------------------------------------------------------------------------
  */
@@ -66,6 +66,7 @@ le_renew_main(void *arg)
 	PGconn	   *conn = NULL;
 	uint64_t	conn_period = 0;	/* period the connection was made for */
 	int64_t		not_before = 0; /* no attempt before this (after an error) */
+	uint64_t	refreshed_for = 0;	/* period whose start replaced the connection */
 	char		msg[512];
 
 	le_block_signals();
@@ -100,6 +101,27 @@ le_renew_main(void *arg)
 			/* normally the timer thread was first */
 			le_period_end_locked(e, period, LE_STOP_DEADLINE_PASSED,
 								 "no renewal was confirmed before the local deadline");
+			continue;
+		}
+		if (refreshed_for != period)
+		{
+			/*
+			 * A new period: replace the connection now (it may have idled,
+			 * and died unnoticed, through a long time as a follower), so
+			 * that the first renewal need not connect.
+			 */
+			refreshed_for = period;
+			pthread_mutex_unlock(&e->mu);
+			if (conn)
+				PQfinish(conn);
+			conn = NULL;
+			if (le_open_conn(e, "renew",
+							 attempt_deadline(le_monotonic_ms(), deadline, e->cfg.connect_timeout_ms),
+							 &conn, msg, sizeof(msg)) == LE_OK)
+				conn_period = period;
+			else
+				conn = NULL;	/* the renewal will try again and report */
+			pthread_mutex_lock(&e->mu);
 			continue;
 		}
 		/* a hint renews early, but not more often than every LE_HINT_GAP_MS */
