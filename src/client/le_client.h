@@ -5,17 +5,38 @@
  *		campaigns for a lease, renews it on its own thread and connection,
  *		and ends leadership locally at a safety deadline.
  *
- * An elector owns two threads, each with its own connection:
+ * Threads.  An elector owns four threads; the first two have a connection
+ * each:
  *
  *	- the campaign thread LISTENs on channel "leader_election", calls
  *	  le_acquire while not leading (at once when a release is announced,
- *	  otherwise every retry interval with jitter), reports new leaders,
- *	  and releases the lease on resign or stop;
- *	- the renewal thread calls le_renew every renew interval while leading.
+ *	  otherwise every retry interval with jitter), reads the lease to report
+ *	  new leaders, and releases the lease on resign or stop;
+ *	- the renewal thread calls le_renew every renew interval while leading;
+ *	- the timer thread ends a period at its local deadline (a timerfd on
+ *	  CLOCK_BOOTTIME); it does no network work, so a hung connection or a
+ *	  blocking DNS lookup cannot delay it;
+ *	- the dispatcher thread runs ALL callbacks, one at a time, in the order
+ *	  of the state changes they report.
+ *
+ * Leadership periods.  One state machine owns the transitions
+ * (following -> leading at a grant, leading -> following at the first of:
+ * deadline, lost, renew failure, resign, stop).  Each transition takes
+ * effect at once (le_elector_is_leader(), le_elector_period_fd()) and then
+ * queues its callback.  Per period the callbacks come in this order:
+ * on_started(N), on_new_leader(ourselves), any number of on_renewed(N),
+ * on_stopped(N); on_stopped(N) always comes before on_started(N+1), and
+ * nothing of period N comes after on_stopped(N).  A slow callback delays
+ * later callbacks but never a state change: code that must react at once
+ * should poll le_elector_period_fd() or call le_elector_is_leader().
+ * When callbacks fall far behind, notices and on_new_leader reports are
+ * dropped (and counted in a later notice), and renewals of one period
+ * coalesce; on_started/on_stopped are never dropped (a period does not
+ * begin while its callbacks could not be queued).
  *
  * The local safety deadline of a leadership period is
- *	(monotonic time when the last confirmed acquire/renew was SENT)
- *	+ ttl - safety margin.
+ *	(time on le_monotonic_ms() when the last confirmed acquire/renew was
+ *	 SENT) + ttl - safety margin.
  * le_elector_is_leader() compares it with the clock on every call, so a
  * caller learns that leadership ended even before any thread has run (for
  * example right after the process was resumed from SIGSTOP).  Leadership
@@ -24,8 +45,17 @@
  * never used again: if the server hands it back (it still believes we hold
  * it), the elector releases it and acquires a fresh one.
  *
- * Callbacks run on the elector's threads; they must return quickly and must
- * not call le_elector_stop() or le_elector_destroy().
+ * Notifications on channel "leader_election" are NOT authenticated: any
+ * role that can connect may send one.  The elector treats them as wake-up
+ * hints only and confirms with the server (le_renew, a read of the lease,
+ * le_acquire) before it ends leadership or reports a new leader.
+ *
+ * Callbacks run on the dispatcher thread, never two at a time.  They may
+ * call le_elector_is_leader(), le_elector_status(), le_elector_resign()
+ * (it does not wait then) and le_elector_request_stop(); le_elector_stop()
+ * from a callback only requests the stop (it cannot join its own thread);
+ * le_elector_destroy() must not be called from a callback.  Strings passed
+ * to callbacks contain no control characters.
  *
  *-------------------------------------------------------------------------
  */
@@ -43,6 +73,12 @@ extern "C"
 {
 #endif
 
+/*
+ * 2: le_elector_period_fd, le_elector_request_stop, le_result_name, le_exec,
+ * le_status.last_error and the result codes after LE_ERR_SYSTEM.
+ */
+#define LE_CLIENT_API_VERSION 2
+
 /* Result codes of the functions below. */
 typedef enum le_result
 {
@@ -51,7 +87,12 @@ typedef enum le_result
 	LE_ERR_CONNECT,				/* the server could not be reached or refused us */
 	LE_ERR_NO_EXTENSION,		/* extension leader_election is not installed */
 	LE_ERR_SQL,					/* the server reported an error */
-	LE_ERR_SYSTEM				/* thread, memory or other operating system error */
+	LE_ERR_SYSTEM,				/* thread, memory or other operating system error */
+	LE_ERR_PERMISSION,			/* permission denied (SQLSTATE 42501) */
+	LE_ERR_READ_ONLY,			/* connected to a standby / read-only (25006) */
+	LE_ERR_TIMEOUT,				/* a statement or connect missed its deadline */
+	LE_ERR_OWNER_CONFLICT,		/* another process holds the lease with our owner id */
+	LE_ERR_HELD					/* not an error: the lease is held by another owner */
 } le_result;
 
 /* Why a leadership period ended. */
@@ -79,7 +120,12 @@ typedef void (*le_started_cb) (void *arg, const le_lease_info *lease);
 typedef void (*le_stopped_cb) (void *arg, const le_lease_info *lease,
 							   le_stop_reason reason, const char *detail);
 typedef void (*le_renewed_cb) (void *arg, const le_lease_info *lease);
-/* token is -1 when the holder is known but its token is not; holder NULL: lease free */
+/*
+ * A new holder was seen (read from the server, never taken from a
+ * notification): another owner, ourselves when a period begins, or holder
+ * NULL when the lease is free.  token is -1 when the holder is known but
+ * its token is not.
+ */
 typedef void (*le_new_leader_cb) (void *arg, const char *holder, int64_t token,
 								  const char *expires_at);
 /* Connection trouble, retries and other things worth a log line. */
@@ -90,7 +136,8 @@ typedef struct le_config
 {
 	const char *conninfo;		/* libpq connection string or URI ("" = PG* env) */
 	const char *lease_key;		/* required */
-	const char *owner_id;		/* NULL: "<host>-<pid>-<random>" */
+	const char *owner_id;		/* NULL: "<host>-<pid>-<48 random bits>"; must be
+								 * unique per process (see LE_ERR_OWNER_CONFLICT) */
 	int64_t		ttl_ms;			/* default 15000 */
 	int64_t		renew_ms;		/* default ttl/3; must be <= (ttl - margin) / 2 */
 	int64_t		retry_ms;		/* default 2000; campaign interval while not leading */
@@ -117,6 +164,12 @@ typedef struct le_status
 	bool		connected;		/* campaign connection is up */
 	char		holder[256];	/* last holder observed ("" if none or unknown) */
 	char		expires_at[64];
+	le_result	last_error;		/* outcome of the last acquire/renew attempt: LE_OK,
+								 * LE_ERR_HELD, LE_ERR_PERMISSION, LE_ERR_READ_ONLY,
+								 * LE_ERR_TIMEOUT, LE_ERR_CONNECT, LE_ERR_SQL, ... */
+	char		last_sqlstate[6];	/* its SQLSTATE, "" if none */
+	char		last_message[256];	/* its message (holder for LE_ERR_HELD) */
+	uint64_t	owner_conflicts;	/* grants refused: our owner id was in use */
 } le_status;
 
 typedef struct le_elector le_elector;
@@ -140,9 +193,13 @@ extern bool le_elector_is_leader(le_elector *e, le_lease_info *lease);
 /* Wait up to timeout_ms (-1: forever) for leadership; true if leading. */
 extern bool le_elector_wait_leader(le_elector *e, int64_t timeout_ms);
 
-/* Wait up to timeout_ms for the first acquire attempt to be answered. */
+/*
+ * Wait up to timeout_ms for the first acquire attempt to be answered or to
+ * fail (then le_elector_status() tells why: last_error).
+ */
 extern bool le_elector_wait_attempt(le_elector *e, int64_t timeout_ms);
 
+/* Copy the elector's state (see le_status). */
 extern void le_elector_status(le_elector *e, le_status *st);
 
 /* The owner id in use (generated when not configured). */
@@ -151,18 +208,40 @@ extern const char *le_elector_owner_id(le_elector *e);
 /*
  * Give up leadership now (stop reason "released"), release the lease so a
  * follower takes over at once, and campaign again after one retry
- * interval.  Returns once the release was attempted.
+ * interval.  Returns once the release was attempted (at once when called
+ * from a callback).
  */
 extern void le_elector_resign(le_elector *e);
 
 /*
- * Stop campaigning; when leading, end leadership (reason "shutdown") and
- * release the lease.  Joins the threads; bounded by the statement timeout.
+ * Stop campaigning; when leading, end leadership (reason "shutdown") at
+ * once and release the lease.  Joins the threads and delivers the
+ * callbacks still queued (on_stopped included) before it returns; takes
+ * at most about the connect plus the statement timeout (longer only if a
+ * DNS lookup hangs).  From a callback it only requests the stop.
  */
 extern void le_elector_stop(le_elector *e);
 
-/* Free the elector (stops it first if needed). */
+/*
+ * Request a stop without waiting (for event loops and callbacks): ends
+ * leadership at once (reason "shutdown") and tells the threads to release
+ * and end.  le_elector_stop() or le_elector_destroy() later joins them.
+ */
+extern void le_elector_request_stop(le_elector *e);
+
+/*
+ * A pollable handle on the current leadership period: a new file
+ * descriptor (an eventfd, close it when done) that becomes readable when
+ * this period ends, for whatever reason, including its deadline passing.
+ * Fills *lease if given.  Returns -1 (errno ENOENT) when not leading.
+ */
+extern int	le_elector_period_fd(le_elector *e, le_lease_info *lease);
+
+/* Free the elector (stops it first if needed); never from a callback. */
 extern void le_elector_destroy(le_elector *e);
+
+/* Name of a result code: "ok", "connect", "permission_denied", "read_only", "timeout", ... */
+extern const char *le_result_name(le_result rc);
 
 /* Name of a stop reason: "lost", "renew_failed", "deadline_passed", "released", "shutdown". */
 extern const char *le_stop_reason_name(le_stop_reason reason);
@@ -175,7 +254,10 @@ extern bool le_parse_duration_ms(const char *text, int64_t *ms);
 
 /*
  * Connect within timeout_ms (a connection string or URI; "" uses the PG*
- * environment) and check that extension leader_election is installed;
+ * environment), with the elector's defaults (TCP keepalives,
+ * tcp_user_timeout, target_session_attrs=read-write for several hosts)
+ * unless the DSN sets them, in non-blocking mode (PQexec still works, it
+ * blocks), and check that extension leader_election is installed;
  * its schema is copied to schema.  LE_ERR_CONNECT or LE_ERR_NO_EXTENSION
  * with a message in err on failure.  appname is the fallback
  * application_name.
@@ -183,6 +265,18 @@ extern bool le_parse_duration_ms(const char *text, int64_t *ms);
 extern le_result le_connect(const char *conninfo, const char *appname, int64_t timeout_ms,
 							PGconn **conn, char *schema, size_t schemalen,
 							char *err, size_t errlen);
+
+/*
+ * Run one parameterised statement on conn (e.g. from le_connect), waiting
+ * at most timeout_ms for the whole round trip.  Returns the result (check
+ * PQresultStatus; an error's message, without control characters, is in
+ * err) or NULL when the connection broke or the time ran out; then the
+ * connection is unusable: PQfinish it.  *timedout (if not NULL) tells
+ * which.
+ */
+extern PGresult *le_exec(PGconn *conn, const char *sql, int nparams,
+						 const char *const *values, int64_t timeout_ms,
+						 char *err, size_t errlen, bool *timedout);
 
 /* Milliseconds on a clock that never goes back and keeps counting in suspend. */
 extern int64_t le_monotonic_ms(void);

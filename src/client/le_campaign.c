@@ -1,0 +1,504 @@
+/*-------------------------------------------------------------------------
+ *
+ * le_campaign.c
+ *		The campaign thread of an elector: LISTEN, le_acquire while
+ *		following, reports of other leaders, releases.
+ *
+ * Locking rules: the thread owns its connection; it reads shared state
+ * under e->mu and begins periods only through le_period.c.
+ *
+ * Notifications are unauthenticated (any role may NOTIFY on the channel):
+ * they only wake this thread.  While leading, a notification about our key
+ * makes the renewal thread renew at once (only the server's answer ends the
+ * period); while following, it makes this thread read the lease, and a
+ * "released" one makes it campaign at once.
+ *
+ * Errors: a broken or timed-out connection is replaced; errors that
+ * retrying on the same connection cannot fix (permission denied, a standby)
+ * back off exponentially (retry interval doubled per failure, capped at
+ * LE_BACKOFF_CAP_MS) instead of spinning.
+ *
+ *-------------------------------------------------------------------------
+ */
+#define _GNU_SOURCE
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "le_internal.h"
+#include "le_notify.h"
+
+/* Spread of the immediate re-campaign after a release is announced. */
+#define LE_RELEASE_JITTER_MS 10
+
+/* Longest sleep of the campaign loop between looks at the state. */
+#define LE_CAMPAIGN_SLICE_MS 1000
+
+/* Campaign-thread state that no other thread sees. */
+typedef struct campaign
+{
+	le_elector *e;
+	PGconn	   *conn;
+	int64_t		next_attempt;
+	int64_t		last_attempt;	/* when le_acquire was last sent */
+	int			failures;		/* consecutive failed attempts */
+	bool		observe_due;	/* a notification asked for a read of the lease */
+	int64_t		last_observe;	/* when the lease was last read */
+} campaign;
+
+/* The retry interval with jitter, doubled per consecutive failure, capped. */
+static int64_t
+backoff(campaign *c)
+{
+	le_elector *e = c->e;
+	int64_t		ms = e->cfg.retry_ms;
+	int64_t		cap = e->cfg.retry_ms > LE_BACKOFF_CAP_MS ? e->cfg.retry_ms : LE_BACKOFF_CAP_MS;
+
+	for (int i = 1; i < c->failures && ms < cap; i++)
+		ms *= 2;
+	if (ms > cap)
+		ms = cap;
+	return le_jittered(&e->rng, ms, e->cfg.retry_jitter_pct);
+}
+
+/* Drop the connection. */
+static void
+drop_conn(campaign *c)
+{
+	if (c->conn)
+		PQfinish(c->conn);
+	c->conn = NULL;
+}
+
+/* Count an answered (or failed) acquire attempt; wakes le_elector_wait_attempt. */
+static void
+count_attempt(le_elector *e)
+{
+	pthread_mutex_lock(&e->mu);
+	e->attempts++;
+	pthread_cond_broadcast(&e->cv);
+	pthread_mutex_unlock(&e->mu);
+}
+
+/* Best-effort release of a token we no longer lead with; clears pending_release. */
+static void
+release_token(campaign *c, int64_t token)
+{
+	le_elector *e = c->e;
+	char		token_text[32];
+	const char *values[3];
+	char		msg[512] = "";
+	PGresult   *r;
+	bool		broken;
+
+	snprintf(token_text, sizeof(token_text), "%" PRId64, token);
+	values[0] = e->lease_key;
+	values[1] = e->owner_id;
+	values[2] = token_text;
+	r = le_exec_bounded(c->conn, e->sql_release, 3, values,
+						le_monotonic_ms() + e->cfg.statement_timeout_ms,
+						msg, sizeof(msg), &broken, NULL);
+	if (r == NULL || PQresultStatus(r) != PGRES_TUPLES_OK)
+		le_notice(e, "release of token %" PRId64 " failed: %s", token, msg);
+	PQclear(r);
+	if (broken)
+		drop_conn(c);
+	pthread_mutex_lock(&e->mu);
+	if (e->pending_release == token)
+		e->pending_release = 0;
+	pthread_mutex_unlock(&e->mu);
+}
+
+/* Read the lease from the server and report its holder. */
+static void
+observe_lease(campaign *c)
+{
+	le_elector *e = c->e;
+	const char *v1[1] = {e->lease_key};
+	char		msg[512] = "";
+	bool		broken;
+	PGresult   *r;
+
+	c->observe_due = false;
+	c->last_observe = le_monotonic_ms();
+	r = le_exec_bounded(c->conn, e->sql_observe, 1, v1,
+						le_monotonic_ms() + e->cfg.statement_timeout_ms,
+						msg, sizeof(msg), &broken, NULL);
+	if (r && PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
+		le_observed(e, true, PQgetvalue(r, 0, 0), strtoll(PQgetvalue(r, 0, 1), NULL, 10),
+					PQgetvalue(r, 0, 2));
+	else if (r && PQresultStatus(r) == PGRES_TUPLES_OK)
+		le_observed(e, false, NULL, 0, NULL);
+	else
+		le_notice(e, "could not read the lease: %s", msg);
+	PQclear(r);
+	if (broken)
+		drop_conn(c);
+}
+
+/* Drain notifications (hints only, see the file header). */
+static void
+handle_notifies(campaign *c)
+{
+	le_elector *e = c->e;
+	PGnotify   *nt;
+
+	while ((nt = PQnotifies(c->conn)) != NULL)
+	{
+		le_note		n;
+
+		if (strcmp(nt->relname, LE_CHANNEL) == 0 && le_parse_note(nt->extra, &n) &&
+			strcmp(n.lease_key, e->lease_key) == 0)
+		{
+			bool		leading;
+			int64_t		lost;
+
+			pthread_mutex_lock(&e->mu);
+			leading = e->state == LE_LEADING;
+			lost = e->lost_token;
+			/*
+			 * While leading, confirm at once what may mean a loss; a payload
+			 * that only repeats what we believe (our own acquire) needs no
+			 * check.
+			 */
+			if (leading &&
+				!(strcmp(n.event, "acquired") == 0 && n.has_holder &&
+				  strcmp(n.holder, e->owner_id) == 0 && n.has_token && n.token == e->token))
+			{
+				e->renew_now = true;
+				pthread_cond_broadcast(&e->cv);
+			}
+			pthread_mutex_unlock(&e->mu);
+			if (!leading)
+				c->observe_due = true;
+			/* a release of our own last token is ours: wait for the retry interval */
+			if (!leading && strcmp(n.event, "acquired") != 0 &&
+				!(n.has_token && n.token == lost))
+			{
+				/* maybe free now: campaign at once, spread a little */
+				int64_t		soon = le_monotonic_ms() +
+					(int64_t) (le_next_rand(&e->rng) % (LE_RELEASE_JITTER_MS + 1));
+
+				if (soon < c->last_attempt + LE_HINT_GAP_MS)
+					soon = c->last_attempt + LE_HINT_GAP_MS;
+				if (soon < c->next_attempt)
+					c->next_attempt = soon;
+			}
+		}
+		PQfreemem(nt);
+	}
+	if (c->observe_due && c->conn && le_monotonic_ms() >= c->last_observe + LE_HINT_GAP_MS)
+		observe_lease(c);
+}
+
+/* Column number of name in r, or -1. */
+static int
+col(const PGresult *r, const char *name)
+{
+	return PQfnumber(r, name);
+}
+
+/* One le_acquire call; sets c->next_attempt. */
+static void
+campaign_once(campaign *c)
+{
+	le_elector *e = c->e;
+	const char *values[3] = {e->lease_key, e->owner_id, e->ttl_text};
+	char		msg[512] = "";
+	int64_t		t_send = le_monotonic_ms();
+	PGresult   *r;
+	bool		broken,
+				timedout;
+	int64_t		token;
+	int			c_acq,
+				c_tok,
+				c_holder,
+				c_exp,
+				c_new;
+	bool		new_period = true;
+
+	c->last_attempt = t_send;
+	r = le_exec_bounded(c->conn, e->sql_acquire, 3, values, t_send + e->cfg.statement_timeout_ms,
+						msg, sizeof(msg), &broken, &timedout);
+	c_acq = r ? col(r, "acquired") : -1;
+	c_tok = r ? col(r, "fencing_token") : -1;
+	c_holder = r ? col(r, "holder") : -1;
+	c_exp = r ? col(r, "expires_iso") : -1;
+	c_new = r ? col(r, "new_period") : -1;
+	if (r == NULL || PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1 ||
+		c_acq < 0 || c_tok < 0 || c_holder < 0 || c_exp < 0)
+	{
+		const char *state = le_sqlstate_of(r);
+		le_errclass ec = broken ? LE_EC_RECONNECT : le_classify(state);
+
+		le_record_error(e, timedout ? LE_ERR_TIMEOUT : broken ? LE_ERR_CONNECT :
+						le_result_of_sqlstate(state), state, msg);
+		le_notice(e, "acquire failed%s: %s%s%s", ec == LE_EC_RECONNECT ? ", reconnecting" : "",
+				  state, state[0] ? ": " : "", msg);
+		PQclear(r);
+		if (ec == LE_EC_RECONNECT)
+			drop_conn(c);
+		if (ec != LE_EC_TRANSIENT)
+			c->failures++;
+		count_attempt(e);
+		c->next_attempt = le_monotonic_ms() + backoff(c);
+		return;
+	}
+	c->failures = 0;
+	if (strcmp(PQgetvalue(r, 0, c_acq), "t") != 0)
+	{
+		char		holder[LE_MAX_OWNER_LEN + 1];
+		char		expires[64];
+		bool		changed;
+
+		le_copy_str(holder, sizeof(holder), PQgetvalue(r, 0, c_holder));
+		le_copy_str(expires, sizeof(expires), PQgetvalue(r, 0, c_exp));
+		PQclear(r);
+		le_record_error(e, LE_ERR_HELD, "", holder);
+		/* polling fallback for observation: learn the token on a change of holder */
+		pthread_mutex_lock(&e->mu);
+		changed = !e->have_holder || strcmp(e->holder, holder) != 0;
+		pthread_mutex_unlock(&e->mu);
+		if (changed)
+			observe_lease(c);
+		count_attempt(e);
+		c->next_attempt = le_monotonic_ms() + le_jittered(&e->rng, e->cfg.retry_ms, e->cfg.retry_jitter_pct);
+		return;
+	}
+
+	token = strtoll(PQgetvalue(r, 0, c_tok), NULL, 10);
+	if (c_new >= 0)
+		new_period = strcmp(PQgetvalue(r, 0, c_new), "t") == 0;
+	pthread_mutex_lock(&e->mu);
+	if (token <= e->lost_token || le_monotonic_ms() >= t_send + e->cfg.ttl_ms - e->cfg.safety_margin_ms)
+	{
+		/* a token we lost already, or a grant that arrived too late to use */
+		e->pending_release = token;
+		if (token > e->lost_token)
+			e->lost_token = token;
+		pthread_mutex_unlock(&e->mu);
+		PQclear(r);
+		le_notice(e, "not using token %" PRId64 " (lost before or granted too late); releasing it", token);
+		count_attempt(e);
+		c->next_attempt = le_monotonic_ms();
+		return;
+	}
+	pthread_mutex_unlock(&e->mu);
+	if (!new_period)
+	{
+		/*
+		 * The server handed us a token we never had: another process holds
+		 * the lease with our owner id.  Do not lead (both would use one
+		 * token), do not release (it is theirs).  Try again after a ttl: if
+		 * that process is gone by then, the lease will have expired.
+		 */
+		char		m[320];
+
+		snprintf(m, sizeof(m),
+				 "another process holds lease \"%.80s\" with owner id \"%.80s\" (token %" PRId64 "); owner ids must be unique",
+				 e->lease_key, e->owner_id, token);
+		PQclear(r);
+		le_record_error(e, LE_ERR_OWNER_CONFLICT, "", m);
+		le_notice(e, "%s; not leading", m);
+		pthread_mutex_lock(&e->mu);
+		e->owner_conflicts++;
+		pthread_mutex_unlock(&e->mu);
+		count_attempt(e);
+		c->next_attempt = le_monotonic_ms() + e->cfg.ttl_ms +
+			le_jittered(&e->rng, e->cfg.retry_ms, e->cfg.retry_jitter_pct);
+		return;
+	}
+	if (!le_period_begin(e, token, t_send, PQgetvalue(r, 0, c_exp)))
+	{
+		/* stopping, or callbacks far behind: do not lead on this token */
+		pthread_mutex_lock(&e->mu);
+		e->pending_release = token;
+		if (token > e->lost_token)
+			e->lost_token = token;
+		pthread_mutex_unlock(&e->mu);
+		le_notice(e, "not leading with token %" PRId64 " (stopping, or callbacks are behind); releasing it",
+				  token);
+		c->next_attempt = le_monotonic_ms() + le_jittered(&e->rng, e->cfg.retry_ms, e->cfg.retry_jitter_pct);
+	}
+	else
+	{
+		le_record_error(e, LE_OK, "", "");
+		c->next_attempt = le_monotonic_ms() + le_jittered(&e->rng, e->cfg.retry_ms, e->cfg.retry_jitter_pct);
+	}
+	PQclear(r);
+	count_attempt(e);
+}
+
+/* LISTEN on the extension's channel; false if the connection broke. */
+static bool
+listen_on(campaign *c)
+{
+	le_elector *e = c->e;
+	char		msg[256] = "";
+	bool		broken;
+	PGresult   *r;
+
+	r = le_exec_bounded(c->conn, "LISTEN " LE_CHANNEL, 0, NULL,
+						le_monotonic_ms() + e->cfg.statement_timeout_ms, msg, sizeof(msg),
+						&broken, NULL);
+	if (r == NULL || PQresultStatus(r) != PGRES_COMMAND_OK)
+		le_notice(e, "LISTEN failed, falling back to polling every retry interval: %s", msg);
+	PQclear(r);
+	if (broken)
+		drop_conn(c);
+	return !broken;
+}
+
+/* Sleep until the next attempt, a notification, a wake-up or one slice. */
+static void
+sleep_campaign(campaign *c, bool leading)
+{
+	le_elector *e = c->e;
+	int64_t		now = le_monotonic_ms();
+	int64_t		timeout = leading ? LE_CAMPAIGN_SLICE_MS : c->next_attempt - now;
+	struct pollfd fds[2];
+	int			nfds = 1;
+
+	if (c->observe_due && c->last_observe + LE_HINT_GAP_MS - now < timeout)
+		timeout = c->last_observe + LE_HINT_GAP_MS - now;
+	if (timeout < 0)
+		timeout = 0;
+	if (timeout > LE_CAMPAIGN_SLICE_MS)
+		timeout = LE_CAMPAIGN_SLICE_MS;
+	fds[0].fd = e->wake[0];
+	fds[0].events = POLLIN;
+	if (c->conn)
+	{
+		fds[1].fd = PQsocket(c->conn);
+		fds[1].events = POLLIN;
+		nfds = 2;
+	}
+	if (poll(fds, nfds, (int) timeout) > 0)
+	{
+		if (fds[0].revents)
+		{
+			char		buf[64];
+
+			while (read(e->wake[0], buf, sizeof(buf)) == (ssize_t) sizeof(buf))
+				;
+		}
+		if (nfds == 2 && fds[1].revents && !PQconsumeInput(c->conn))
+		{
+			char		msg[512];
+
+			le_copy_msg(msg, sizeof(msg), PQerrorMessage(c->conn));
+			le_notice(e, "campaign connection lost: %s", msg);
+			drop_conn(c);
+		}
+	}
+}
+
+/* Campaign, observe and release, on the campaign connection. */
+void *
+le_campaign_main(void *arg)
+{
+	campaign	cs = {.e = arg};
+	campaign   *c = &cs;
+	le_elector *e = c->e;
+	char		msg[512];
+
+	le_block_signals();
+	pthread_mutex_lock(&e->mu);
+	c->conn = e->camp_conn;
+	e->camp_conn = NULL;
+	pthread_mutex_unlock(&e->mu);
+	if (c->conn)
+		listen_on(c);
+
+	for (;;)
+	{
+		bool		quit,
+					leading;
+		uint64_t	resign_seq;
+		bool		resign;
+		int64_t		release;
+
+		pthread_mutex_lock(&e->mu);
+		quit = e->quit;
+		leading = e->state == LE_LEADING;
+		resign_seq = e->resign_requested;
+		resign = resign_seq != e->resign_done;
+		release = e->pending_release;
+		e->connected = c->conn != NULL;
+		pthread_mutex_unlock(&e->mu);
+
+		if (c->conn == NULL && (!quit || release > 0))
+		{
+			le_result	rc = le_open_conn(e, "campaign",
+										  le_monotonic_ms() + e->cfg.connect_timeout_ms,
+										  &c->conn, msg, sizeof(msg));
+
+			if (rc == LE_OK && !listen_on(c))
+				snprintf(msg, sizeof(msg), "connection lost during LISTEN");
+			if (c->conn == NULL)
+			{
+				le_notice(e, "campaign connection: %s", msg);
+				if (quit)
+					break;		/* cannot release; the lease will expire */
+				le_record_error(e, rc == LE_OK ? LE_ERR_CONNECT : rc, "", msg);
+				c->failures++;
+				pthread_mutex_lock(&e->mu);
+				if (!leading)
+					e->attempts++;
+				if (resign)
+					e->resign_done = resign_seq;
+				pthread_cond_broadcast(&e->cv);
+				pthread_mutex_unlock(&e->mu);
+				c->next_attempt = le_monotonic_ms() + backoff(c);
+				while (le_monotonic_ms() < c->next_attempt)
+				{
+					pthread_mutex_lock(&e->mu);
+					quit = e->quit || e->resign_requested != e->resign_done;
+					pthread_mutex_unlock(&e->mu);
+					if (quit)
+						break;
+					sleep_campaign(c, false);
+				}
+				continue;
+			}
+			le_notice(e, "campaign connection established");
+		}
+
+		if (release > 0 && c->conn)
+			release_token(c, release);
+		if (resign)
+		{
+			/* campaign again only after one retry interval: let the others go first */
+			c->next_attempt = le_monotonic_ms() +
+				le_jittered(&e->rng, e->cfg.retry_ms, e->cfg.retry_jitter_pct);
+			pthread_mutex_lock(&e->mu);
+			e->resign_done = resign_seq;
+			pthread_cond_broadcast(&e->cv);
+			pthread_mutex_unlock(&e->mu);
+		}
+		if (quit)
+			break;
+		if (c->conn == NULL)
+			continue;
+
+		if (!leading && le_monotonic_ms() >= c->next_attempt)
+		{
+			campaign_once(c);
+			if (c->conn)
+				handle_notifies(c);
+			continue;
+		}
+		sleep_campaign(c, leading);
+		if (c->conn)
+			handle_notifies(c);
+	}
+	drop_conn(c);
+	pthread_mutex_lock(&e->mu);
+	e->connected = false;
+	pthread_cond_broadcast(&e->cv);
+	pthread_mutex_unlock(&e->mu);
+	return NULL;
+}

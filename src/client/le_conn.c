@@ -1,0 +1,460 @@
+/*-------------------------------------------------------------------------
+ *
+ * le_conn.c
+ *		Connections and statements with client-side deadlines: libpq in
+ *		non-blocking mode, every wait a poll() bounded by a deadline on
+ *		le_monotonic_ms() (CLOCK_BOOTTIME), re-checked every slice.
+ *
+ * Locking rules: none; a connection is used by one thread at a time.
+ *
+ * Deadlines are absolute le_monotonic_ms() times.  A statement that misses
+ * its deadline abandons its connection (the caller must PQfinish it and
+ * reconnect): statement_timeout on the server cannot end every kind of
+ * wait.  Host names are resolved inside libpq without a timeout; the
+ * elector's deadline timer does not depend on it (see le_period.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "le_internal.h"
+
+/* Longest single poll(): the BOOTTIME deadline is re-read after each slice. */
+#define LE_POLL_SLICE_MS	250
+
+/* Number of connection keywords we may add to the DSN. */
+#define LE_MAX_KW	10
+
+/* Wait until fd is ready or the deadline passes: 1 ready, 0 timeout, -1 error. */
+int
+le_wait_fd(int fd, bool for_write, int64_t deadline)
+{
+	if (fd < 0)
+		return -1;
+	for (;;)
+	{
+		struct pollfd p = {.fd = fd, .events = for_write ? POLLOUT : POLLIN};
+		int64_t		left = deadline - le_monotonic_ms();
+		int			rc;
+
+		if (left <= 0)
+			return 0;
+		rc = poll(&p, 1, left > LE_POLL_SLICE_MS ? LE_POLL_SLICE_MS : (int) left);
+		if (rc > 0)
+			return 1;
+		if (rc < 0 && errno != EINTR)
+			return -1;
+	}
+}
+
+/* Is keyword kw given a non-empty value in the parsed DSN? */
+static bool
+dsn_has(PQconninfoOption *opts, const char *kw)
+{
+	for (PQconninfoOption *o = opts; o && o->keyword; o++)
+		if (strcmp(o->keyword, kw) == 0)
+			return o->val != NULL && o->val[0] != '\0';
+	return false;
+}
+
+/* Value of keyword kw in the parsed DSN, NULL if none. */
+static const char *
+dsn_get(PQconninfoOption *opts, const char *kw)
+{
+	for (PQconninfoOption *o = opts; o && o->keyword; o++)
+		if (strcmp(o->keyword, kw) == 0)
+			return o->val && o->val[0] ? o->val : NULL;
+	return NULL;
+}
+
+/* Free arrays made by le_build_conn_params. */
+void
+le_free_conn_params(const char **kw, const char **val)
+{
+	if (val)
+		for (int i = 0; i < LE_MAX_KW; i++)
+			free((char *) val[i]);
+	free(kw);
+	free(val);
+}
+
+/*
+ * Build the keyword arrays of the elector's connections: the DSN (expanded
+ * from "dbname"), a slot for fallback_application_name (index 1, filled at
+ * connect time), and defaults the DSN does not set itself:
+ * target_session_attrs=read-write when several hosts are listed, TCP
+ * keepalives and tcp_user_timeout so that a dead peer is noticed within
+ * about half the ttl.
+ */
+le_result
+le_build_conn_params(const char *conninfo, int64_t ttl_ms, int64_t stmt_ms,
+					 const char ***kwp, const char ***valp, char *err, size_t errlen)
+{
+	PQconninfoOption *opts = NULL;
+	const char **kw = calloc(LE_MAX_KW + 1, sizeof(char *));
+	const char **val = calloc(LE_MAX_KW + 1, sizeof(char *));
+	const char *hosts;
+	int			n = 0;
+	char		buf[32];
+	int64_t		user_timeout;
+	bool		ok = true;
+
+	*kwp = NULL;
+	*valp = NULL;
+	if (kw == NULL || val == NULL)
+		goto nomem;
+	if (conninfo[0])
+	{
+		char	   *perr = NULL;
+
+		opts = PQconninfoParse(conninfo, &perr);
+		if (opts == NULL)
+		{
+			char		m[400];
+
+			le_copy_msg(m, sizeof(m), perr ? perr : "out of memory");
+			le_set_err(err, errlen, "invalid connection string: %s", m);
+			PQfreemem(perr);
+			le_free_conn_params(kw, val);
+			return perr ? LE_ERR_CONFIG : LE_ERR_SYSTEM;
+		}
+	}
+#define ADD(k, v) do { kw[n] = (k); val[n] = strdup(v); ok = ok && val[n] != NULL; n++; } while (0)
+	ADD("dbname", conninfo);
+	ADD("fallback_application_name", "pg_leader");
+	hosts = dsn_get(opts, "host");
+	if (hosts == NULL)
+		hosts = dsn_get(opts, "hostaddr");
+	if (hosts == NULL && !dsn_has(opts, "hostaddr"))
+		hosts = getenv("PGHOST");
+	if (hosts && strchr(hosts, ',') && !dsn_has(opts, "target_session_attrs") &&
+		getenv("PGTARGETSESSIONATTRS") == NULL)
+		ADD("target_session_attrs", "read-write");
+	user_timeout = ttl_ms / 2;
+	if (user_timeout > stmt_ms)
+		user_timeout = stmt_ms;
+	if (user_timeout < 1000)
+		user_timeout = 1000;
+	if (!dsn_has(opts, "keepalives_idle"))
+	{
+		snprintf(buf, sizeof(buf), "%" PRId64, user_timeout / 2000 > 0 ? user_timeout / 2000 : 1);
+		ADD("keepalives_idle", buf);
+	}
+	if (!dsn_has(opts, "keepalives_interval"))
+		ADD("keepalives_interval", "1");
+	if (!dsn_has(opts, "keepalives_count"))
+		ADD("keepalives_count", "3");
+	if (!dsn_has(opts, "tcp_user_timeout"))
+	{
+		snprintf(buf, sizeof(buf), "%" PRId64, user_timeout);
+		ADD("tcp_user_timeout", buf);
+	}
+#undef ADD
+	PQconninfoFree(opts);
+	if (!ok)
+		goto nomem;
+	*kwp = kw;
+	*valp = val;
+	return LE_OK;
+
+nomem:
+	le_set_err(err, errlen, "out of memory");
+	le_free_conn_params(kw, val);
+	return LE_ERR_SYSTEM;
+}
+
+/*
+ * Open a connection before deadline with the given keyword arrays
+ * (dbname expanded), in non-blocking mode.  NULL with a message on failure;
+ * *timedout (if not NULL) tells whether the deadline passed.
+ */
+PGconn *
+le_connect_params(const char *const *kw, const char *const *val, int64_t deadline,
+				  char *err, size_t errlen, bool *timedout)
+{
+	PostgresPollingStatusType st = PGRES_POLLING_WRITING;
+	PGconn	   *c;
+
+	if (timedout)
+		*timedout = false;
+	c = PQconnectStartParams(kw, val, 1);
+	if (c == NULL)
+	{
+		le_set_err(err, errlen, "out of memory");
+		return NULL;
+	}
+	if (PQstatus(c) == CONNECTION_BAD)
+	{
+		le_copy_msg(err, errlen, PQerrorMessage(c));
+		PQfinish(c);
+		return NULL;
+	}
+	while (st != PGRES_POLLING_OK)
+	{
+		int			rc;
+
+		if (st == PGRES_POLLING_FAILED)
+		{
+			le_copy_msg(err, errlen, PQerrorMessage(c));
+			PQfinish(c);
+			return NULL;
+		}
+		rc = le_wait_fd(PQsocket(c), st == PGRES_POLLING_WRITING, deadline);
+		if (rc == 0)
+		{
+			if (timedout)
+				*timedout = true;
+			le_set_err(err, errlen, "connection timed out");
+			PQfinish(c);
+			return NULL;
+		}
+		if (rc < 0)
+		{
+			le_set_err(err, errlen, "poll failed on the connection's socket");
+			PQfinish(c);
+			return NULL;
+		}
+		st = PQconnectPoll(c);
+	}
+	if (PQsetnonblocking(c, 1) != 0)
+	{
+		le_copy_msg(err, errlen, PQerrorMessage(c));
+		PQfinish(c);
+		return NULL;
+	}
+	return c;
+}
+
+/*
+ * Run one parameterised statement, waiting at most until deadline.  Returns
+ * the result (check PQresultStatus) or NULL when the connection broke or
+ * the deadline passed; then *broken is set (and *timedout for the
+ * deadline) and the connection must go.
+ */
+PGresult *
+le_exec_bounded(PGconn *c, const char *sql, int nparams, const char *const *values,
+				int64_t deadline, char *err, size_t errlen, bool *broken, bool *timedout)
+{
+	PGresult   *keep = NULL;
+	PGresult   *r;
+	int			rc;
+	bool		dummy;
+
+	if (timedout == NULL)
+		timedout = &dummy;
+	*broken = false;
+	*timedout = false;
+	if (!PQsendQueryParams(c, sql, nparams, NULL, values, NULL, NULL, 0))
+		goto broken;
+	while ((rc = PQflush(c)) == 1)
+	{
+		int			w = le_wait_fd(PQsocket(c), true, deadline);
+
+		if (w == 0)
+			goto timeout;
+		if (w < 0)
+			goto broken;
+		/* the server may be sending (e.g. notices) while we write */
+		if (!PQconsumeInput(c))
+			goto broken;
+	}
+	if (rc < 0)
+		goto broken;
+	for (;;)
+	{
+		while (PQisBusy(c))
+		{
+			int			w = le_wait_fd(PQsocket(c), false, deadline);
+
+			if (w == 0)
+				goto timeout;
+			if (w < 0 || !PQconsumeInput(c))
+				goto broken;
+		}
+		r = PQgetResult(c);
+		if (r == NULL)
+			break;
+		/* keep the first error, else the last result */
+		if (keep == NULL || PQresultStatus(keep) != PGRES_FATAL_ERROR)
+		{
+			PQclear(keep);
+			keep = r;
+		}
+		else
+			PQclear(r);
+	}
+	if (PQstatus(c) == CONNECTION_BAD)
+	{
+		PQclear(keep);
+		goto broken;
+	}
+	if (keep && PQresultStatus(keep) == PGRES_FATAL_ERROR)
+		le_copy_msg(err, errlen, PQresultErrorMessage(keep));
+	return keep;
+
+timeout:
+	le_set_err(err, errlen, "statement timed out");
+	*broken = true;
+	*timedout = true;
+	PQclear(keep);
+	return NULL;
+broken:
+	le_copy_msg(err, errlen, PQerrorMessage(c));
+	if (err && errlen && err[0] == '\0')
+		le_set_err(err, errlen, "connection lost");
+	*broken = true;
+	PQclear(keep);
+	return NULL;
+}
+
+/* Public wrapper of le_exec_bounded with a relative timeout (see le_client.h). */
+PGresult *
+le_exec(PGconn *conn, const char *sql, int nparams, const char *const *values,
+		int64_t timeout_ms, char *err, size_t errlen, bool *timedout)
+{
+	bool		broken;
+
+	if (err && errlen)
+		err[0] = '\0';
+	return le_exec_bounded(conn, sql, nparams, values, le_monotonic_ms() + timeout_ms,
+						   err, errlen, &broken, timedout);
+}
+
+/* SQLSTATE of an error result, "" if none. */
+const char *
+le_sqlstate_of(const PGresult *r)
+{
+	const char *s = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+
+	return s ? s : "";
+}
+
+/* What to do about an error with this SQLSTATE ("" = no result at all). */
+le_errclass
+le_classify(const char *s)
+{
+	if (s[0] == '\0' ||
+		strncmp(s, "08", 2) == 0 ||		/* connection exception */
+		strcmp(s, "25006") == 0 ||	/* read-only: a standby, look for the primary */
+		strcmp(s, "57P01") == 0 ||	/* admin shutdown */
+		strcmp(s, "57P02") == 0 ||	/* crash shutdown */
+		strcmp(s, "57P03") == 0)	/* cannot connect now */
+		return LE_EC_RECONNECT;
+	if (strncmp(s, "53", 2) == 0 ||	/* insufficient resources */
+		strcmp(s, "57014") == 0 ||	/* canceled */
+		strcmp(s, "55P03") == 0 ||	/* lock wait timed out */
+		strcmp(s, "40001") == 0 || strcmp(s, "40P01") == 0)
+		return LE_EC_TRANSIENT;
+	return LE_EC_PERMANENT;
+}
+
+/* Result code for an error with this SQLSTATE. */
+le_result
+le_result_of_sqlstate(const char *s)
+{
+	if (strcmp(s, "42501") == 0)
+		return LE_ERR_PERMISSION;
+	if (strcmp(s, "25006") == 0)
+		return LE_ERR_READ_ONLY;
+	if (strcmp(s, "57014") == 0)
+		return LE_ERR_TIMEOUT;
+	if (s[0] == '\0' || strncmp(s, "08", 2) == 0 || strncmp(s, "57P", 3) == 0)
+		return LE_ERR_CONNECT;
+	if (strcmp(s, "42883") == 0 || strcmp(s, "3F000") == 0)
+		return LE_ERR_NO_EXTENSION;
+	return LE_ERR_SQL;
+}
+
+/*
+ * Find the schema of extension leader_election on connection c before
+ * deadline.  LE_ERR_CONNECT or LE_ERR_NO_EXTENSION with a message on
+ * failure.
+ */
+le_result
+le_check_extension(PGconn *c, int64_t deadline, char *schema, size_t schemalen,
+				   char *err, size_t errlen)
+{
+	char		msg[512] = "";
+	bool		broken,
+				timedout;
+	PGresult   *r;
+
+	r = le_exec_bounded(c, "SELECT n.nspname FROM pg_catalog.pg_extension x"
+						" JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) x.extnamespace"
+						" WHERE x.extname OPERATOR(pg_catalog.=) 'leader_election'",
+						0, NULL, deadline, msg, sizeof(msg), &broken, &timedout);
+	if (r == NULL || PQresultStatus(r) != PGRES_TUPLES_OK)
+	{
+		le_set_err(err, errlen, "could not check for extension leader_election: %s", msg);
+		PQclear(r);
+		return timedout ? LE_ERR_TIMEOUT : LE_ERR_CONNECT;
+	}
+	if (PQntuples(r) != 1)
+	{
+		char		db[128];
+
+		le_copy_msg(db, sizeof(db), PQdb(c));
+		le_set_err(err, errlen,
+				   "extension \"leader_election\" is not installed in database \"%s\" (run CREATE EXTENSION leader_election)",
+				   db);
+		PQclear(r);
+		return LE_ERR_NO_EXTENSION;
+	}
+	if (schema)
+		le_copy_str(schema, schemalen, PQgetvalue(r, 0, 0));
+	PQclear(r);
+	return LE_OK;
+}
+
+/* Connect within timeout_ms and find the schema of the extension (see le_client.h). */
+le_result
+le_connect(const char *conninfo, const char *appname, int64_t timeout_ms,
+		   PGconn **conn, char *schema, size_t schemalen, char *err, size_t errlen)
+{
+	char		msg[512] = "";
+	const char **kw;
+	const char **val;
+	PGconn	   *c;
+	le_result	rc;
+	int64_t		deadline = le_monotonic_ms() + timeout_ms;
+
+	*conn = NULL;
+	rc = le_build_conn_params(conninfo ? conninfo : "", timeout_ms * 2, timeout_ms,
+							  &kw, &val, err, errlen);
+	if (rc != LE_OK)
+		return rc;
+	if (appname)
+	{
+		char	   *a = strdup(appname);
+
+		if (a == NULL)
+		{
+			le_free_conn_params(kw, val);
+			le_set_err(err, errlen, "out of memory");
+			return LE_ERR_SYSTEM;
+		}
+		free((char *) val[1]);
+		val[1] = a;
+	}
+	c = le_connect_params(kw, val, deadline, msg, sizeof(msg), NULL);
+	le_free_conn_params(kw, val);
+	if (c == NULL)
+	{
+		le_set_err(err, errlen, "could not connect to the server: %s", msg);
+		return LE_ERR_CONNECT;
+	}
+	rc = le_check_extension(c, deadline, schema, schemalen, err, errlen);
+	if (rc != LE_OK)
+	{
+		PQfinish(c);
+		return rc;
+	}
+	*conn = c;
+	return LE_OK;
+}

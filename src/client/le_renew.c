@@ -1,0 +1,224 @@
+/*-------------------------------------------------------------------------
+ *
+ * le_renew.c
+ *		The renewal thread of an elector: le_renew every renew interval
+ *		while leading, on a connection of its own.
+ *
+ * Locking rules: the thread owns its connection; it reads the period state
+ * under e->mu and changes it only through le_period.c.
+ *
+ * Time budget.  Each attempt (connect or le_renew) gets at most the
+ * statement (or connect) timeout and at most half the time left before the
+ * local deadline, so that one hung attempt leaves room for another on a new
+ * connection.  After an error the next attempt comes after
+ * min(renew/4, 200 ms, a quarter of the time left).  The connection is
+ * replaced as soon as a period begins: it may have idled (and died
+ * unnoticed) through a long time as a follower.
+ *
+ *-------------------------------------------------------------------------
+ */
+#define _GNU_SOURCE
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "le_internal.h"
+
+/* Upper bound of the pause between renewal attempts after an error. */
+#define LE_RENEW_RETRY_MS	200
+
+/* Below this, an attempt gets all the time left rather than half of it. */
+#define LE_MIN_ATTEMPT_MS	50
+
+/* Budget of one attempt: at most cap and about half the time left before deadline. */
+static int64_t
+attempt_deadline(int64_t now, int64_t deadline, int64_t cap)
+{
+	int64_t		left = deadline - now;
+	int64_t		budget = left / 2;
+
+	if (budget < LE_MIN_ATTEMPT_MS)
+		budget = left;
+	if (budget > cap)
+		budget = cap;
+	return now + (budget > 1 ? budget : 1);
+}
+
+/* Pause after a failed attempt, in ms, capped by the time left. */
+static int64_t
+retry_pause(le_elector *e, int64_t deadline)
+{
+	int64_t		pause = e->cfg.renew_ms / 4;
+	int64_t		quarter = (deadline - le_monotonic_ms()) / 4;
+
+	if (pause > LE_RENEW_RETRY_MS)
+		pause = LE_RENEW_RETRY_MS;
+	if (pause > quarter)
+		pause = quarter;
+	return pause > 0 ? pause : 0;
+}
+
+/* Renew the lease every renew interval while leading, on its own connection. */
+void *
+le_renew_main(void *arg)
+{
+	le_elector *e = arg;
+	PGconn	   *conn = NULL;
+	uint64_t	conn_period = 0;	/* period the connection was made for */
+	int64_t		not_before = 0; /* no attempt before this (after an error) */
+	uint64_t	refreshed_for = 0;	/* period whose start replaced the connection */
+	char		msg[512];
+
+	le_block_signals();
+	pthread_mutex_lock(&e->mu);
+	for (;;)
+	{
+		uint64_t	period;
+		int64_t		now,
+					next,
+					deadline,
+					t_send;
+		char		token_text[32];
+		const char *values[4];
+		PGresult   *r;
+		bool		broken,
+					timedout;
+		le_errclass ec;
+		const char *state;
+
+		if (e->quit)
+			break;
+		if (e->state != LE_LEADING)
+		{
+			le_cv_wait_until(&e->cv, &e->mu, -1);
+			continue;
+		}
+		period = e->period;
+		deadline = e->deadline;
+		now = le_monotonic_ms();
+		if (now >= deadline)
+		{
+			/* normally the timer thread was first */
+			le_period_end_locked(e, period, LE_STOP_DEADLINE_PASSED,
+								 "no renewal was confirmed before the local deadline");
+			continue;
+		}
+		if (refreshed_for != period)
+		{
+			/*
+			 * A new period: replace the connection now (it may have idled,
+			 * and died unnoticed, through a long time as a follower), so
+			 * that the first renewal need not connect.
+			 */
+			refreshed_for = period;
+			pthread_mutex_unlock(&e->mu);
+			if (conn)
+				PQfinish(conn);
+			conn = NULL;
+			if (le_open_conn(e, "renew",
+							 attempt_deadline(le_monotonic_ms(), deadline, e->cfg.connect_timeout_ms),
+							 &conn, msg, sizeof(msg)) == LE_OK)
+				conn_period = period;
+			else
+				conn = NULL;	/* the renewal will try again and report */
+			pthread_mutex_lock(&e->mu);
+			continue;
+		}
+		/* a hint renews early, but not more often than every LE_HINT_GAP_MS */
+		next = e->last_send + (e->renew_now && LE_HINT_GAP_MS < e->cfg.renew_ms ?
+							   LE_HINT_GAP_MS : e->cfg.renew_ms);
+		if (next < not_before)
+			next = not_before;
+		if (now < next)
+		{
+			le_cv_wait_until(&e->cv, &e->mu, next < deadline ? next : deadline);
+			continue;
+		}
+		e->renew_now = false;
+		snprintf(token_text, sizeof(token_text), "%" PRId64, e->token);
+		pthread_mutex_unlock(&e->mu);
+
+		if (conn != NULL && conn_period != period)
+		{
+			/* a new period: do not trust a connection that idled as a follower */
+			PQfinish(conn);
+			conn = NULL;
+		}
+		if (conn == NULL)
+		{
+			le_result	rc;
+
+			rc = le_open_conn(e, "renew",
+							  attempt_deadline(le_monotonic_ms(), deadline, e->cfg.connect_timeout_ms),
+							  &conn, msg, sizeof(msg));
+			if (rc != LE_OK)
+			{
+				le_notice(e, "renewal connection: %s", msg);
+				le_record_error(e, rc, "", msg);
+				conn = NULL;
+				not_before = le_monotonic_ms() + retry_pause(e, deadline);
+				pthread_mutex_lock(&e->mu);
+				continue;
+			}
+			conn_period = period;
+		}
+
+		values[0] = e->lease_key;
+		values[1] = e->owner_id;
+		values[2] = token_text;
+		values[3] = e->ttl_text;
+		t_send = le_monotonic_ms();
+		msg[0] = '\0';
+		r = le_exec_bounded(conn, e->sql_renew, 4, values,
+							attempt_deadline(t_send, deadline, e->cfg.statement_timeout_ms),
+							msg, sizeof(msg), &broken, &timedout);
+
+		if (r != NULL && PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
+		{
+			if (!PQgetisnull(r, 0, 0))
+			{
+				le_period_renewed(e, period, t_send, PQgetvalue(r, 0, 0));
+				le_record_error(e, LE_OK, "", "");
+			}
+			else
+				le_period_end(e, period, LE_STOP_LOST,
+							  "le_renew returned NULL: the lease is no longer held with this token");
+			PQclear(r);
+			not_before = 0;
+			pthread_mutex_lock(&e->mu);
+			continue;
+		}
+
+		state = le_sqlstate_of(r);
+		ec = broken ? LE_EC_RECONNECT : le_classify(state);
+		le_record_error(e, timedout ? LE_ERR_TIMEOUT : broken ? LE_ERR_CONNECT :
+						le_result_of_sqlstate(state), state, msg);
+		if (ec == LE_EC_PERMANENT)
+		{
+			char		detail[LE_DETAIL_LEN];
+
+			snprintf(detail, sizeof(detail), "SQLSTATE %s: %s", state, msg);
+			PQclear(r);
+			le_period_end(e, period, LE_STOP_RENEW_FAILED, detail);
+			pthread_mutex_lock(&e->mu);
+			continue;
+		}
+		PQclear(r);
+		if (ec == LE_EC_RECONNECT)
+		{
+			le_notice(e, "renewal failed, reconnecting: %s%s%s", state,
+					  state[0] ? ": " : "", msg);
+			PQfinish(conn);
+			conn = NULL;
+		}
+		else
+			le_notice(e, "renewal failed, retrying: %s: %s", state, msg);
+		/* try again soon, well before the deadline (at once on a new connection) */
+		not_before = broken ? 0 : le_monotonic_ms() + retry_pause(e, deadline);
+		pthread_mutex_lock(&e->mu);
+	}
+	pthread_mutex_unlock(&e->mu);
+	if (conn)
+		PQfinish(conn);
+	return NULL;
+}

@@ -1,0 +1,79 @@
+# The client library under AddressSanitizer/LeakSanitizer/UBSan and
+# ThreadSanitizer (issue 8 items 6 and 9): the probe program
+# (test/t/le_probe.c) is built together with the library's sources and runs
+# the modes that exercise most code paths (api: period fd, request_stop,
+# observer, free lease; order: fast periods and resigns; status: errors and
+# backoff); any sanitizer report (memory
+# error, leak, undefined behaviour, data race) fails the test.  Skipped
+# when the compiler cannot build with a sanitizer.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use LeClientTest;
+
+my $cc = `sh -c 'command -v cc'`;
+plan skip_all => 'no C compiler' unless $cc;
+
+my ($node, $dsn, $dir) = start_node('client_san');
+$node->safe_psql('postgres', 'CREATE ROLE nobody LOGIN');
+my $cdir = ($ENV{TESTDIR} // '.') . '/src/client';
+my $inc = `pg_config --includedir`;
+my $libdir = `pg_config --libdir`;
+chomp($inc, $libdir);
+my @lib_src = glob("$cdir/le_*.c");
+
+# Build the probe with the library's sources and -fsanitize=$san; false if impossible.
+sub build
+{
+	my ($san, $exe) = @_;
+	my ($o, $e) = ('', '');
+	return IPC::Run::run(
+		[ 'cc', '-g', '-O1', '-std=gnu11', '-Wall', '-Wextra', '-Werror', '-pthread',
+		  "-fsanitize=$san", '-fno-omit-frame-pointer', "-I$cdir", "-I$inc",
+		  "$FindBin::RealBin/le_probe.c", @lib_src, "-L$libdir", '-lpq', '-o', $exe ],
+		'>', \$o, '2>', \$e);
+}
+
+# Run a probe; returns (exit status, stdout, stderr).
+sub run_probe
+{
+	my ($exe, @args) = @_;
+	my ($o, $e) = ('', '');
+	local $ENV{ASAN_OPTIONS} = 'detect_leaks=1:abort_on_error=0:exitcode=66';
+	local $ENV{UBSAN_OPTIONS} = 'print_stacktrace=1:halt_on_error=1:exitcode=66';
+	local $ENV{TSAN_OPTIONS} = 'exitcode=66';
+	IPC::Run::run([ $exe, @args ], '>', \$o, '2>', \$e, IPC::Run::timeout(180));
+	return ($? >> 8, $o, $e);
+}
+
+my $nobody = $node->connstr('postgres') . ' user=nobody';
+SKIP:
+{
+	skip 'cannot build with -fsanitize=address,undefined', 3
+	  unless build('address,undefined', "$dir/probe_asan");
+	for my $m ([ 'api', $dsn, 'asan-api' ], [ 'order', $dsn, 'asan-order', 2 ],
+		[ 'status', $nobody, 'asan-status' ])
+	{
+		my ($rc, $o, $e) = run_probe("$dir/probe_asan", @$m);
+		ok($rc == 0 && $e !~ /Sanitizer|runtime error/,
+			"ASan/LSan/UBSan: mode $m->[0] runs clean (exit $rc)")
+		  or diag("$o\n$e");
+	}
+}
+SKIP:
+{
+	skip 'cannot build with -fsanitize=thread', 1 unless build('thread', "$dir/probe_tsan");
+	for my $m ([ 'order', $dsn, 'tsan-order', 3 ])
+	{
+		my ($rc, $o, $e) = run_probe("$dir/probe_tsan", @$m);
+		ok($rc == 0 && $e !~ /ThreadSanitizer/, "TSan: mode $m->[0] runs without data races (exit $rc)")
+		  or diag("$o\n$e");
+	}
+}
+
+$node->stop;
+done_testing();
