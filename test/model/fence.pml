@@ -3,28 +3,44 @@
  * fence, as implemented in src/lease.c, src/lease_store.c and src/fence.c
  * (see doc/fence.md).  Checked by test/model/check.sh with spin.
  *
- * What is modelled.  One lease key; NCLIENTS clients (2 or 3), each a
- * session that loops over transactions:
+ * What is modelled.  One lease key; NCLIENTS clients (2 or 3).  Each
+ * client has a lease session (the client library's or pg_leader's
+ * connection) and, for the first NWRITERS clients, a writing session (the
+ * leader's command, on its own connection) that writes with the last token
+ * its client was granted, also after it lost the lease.  Transactions:
  *   - acquire: a plain read of the latest committed row (a refusal when it
- *     is validly held by someone else); else the fence lock EXCLUSIVE, then
- *     the row lock, the decision on the latest committed row by the server
- *     clock, a token drawn from a non-transactional sequence, commit;
- *   - renew: the row lock only; extends the expiry of its own valid period;
- *   - release: the fence lock EXCLUSIVE, the row lock, frees the lease;
+ *     is validly held, which changes nothing and is left out); else the
+ *     fence lock EXCLUSIVE, then the row lock, the decision on the latest
+ *     committed row by the server clock, a token drawn from a
+ *     non-transactional sequence, commit (the locks go after the commit
+ *     record);
+ *   - renew: the row lock only; extends the expiry of its own valid period
+ *     (the holder's own le_acquire, which does the same, is left out);
+ *   - release: the fence lock EXCLUSIVE, the row lock, frees the lease
+ *     (valid or lapsed);
  *   - fenced write: the early check without any lock on the latest
  *     committed row (the transaction records its token), then at COMMIT
  *     (PRE_COMMIT): the fence lock SHARED, the row read again, the decision
  *     (token still current, lease held and unexpired by the clock now), the
  *     commit record, and only then the lock released.
  * Faults:
- *   - a backend crash (or a rollback, or a lock_timeout) is possible at every
- *     step of every transaction: it aborts, changes nothing but the sequence,
- *     and its locks go;
- *   - a process pause: spin explores every interleaving, so any client can
- *     stay still (paused between any two of its steps, also inside an open
+ *   - a backend crash or rollback: an acquire between drawing its token and
+ *     its commit record, a release before its commit record, a fenced write
+ *     while open and in its commit between the check and the commit record.
+ *     It changes nothing but the sequence, and its locks go.  (A call that
+ *     aborts before it holds a lock or drew a token, e.g. on lock_timeout,
+ *     is the same as one never made, and is left out.)
+ *   - a process pause: spin explores every interleaving, so any session can
+ *     stay still (between any two of its steps, also inside an open
  *     transaction or in its commit) while the clock and the others run.
  *   - the clock: a process that advances abstract time 0..MAXT; a lease is
- *     valid while now < expires.
+ *     valid while now < expires (TTL 2).
+ * Not modelled: le_force_release (it ends a holder's period without its
+ * consent, so the holder's own belief in P1 does not apply), the acquire
+ * path that finds its own row lapsed between its two reads (it only
+ * try-locks the fence lock and refuses when it is taken), prepared
+ * transactions (which keep the fence lock; see doc/fence.md), and
+ * several keys (fence locks and rows are per lease).
  * Beyond the bounds: time stops at MAXT and at most MAXTOK tokens are drawn,
  * which bounds the state space (every interleaving within them is checked).
  *
