@@ -65,7 +65,9 @@
  *                            (the earlier design; P4);
  *   MUTANT_TX_SEQUENCE       the token counter is rolled back with the
  *                            transaction, like an ordinary table (P2);
- *   MUTANT_NO_FENCE_LOCK     acquire takes no fence lock (P3).
+ *   MUTANT_NO_FENCE_LOCK     acquire takes no fence lock (P3);
+ *   MUTANT_UNLOCK_BEFORE_COMMIT  the writer lets the fence lock go after
+ *                            its check, before the commit record (P3).
  */
 
 #ifndef NCLIENTS
@@ -277,6 +279,9 @@ end_idle:
 			:: else -> skip
 			fi
 		}
+#ifdef MUTANT_UNLOCK_BEFORE_COMMIT
+		d_step { shared[me] = false; nshared-- };
+#endif
 		if
 		:: d_step {		/* the commit record; then the lock goes */
 				assert(r_tok == mytok[me] && r_holder != NONE);	/* P3 */

@@ -3,9 +3,10 @@
 # within its bounds with spin (2 clients with 2 writing sessions, 3 clients
 # with one) and finds no violation; each of its mutants (the token read
 # before the fence lock is taken, acquire without the fence lock, writers
-# that lock at the early check, a transactional token sequence) must be
-# caught.  Run a second time with the token read before the lock in the
-# checked model itself, the script must fail and show the counterexample.
+# that lock at the early check, a fence lock let go before the commit
+# record, a transactional token sequence) must be caught.  Run a second
+# time with the token read before the lock in the checked model itself,
+# the script must fail and show the counterexample.
 use strict;
 use warnings;
 
@@ -28,7 +29,8 @@ for my $run ('2 clients, 2 writers', '3 clients, 1 writer')
 		"$run: exhaustive search without violation");
 }
 for my $m ('token read before the fence lock', 'no fence lock in acquire',
-	'writer locks at the early check', 'transactional token sequence')
+	'writer locks at the early check', 'fence lock released before the commit record',
+	'transactional token sequence')
 {
 	like($stdout, qr/^ok: mutant \Q$m\E \(P[0-9]\) caught: assertion violated/m,
 		"mutant caught: $m");
