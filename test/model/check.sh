@@ -89,10 +89,11 @@ fi
 
 # Each mutant breaks one rule of the implementation; the property it must
 # violate is named by its assertion.
-mutant "token read before the fence lock (P3)" 'r_tok==mytok[me]' -DMUTANT_READ_BEFORE_LOCK
-mutant "no fence lock in acquire (P3)" 'r_tok==mytok[me]' -DMUTANT_NO_FENCE_LOCK
+mutant "token read before the fence lock (P3)" 'lockok[me]' -DMUTANT_READ_BEFORE_LOCK
+mutant "no fence lock in acquire (P3)" 'lockok[me]' -DMUTANT_NO_FENCE_LOCK
 mutant "writer locks at the early check (P4)" 'wphase[0]!=2' -DMUTANT_LOCK_AT_WRITE
-mutant "fence lock released before the commit record (P3)" 'r_tok==mytok[me]' -DMUTANT_UNLOCK_BEFORE_COMMIT
+mutant "fence lock released before the commit record (P3)" 'lockok[me]' -DMUTANT_UNLOCK_BEFORE_COMMIT
+mutant "commit-time check ignores expiry (P3)" 'lockok[me]' -DMUTANT_NO_EXPIRY_CHECK
 mutant "transactional token sequence (P2)" 'newtok>maxdrawn' -DMUTANT_TX_SEQUENCE
 
 if [ "$rc" -eq 0 ]; then echo "model check: PASS"; else echo "model check: FAIL"; fi

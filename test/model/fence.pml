@@ -49,10 +49,10 @@
  *   P2 per key, every token drawn exceeds every token drawn before,
  *      granted, rolled back or lost in a crash, and every granted token
  *      exceeds the lease's previous one;
- *   P3 a fenced write commits only while its token is the lease's current
- *      one and the lease is held (not released, no later grant committed);
- *      expiry is judged at the lock point, under the fence lock, and the
- *      commit record follows before any takeover can be granted;
+ *   P3 a fenced write commits only if, when its fence lock was granted,
+ *      its token was the lease's current one and the lease held and
+ *      unexpired (expiry is judged at the lock point), and if no later grant
+ *      and no release has committed by its commit record;
  *   P4 a takeover attempt on an expired or free lease never has to wait
  *      for a fenced writer that is not in its commit step (an idle or
  *      paused writer blocks nobody).
@@ -67,7 +67,8 @@
  *                            transaction, like an ordinary table (P2);
  *   MUTANT_NO_FENCE_LOCK     acquire takes no fence lock (P3);
  *   MUTANT_UNLOCK_BEFORE_COMMIT  the writer lets the fence lock go after
- *                            its check, before the commit record (P3).
+ *                            its check, before the commit record (P3);
+ *   MUTANT_NO_EXPIRY_CHECK   the commit-time check ignores the expiry (P3).
  */
 
 #ifndef NCLIENTS
@@ -109,6 +110,7 @@ byte myexp[3];
 #define W_OPEN   1				/* wrote under the early check, not committing */
 #define W_COMMIT 2				/* in its COMMIT (PRE_COMMIT to the end) */
 byte wphase[3];
+bool lockok[3];					/* ghost: lease valid with its token at its lock point */
 
 #define ROWVALID	(r_holder != NONE && now < r_exp)
 #define BELIEVES(i)	(mytok[i] != 0 && now < myexp[i])
@@ -153,6 +155,7 @@ inline drop_writer_lock(me)
 	:: else -> skip
 	fi;
 	wphase[me] = W_NONE;
+	lockok[me] = false;
 	t_tok = 0; t_holder = 0; t_exp = 0
 }
 
@@ -272,9 +275,15 @@ end_idle:
 			fi;
 			t_tok = r_tok; t_holder = r_holder; t_exp = r_exp;
 #endif
+			/* ghost: was the lease valid with our token when the lock came? */
+			lockok[me] = (r_tok == mytok[me] && ROWVALID);
 			/* the decision at the lock point, by the clock now */
 			if
+#ifdef MUTANT_NO_EXPIRY_CHECK
+			:: !(t_tok == mytok[me] && t_holder != NONE) ->
+#else
 			:: !(t_tok == mytok[me] && t_holder != NONE && now < t_exp) ->
+#endif
 				drop_writer_lock(me); goto end_idle	/* LE001 / LE002 */
 			:: else -> skip
 			fi
@@ -284,7 +293,7 @@ end_idle:
 #endif
 		if
 		:: d_step {		/* the commit record; then the lock goes */
-				assert(r_tok == mytok[me] && r_holder != NONE);	/* P3 */
+				assert(lockok[me] && r_tok == mytok[me] && r_holder != NONE);	/* P3 */
 				drop_writer_lock(me) }
 		:: d_step { drop_writer_lock(me) }	/* crash before the commit record */
 		fi
