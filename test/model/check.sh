@@ -7,7 +7,8 @@
 # when a mutant is NOT caught, or when a search was cut short.
 #
 #   test/model/check.sh          the checks of the test suite (seconds)
-#   test/model/check.sh --full   also 3 clients with 3 writers (minutes)
+#   test/model/check.sh --full   also 3 clients with 3 writers (~12 million
+#                                states, a CPU minute, ~2 GB of memory)
 #
 # LE_MODEL_EXTRA="-DMUTANT_..." adds spin flags to the checks of the model
 # (not to the mutants): test/t/060_model_check.pl uses it to show that a
