@@ -142,6 +142,22 @@ REFUSE = {
     ('le_protect', 'table', "extension's le_lease"),
     ('le_protect', 'table', "extension's le_scheduled_jobs"),
 }
+# Findings in the code as the sweep found it (reported to the lead, not fixed
+# here): (group regex, case label regex, reason regex).  They are printed as
+# KNOWN and do not fail the run; one that no longer happens is printed as
+# such so that its entry can go.  Everything else fails the run.
+KNOWN = [
+    (r'^le_fence_assign\(', r'^owner_role = oid 0$', r'23502'),
+    (r'^le_protect\(', r"^table = extension's ", r'accepted'),
+    (r'^le_protect\(', r'^table = oid 0$', r'XX000'),
+    (r'^(le_complete_job|le_fail_job|_le_lock_claimed_job)\(', r'^schedule_key = 10 MB$', r'echoes'),
+    (r'^(le_grant|le_revoke|_le_grant_use)\(', r'^use = 10 MB$', r'echoes'),
+    (r'^le_protect\(', r'^mode = 10 MB$', r'echoes'),
+    # timing-dependent: only when the call starts before the DROP commits
+    (r'^(le_grant|le_revoke|_le_grant_use)\(', r'^DROP EXTENSION committed', r'XX000 .*tuple concurrently deleted'),
+    (r'^le_claim_jobs\(', r'^DROP EXTENSION committed', r'XX000 .*could not open relation'),
+    (r'^pg_leader --statement-timeout$', r'^state$', r'exit 75'),
+]
 MAX_MESSAGE = 10000   # an error message longer than this echoes unbounded input
 
 FINGERPRINT = """
@@ -663,11 +679,21 @@ class Sweep:
         for secs, group, label in sorted(self.slow, reverse=True)[:5]:
             print('slowest: %.2f s  %s  %s' % (secs, group, label))
         print('documented SQLSTATEs: %s' % ' '.join(sorted(self.documented)))
+        hit = set()
+        failed = 0
         for group, label, sql, why in self.failures:
-            print('FAILED [%s] %s: %s\n    case: %s' % (group, label, why[:400], sql[:400]))
-        print('sweep: %d functions, %d cases, %d failures, %.1f s'
-              % (len(funcs), self.cases, len(self.failures), time.time() - t0))
-        return 1 if self.failures else 0
+            known = [i for i, (g, l, w) in enumerate(KNOWN)
+                     if re.search(g, group) and re.search(l, label) and re.search(w, why)]
+            hit.update(known)
+            failed += not known
+            print('%s [%s] %s: %s\n    case: %s' % ('KNOWN' if known else 'FAILED', group, label,
+                                                   why[:400], sql[:400]))
+        for i, k in enumerate(KNOWN):
+            if i not in hit:
+                print('KNOWN finding no longer seen (remove its entry if fixed): %r' % (k,))
+        print('sweep: %d functions, %d cases, %d failures, %d known findings, %.1f s'
+              % (len(funcs), self.cases, failed, len(self.failures) - failed, time.time() - t0))
+        return 1 if failed else 0
 
 
 def main():
