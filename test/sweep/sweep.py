@@ -446,7 +446,7 @@ class Sweep:
             self.conn.close()
             self.conn = main
 
-    def standby_case(self, sig, b):
+    def standby_case(self, sig, b, expect=None):
         if not self.args.standby_dsn:
             return
         sconn = self.standby
@@ -467,7 +467,9 @@ class Sweep:
             self.fail(sig, 'on the standby', b, 'standby connection lost: crash?')
             self.standby = self.connect(self.args.standby_dsn)
             return
-        if code not in ('ok', '25006') and code not in self.documented:
+        if expect is not None and code != expect:
+            self.fail(sig, 'on the standby', b, 'expected %s, got %s' % (expect, code))
+        elif code not in ('ok', '25006') and code not in self.documented:
             self.fail(sig, 'on the standby', b, 'undocumented SQLSTATE %s: %s' % (code, msg))
 
     def drop_extension_case(self, sig, b, commit):
@@ -666,6 +668,8 @@ class Sweep:
                 time.sleep(0.1)
             for sig, b in baselines:
                 self.standby_case(sig, b)
+            for view in ('le_leases', 'le_lease_history', 'le_jobs'):
+                self.standby_case('reads on the standby', 'SELECT * FROM %s' % view, expect='ok')
         for sig, b in baselines:
             self.drop_extension_case(sig, b, commit=False)
         for sig, b in baselines:
