@@ -93,7 +93,7 @@ typedef struct LeaseStoreState
 	MemoryContext caller_cxt;	/* where rows read are allocated */
 	Oid			nsp;			/* schema of the extension */
 	bool		locked;			/* this call locked the lease row (and maybe its fence) */
-	int64		idle_bound_us;	/* how long the transaction may then idle; 0: lock_timeout */
+	int64		idle_bound_us;	/* how long the transaction may then idle; 0: unbounded */
 	ErrorContextCallback errcallback;
 } LeaseStoreState;
 

@@ -477,7 +477,7 @@ le_store_end(LeaseStoreState *st)
 	SetUserIdAndSecContext(st->save_userid, st->save_sec_context);
 	AtEOXact_GUC(true, st->save_nestlevel);
 	error_context_stack = st->errcallback.previous;
-	if (st->locked)
+	if (st->locked && st->idle_bound_us > 0)
 		le_bound_idle_holder(st->idle_bound_us);
 }
 
@@ -489,8 +489,8 @@ le_store_end(LeaseStoreState *st)
  * every other candidate out for as long as it stays stalled, whatever the
  * lease's expiry says.  So lower idle_in_transaction_session_timeout, for
  * the rest of this transaction only, to bound_us (the ttl the call just
- * granted or renewed; leader_election.lock_timeout when it changed nothing
- * or freed the lease): a stalled holder's session then ends with its
+ * granted or renewed; for a release, what was left of the period it ended,
+ * at least leader_election.lock_timeout): a stalled holder's session then ends with its
  * transaction, which could not have committed usefully anyway (its
  * uncommitted period has run out too), and the next candidate gets the
  * lease within that bound.  The caller's own setting stays when shorter.
@@ -505,7 +505,7 @@ le_bound_idle_holder(int64 bound_us)
 
 	if (!IsTransactionBlock())
 		return;
-	bound_ms = (bound_us > 0) ? (bound_us + 999) / 1000 : le_lock_timeout_ms;
+	bound_ms = (bound_us + 999) / 1000;
 	if (bound_ms < 1)
 		bound_ms = 1;
 	if (bound_ms > INT_MAX)

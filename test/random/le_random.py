@@ -198,6 +198,7 @@ class Session:
         self.busy = False
         self.result = None
         self.expect_loss = False
+        self.idle_killed = False
         self.lost = False
         setup = ("SET leader_election.lock_timeout = '1s'; SET lock_timeout = '1500ms'; "
                  "SET statement_timeout = '8s'; SELECT pg_backend_pid()")
@@ -230,6 +231,11 @@ class Session:
         self.result = res
         if res.lost:
             self.lost = True
+            # A lease call inside a transaction block bounds how long that
+            # transaction may idle (its ttl): a pause past it ends the
+            # session, by design (doc/lease-guarantees.md).
+            if res.state == '25P03' or 'idle-in-transaction timeout' in (res.msg or ''):
+                self.idle_killed = True
 
     def poll(self):
         """Advance a running statement; True when it finished."""
@@ -581,7 +587,9 @@ GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO rt_app;
                 lost = True
         s.result = None
         if lost:
-            if not s.expect_loss:
+            if s.idle_killed:
+                self.count('connection', 'lost-idle-timeout')
+            elif not s.expect_loss:
                 self.count('connection', 'lost-unexpectedly')
                 self.obs_exec("INSERT INTO rt_outcome VALUES ('connection', 'lost-unexpectedly', 1)")
             else:
