@@ -301,8 +301,6 @@ le_free_lease(FunctionCallInfo fcinfo, const char *key, const char *owner,
 				 errhint("Retry the call.")));
 
 	now = GetCurrentTimestamp();
-	/* A stalled releaser may idle until the period it ends would have run out. */
-	st.idle_bound_us = Max(row.expires_at - now, (int64) le_lock_timeout_ms * 1000);
 	le_close_period(&st, &row, now, reason);
 	row.holder = NULL;
 	row.holder_role = NULL;

@@ -489,8 +489,7 @@ le_store_end(LeaseStoreState *st)
  * every other candidate out for as long as it stays stalled, whatever the
  * lease's expiry says.  So lower idle_in_transaction_session_timeout, for
  * the rest of this transaction only, to bound_us (the ttl the call just
- * granted or renewed; for a release, what was left of the period it ended,
- * at least leader_election.lock_timeout): a stalled holder's session then ends with its
+ * granted or renewed): a stalled holder's session then ends with its
  * transaction, which could not have committed usefully anyway (its
  * uncommitted period has run out too), and the next candidate gets the
  * lease within that bound.  The caller's own setting stays when shorter.
