@@ -19,8 +19,9 @@
  * kill deadline (local deadline - KILL_SLACK_MS) through a pipe after every
  * renewal.  The supervisor and the main thread both SIGTERM the group at
  * kill deadline - grace and SIGKILL it at the kill deadline; the main
- * thread releases the lease (resign/stop) only after the whole group was
- * reaped.  pg_leader is a child subreaper and ignores SIGPIPE, SIGTTIN and
+ * thread releases the lease (resign/stop, or le_elector_release_period
+ * for a period that ended by itself: the elector runs with defer_release)
+ * only after the whole group was reaped.  pg_leader is a child subreaper and ignores SIGPIPE, SIGTTIN and
  * SIGTTOU.
  *
  *-------------------------------------------------------------------------
@@ -1275,6 +1276,8 @@ cmd_run(options *o)
 	cfg.safety_margin_ms = o->margin;
 	cfg.connect_timeout_ms = o->connect_timeout;
 	cfg.statement_timeout_ms = o->statement_timeout;
+	/* a period that ends by itself is released by us, once the group is gone */
+	cfg.defer_release = true;
 	cfg.on_started = cb_started;
 	cfg.on_stopped = cb_stopped;
 	cfg.on_renewed = cb_renewed;
@@ -1348,6 +1351,13 @@ cmd_run(options *o)
 		struct pollfd p[2];
 		int			np = 1;
 
+		/*
+		 * No command runs: the lease of a period that ended by itself
+		 * (renew_failed, deadline_passed) may be released now, and the
+		 * elector may campaign again.
+		 */
+		if (!running)
+			le_elector_release_period(e);
 		if (running)
 		{
 			const char *reason = NULL;
