@@ -1276,6 +1276,7 @@ cmd_run(options *o)
 		fprintf(stderr, "%s: error: ", progname);
 		text_str(stderr, err);
 		fputc('\n', stderr);
+		le_elector_destroy(e);
 		return rc == LE_ERR_NO_EXTENSION ? EXIT_NO_EXTENSION :
 			rc == LE_ERR_CONNECT ? EXIT_CONNECT : EXIT_INTERNAL;
 	}
