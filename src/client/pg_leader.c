@@ -68,8 +68,10 @@
 
 /*
  * The command's group gets SIGKILL this long before the library's local
- * deadline, at which the library itself ends leadership and releases the
- * lease: so the group is dead before the release.
+ * deadline, at which the library ends leadership: so the group is
+ * normally dead by then.  The release itself does not depend on this
+ * slack: the elector runs with defer_release, and we release only after
+ * the group was reaped.
  */
 #define KILL_SLACK_MS		100
 
