@@ -420,13 +420,15 @@ le_campaign_main(void *arg)
 		uint64_t	resign_seq;
 		bool		resign;
 		int64_t		release;
+		bool		held;
 
 		pthread_mutex_lock(&e->mu);
 		quit = e->quit;
 		leading = e->state == LE_LEADING;
 		resign_seq = e->resign_requested;
 		resign = resign_seq != e->resign_done;
-		release = e->pending_release;
+		release = e->release_held ? 0 : e->pending_release;
+		held = e->release_held;
 		e->connected = c->conn != NULL;
 		pthread_mutex_unlock(&e->mu);
 
@@ -484,14 +486,15 @@ le_campaign_main(void *arg)
 		if (c->conn == NULL)
 			continue;
 
-		if (!leading && le_monotonic_ms() >= c->next_attempt)
+		/* not while the caller holds back the release of our last period */
+		if (!leading && !held && le_monotonic_ms() >= c->next_attempt)
 		{
 			campaign_once(c);
 			if (c->conn)
 				handle_notifies(c);
 			continue;
 		}
-		sleep_campaign(c, leading);
+		sleep_campaign(c, leading || held);	/* no busy wait while held */
 		if (c->conn)
 			handle_notifies(c);
 	}

@@ -464,6 +464,7 @@ le_elector_resign(le_elector *e)
 	}
 	if (e->state == LE_LEADING)
 		le_period_end_locked(e, e->period, LE_STOP_RELEASED, NULL);
+	e->release_held = false;
 	seq = ++e->resign_requested;
 	if (e->have_dispatch && pthread_equal(pthread_self(), e->dispatch_thread))
 		self = true;			/* from a callback: do not wait */
@@ -477,6 +478,24 @@ le_elector_resign(le_elector *e)
 	pthread_mutex_unlock(&e->mu);
 }
 
+/* Let the campaign thread release a period's lease held back by defer_release. */
+void
+le_elector_release_period(le_elector *e)
+{
+	bool		wake;
+
+	pthread_mutex_lock(&e->mu);
+	wake = e->release_held;
+	if (wake)
+	{
+		e->release_held = false;
+		pthread_cond_broadcast(&e->cv);
+	}
+	pthread_mutex_unlock(&e->mu);
+	if (wake)
+		le_wake_campaign(e);
+}
+
 /* End leadership (reason "shutdown") and tell the threads to stop; does not wait. */
 void
 le_elector_request_stop(le_elector *e)
@@ -486,6 +505,7 @@ le_elector_request_stop(le_elector *e)
 	{
 		if (e->state == LE_LEADING)
 			le_period_end_locked(e, e->period, LE_STOP_SHUTDOWN, NULL);
+		e->release_held = false;
 		e->quit = true;
 		pthread_cond_broadcast(&e->cv);
 	}

@@ -76,8 +76,9 @@ extern "C"
 /*
  * 2: le_elector_period_fd, le_elector_request_stop, le_result_name, le_exec,
  * le_status.last_error and the result codes after LE_ERR_SYSTEM.
+ * 3: le_config.defer_release and le_elector_release_period.
  */
-#define LE_CLIENT_API_VERSION 2
+#define LE_CLIENT_API_VERSION 3
 
 /* Result codes of the functions below. */
 typedef enum le_result
@@ -145,6 +146,15 @@ typedef struct le_config
 	int64_t		safety_margin_ms;	/* default max(ttl/10, 50 ms); < ttl/2 */
 	int64_t		connect_timeout_ms; /* default 5000 */
 	int64_t		statement_timeout_ms;	/* default 5000; renewals also stop at the deadline */
+
+	/*
+	 * When a period ends by itself (renew_failed, deadline_passed), the
+	 * elector normally releases the lease at once.  With defer_release it
+	 * neither releases it nor campaigns again until the caller calls
+	 * le_elector_release_period() (or resigns or stops): for callers whose
+	 * work under the lease takes a while to stop.
+	 */
+	bool		defer_release;
 
 	le_started_cb on_started;
 	le_stopped_cb on_stopped;
@@ -236,6 +246,13 @@ extern void le_elector_request_stop(le_elector *e);
  * Fills *lease if given.  Returns -1 (errno ENOENT) when not leading.
  */
 extern int	le_elector_period_fd(le_elector *e, le_lease_info *lease);
+
+/*
+ * With defer_release: release the lease of a period that ended by itself
+ * and campaign again.  Does nothing when no
+ * release is held back.  Does not wait for the release.
+ */
+extern void le_elector_release_period(le_elector *e);
 
 /* Free the elector (stops it first if needed); never from a callback. */
 extern void le_elector_destroy(le_elector *e);

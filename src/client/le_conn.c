@@ -170,19 +170,18 @@ nomem:
 }
 
 /*
- * Open a connection before deadline with the given keyword arrays
- * (dbname expanded), in non-blocking mode.  NULL with a message on failure;
- * *timedout (if not NULL) tells whether the deadline passed.
+ * Open a connection to what kw/val name, before deadline, in non-blocking
+ * mode.  NULL with a message on failure; *timedout tells whether the
+ * deadline passed.
  */
-PGconn *
-le_connect_params(const char *const *kw, const char *const *val, int64_t deadline,
-				  char *err, size_t errlen, bool *timedout)
+static PGconn *
+connect_until(const char *const *kw, const char *const *val, int64_t deadline,
+			  char *err, size_t errlen, bool *timedout)
 {
 	PostgresPollingStatusType st = PGRES_POLLING_WRITING;
 	PGconn	   *c;
 
-	if (timedout)
-		*timedout = false;
+	*timedout = false;
 	c = PQconnectStartParams(kw, val, 1);
 	if (c == NULL)
 	{
@@ -208,8 +207,7 @@ le_connect_params(const char *const *kw, const char *const *val, int64_t deadlin
 		rc = le_wait_fd(PQsocket(c), st == PGRES_POLLING_WRITING, deadline);
 		if (rc == 0)
 		{
-			if (timedout)
-				*timedout = true;
+			*timedout = true;
 			le_set_err(err, errlen, "connection timed out");
 			PQfinish(c);
 			return NULL;
@@ -228,6 +226,156 @@ le_connect_params(const char *const *kw, const char *const *val, int64_t deadlin
 		PQfinish(c);
 		return NULL;
 	}
+	return c;
+}
+
+/* Item i of a comma-separated libpq list (its only item if it has one), or NULL. */
+static const char *
+list_item(const char *list, int i, char *buf, size_t len)
+{
+	const char *p = list;
+	size_t		n;
+
+	if (list == NULL || list[0] == '\0')
+		return NULL;
+	if (strchr(list, ',') != NULL)
+		for (; i > 0 && p != NULL; i--)
+		{
+			p = strchr(p, ',');
+			if (p != NULL)
+				p++;
+		}
+	if (p == NULL)
+		return NULL;
+	n = strcspn(p, ",");
+	if (n >= len)
+		n = len - 1;
+	memcpy(buf, p, n);
+	buf[n] = '\0';
+	return buf;
+}
+
+/* Number of items of a comma-separated list (0 for NULL or ""). */
+static int
+list_len(const char *list)
+{
+	int			n = 1;
+
+	if (list == NULL || list[0] == '\0')
+		return 0;
+	for (const char *p = list; (p = strchr(p, ',')) != NULL; p++)
+		n++;
+	return n;
+}
+
+/*
+ * Open a connection before deadline with the given keyword arrays (the
+ * DSN expanded from the first "dbname" entry), in non-blocking mode.  NULL
+ * with a message on failure; *timedout (if not NULL) tells whether the
+ * deadline passed.
+ *
+ * libpq ignores connect_timeout in non-blocking connects (PQconnectPoll),
+ * so with several hosts (host=a,b target_session_attrs=read-write) a first
+ * host that accepts TCP connections but never answers, such as a frozen
+ * primary, would use up the whole time and the next hosts would never be
+ * tried.  So the hosts are tried one at a time: host, hostaddr and port
+ * entries naming one item of each list are appended after the expanded
+ * DSN (later entries override earlier ones), each try bounded by the DSN's
+ * connect_timeout when set (at least 2 s, as libpq does) or else by an
+ * equal share of the time left, and all of them by deadline.
+ */
+PGconn *
+le_connect_params(const char *const *kw, const char *const *val, int64_t deadline,
+				  char *err, size_t errlen, bool *timedout)
+{
+	PQconninfoOption *opts = NULL;
+	const char *hosts = NULL,
+			   *addrs = NULL,
+			   *ports = NULL,
+			   *ct = NULL;
+	const char *kw2[LE_MAX_KW + 4];
+	const char *val2[LE_MAX_KW + 4];
+	char		host[256],
+				addr[256],
+				port[64];
+	int			nkw = 0,
+				nhosts;
+	int64_t		per_host = 0;
+	bool		dummy;
+	PGconn	   *c = NULL;
+
+	if (timedout == NULL)
+		timedout = &dummy;
+	while (kw[nkw] != NULL && nkw < LE_MAX_KW)
+		nkw++;
+	if (nkw > 0 && strcmp(kw[0], "dbname") == 0 && val[0] != NULL && val[0][0] != '\0')
+		opts = PQconninfoParse(val[0], NULL);
+	/* a DSN without them takes them from the environment, as libpq does */
+	hosts = opts ? dsn_get(opts, "host") : NULL;
+	addrs = opts ? dsn_get(opts, "hostaddr") : NULL;
+	ports = opts ? dsn_get(opts, "port") : NULL;
+	ct = opts ? dsn_get(opts, "connect_timeout") : NULL;
+	if (hosts == NULL && addrs == NULL)
+	{
+		hosts = getenv("PGHOST");
+		addrs = getenv("PGHOSTADDR");
+	}
+	if (ports == NULL)
+		ports = getenv("PGPORT");
+	if (ct == NULL)
+		ct = getenv("PGCONNECT_TIMEOUT");
+	nhosts = list_len(hosts) > list_len(addrs) ? list_len(hosts) : list_len(addrs);
+	if (nhosts < 2)
+	{
+		PQconninfoFree(opts);
+		return connect_until(kw, val, deadline, err, errlen, timedout);
+	}
+	if (ct != NULL && atoi(ct) > 0)
+		per_host = (int64_t) (atoi(ct) < 2 ? 2 : atoi(ct)) * 1000;
+	memcpy(kw2, kw, nkw * sizeof(char *));
+	memcpy(val2, val, nkw * sizeof(char *));
+	for (int i = 0; i < nhosts && c == NULL; i++)
+	{
+		int			k = nkw;
+		int64_t		now = le_monotonic_ms();
+		int64_t		share = per_host > 0 ? per_host : (deadline - now) / (nhosts - i);
+		char		msg[400] = "";
+
+		if (now >= deadline)
+		{
+			*timedout = true;
+			break;
+		}
+		if (list_item(hosts, i, host, sizeof(host)))
+		{
+			kw2[k] = "host";
+			val2[k++] = host;
+		}
+		if (list_item(addrs, i, addr, sizeof(addr)))
+		{
+			kw2[k] = "hostaddr";
+			val2[k++] = addr;
+		}
+		if (list_item(ports, i, port, sizeof(port)))
+		{
+			kw2[k] = "port";
+			val2[k++] = port;
+		}
+		kw2[k] = NULL;
+		val2[k] = NULL;
+		c = connect_until(kw2, val2, now + share < deadline ? now + share : deadline,
+						  msg, sizeof(msg), timedout);
+		if (c == NULL)
+		{
+			if (*timedout)
+				le_set_err(msg, sizeof(msg), "timeout expired after %" PRId64 " ms", share);
+			le_set_err(err, errlen, "host %d of %d (%s%s%s): %s", i + 1, nhosts,
+					   list_item(hosts, i, host, sizeof(host)) ? host : addr,
+					   ports ? ":" : "", ports ? port : "", msg);
+		}
+	}
+	*timedout = c == NULL && le_monotonic_ms() >= deadline;
+	PQconninfoFree(opts);
 	return c;
 }
 

@@ -123,6 +123,7 @@ struct le_elector
 	bool		renew_now;		/* a hint that the lease may be lost: confirm now */
 	int64_t		lost_token;		/* highest token we lost: never use it again */
 	int64_t		pending_release;	/* token to release best-effort, 0 = none */
+	bool		release_held;	/* defer_release: pending_release waits for the caller */
 
 	uint64_t	attempts;
 	bool		connected;

@@ -215,8 +215,9 @@ le_period_renewed(le_elector *e, uint64_t period, int64_t t_send, const char *ex
  * End period "period" for "reason", once; mu must be held.  If its deadline
  * has passed, the reason is "deadline_passed" whatever was noticed (the
  * period ended then).  Unless the lease is known to be someone else's, its
- * token is queued for a best-effort release.  Returns false if that period
- * was already over.
+ * token is queued for a best-effort release (held back until
+ * le_elector_release_period with defer_release).  Returns false if that
+ * period was already over.
  */
 bool
 le_period_end_locked(le_elector *e, uint64_t period, le_stop_reason reason, const char *detail)
@@ -238,6 +239,10 @@ le_period_end_locked(le_elector *e, uint64_t period, le_stop_reason reason, cons
 		e->lost_token = e->token;
 	if (reason != LE_STOP_LOST)
 		e->pending_release = e->token;
+	/* the caller may still be stopping its work: it releases (see defer_release) */
+	if (e->cfg.defer_release &&
+		(reason == LE_STOP_RENEW_FAILED || reason == LE_STOP_DEADLINE_PASSED))
+		e->release_held = true;
 	e->renew_now = false;
 	/* signal first: the period fd, then the threads, then the callback */
 	if (e->period_fd >= 0)

@@ -4,12 +4,12 @@
  *		Command-line client of leader_election: run a command only while
  *		holding a fenced lease, show leases, release a lease.
  *
- * Processes, threads and locking rules.  "pg_leader run" is one process
- * with three threads: the main thread, which alone forks, signals and reaps
- * and handles our own signals, and the elector's campaign and renewal
- * threads (le_client.c), which block all signals.  The elector's callbacks
- * only log (under log_mu, which also guards last_notice) and wake the main
- * thread through a self-pipe; the main thread then asks
+ * Processes, threads and locking rules.  "pg_leader run" is one process:
+ * the main thread, which alone forks, signals and reaps and handles our
+ * own signals, and the elector's threads (campaign, renewal, timer and
+ * callback dispatcher, see le_client.h), which block all signals.  The
+ * elector's callbacks run on its dispatcher thread, only log (under
+ * log_mu) and wake the main thread through a self-pipe; the main thread then asks
  * le_elector_is_leader(), which compares the local deadline with the clock
  * itself.  So after a SIGSTOP longer than the ttl, the first thing the
  * resumed main thread does is notice the passed deadline and act.
@@ -19,8 +19,9 @@
  * kill deadline (local deadline - KILL_SLACK_MS) through a pipe after every
  * renewal.  The supervisor and the main thread both SIGTERM the group at
  * kill deadline - grace and SIGKILL it at the kill deadline; the main
- * thread releases the lease (resign/stop) only after the whole group was
- * reaped.  pg_leader is a child subreaper and ignores SIGPIPE, SIGTTIN and
+ * thread releases the lease (resign/stop, or le_elector_release_period
+ * for a period that ended by itself: the elector runs with defer_release)
+ * only after the whole group was reaped.  pg_leader is a child subreaper and ignores SIGPIPE, SIGTTIN and
  * SIGTTOU.
  *
  *-------------------------------------------------------------------------
@@ -67,8 +68,10 @@
 
 /*
  * The command's group gets SIGKILL this long before the library's local
- * deadline, at which the library itself ends leadership and releases the
- * lease: so the group is dead before the release.
+ * deadline, at which the library ends leadership: so the group is
+ * normally dead by then.  The release itself does not depend on this
+ * slack: the elector runs with defer_release, and we release only after
+ * the group was reaped.
  */
 #define KILL_SLACK_MS		100
 
@@ -87,9 +90,6 @@ static char log_owner[256] = "";
 static int wake_pipe[2] = {-1, -1};
 static volatile sig_atomic_t got_signal = 0;
 static volatile sig_atomic_t signal_count = 0;
-
-/* Last notice of the elector (for the --no-wait statuses); under log_mu. */
-static char last_notice[512] = "";
 
 /* Print a usage error and exit. */
 static void
@@ -284,23 +284,16 @@ now_iso(char *buf, size_t len)
 /*
  * One log line per event on stderr: timestamp, event, lease key, owner,
  * token (if > 0), expiry (if known), reason (if any), free text detail.
+ * JSON lines of new_leader events also have a "holder" field (has_holder:
+ * the holder's name, or null for a free lease).
  */
 static void
-log_event(const char *event, int64_t token, const char *expires, const char *reason,
-		  const char *fmt,...)
+log_line(const char *event, int64_t token, const char *expires, const char *reason,
+		 bool has_holder, const char *holder, const char *detail)
 {
 	char		ts[64];
-	char		detail[1200] = "";
 	char		exp_iso[80] = "";
 
-	if (fmt)
-	{
-		va_list		ap;
-
-		va_start(ap, fmt);
-		vsnprintf(detail, sizeof(detail), fmt, ap);
-		va_end(ap);
-	}
 	now_iso(ts, sizeof(ts));
 	if (expires && *expires)
 	{
@@ -330,6 +323,14 @@ log_event(const char *event, int64_t token, const char *expires, const char *rea
 			json_str(stderr, reason);
 		else
 			fputs("null", stderr);
+		if (has_holder)
+		{
+			fputs(",\"holder\":", stderr);
+			if (holder)
+				json_str(stderr, holder);
+			else
+				fputs("null", stderr);
+		}
 		if (detail[0])
 		{
 			fputs(",\"detail\":", stderr);
@@ -364,6 +365,24 @@ log_event(const char *event, int64_t token, const char *expires, const char *rea
 	}
 	fflush(stderr);
 	pthread_mutex_unlock(&log_mu);
+}
+
+/* log_line with a printf-style detail and no holder field. */
+static void
+log_event(const char *event, int64_t token, const char *expires, const char *reason,
+		  const char *fmt,...)
+{
+	char		detail[1200] = "";
+
+	if (fmt)
+	{
+		va_list		ap;
+
+		va_start(ap, fmt);
+		vsnprintf(detail, sizeof(detail), fmt, ap);
+		va_end(ap);
+	}
+	log_line(event, token, expires, reason, false, NULL, detail);
 }
 
 /* Wake the main loop (async-signal-safe). */
@@ -420,12 +439,22 @@ cb_renewed(void *arg, const le_lease_info *l)
 	wake_main();				/* the watchdog needs the new deadline */
 }
 
-/* Elector callback: someone else leads. */
+/*
+ * Elector callback: a new holder was seen (another owner, ourselves when a
+ * period begins), or holder NULL: the lease is free.
+ */
 static void
 cb_new_leader(void *arg, const char *holder, int64_t token, const char *expires_at)
 {
+	char		detail[400];
+
 	(void) arg;
-	log_event("new_leader", token, expires_at, NULL, "holder %s", holder);
+	if (holder == NULL)
+		snprintf(detail, sizeof(detail), "holder none (the lease is free)");
+	else
+		snprintf(detail, sizeof(detail), "holder %s%s", holder,
+				 strcmp(holder, log_owner) == 0 ? " (ourselves)" : "");
+	log_line("new_leader", token, expires_at, NULL, true, holder, detail);
 }
 
 /* Elector callback: connection trouble and the like. */
@@ -433,9 +462,6 @@ static void
 cb_notice(void *arg, const char *message)
 {
 	(void) arg;
-	pthread_mutex_lock(&log_mu);
-	snprintf(last_notice, sizeof(last_notice), "%s", message);
-	pthread_mutex_unlock(&log_mu);
 	log_event("notice", 0, NULL, NULL, "%s", message);
 }
 
@@ -484,7 +510,8 @@ help(void)
 		   "deadline (last confirmed renewal sent + ttl - margin), and SIGTERM --grace before\n"
 		   "that; the lease is released only after the whole group is gone.\n\n"
 		   "Exit status of run: the command's status (128+N if killed by signal N), or\n"
-		   "  64 bad usage   69 connection failure   70 internal error\n"
+		   "  64 bad usage   69 connection failure (--no-wait: or another server error)\n"
+		   "  70 internal error\n"
 		   "  75 not acquired: held by another owner (--no-wait)   76 server is a standby (--no-wait)\n"
 		   "  77 permission denied (--no-wait)   78 extension missing   79 leadership lost\n"
 		   "  80 liveness check failed or the command was stopped   81 timed out (--wait-timeout,\n"
@@ -727,61 +754,47 @@ check_timing(options *o)
 }
 
 /*
- * Exit status and explanation of a --no-wait that did not lead: held by
- * another owner (75), standby (76), permission denied (77), no answer in
- * time (81).  With le_client API version 2 the library classifies its last
- * attempt (le_status.last_error); before that it reports failures of
- * le_acquire only through notices, whose text is what we can classify.
+ * Exit status and explanation of a --no-wait that did not lead, from the
+ * outcome of the elector's last attempt (le_status.last_error): held by
+ * another owner (75), standby (76), permission denied (77), extension
+ * missing (78), no answer in time (81), connection failure or another
+ * error from the server (69).
  */
 static int
 no_wait_status(bool answered, const le_status *st, char *why, size_t len)
 {
-	char		notice_copy[400];
-
-	pthread_mutex_lock(&log_mu);
-	memcpy(notice_copy, last_notice, sizeof(notice_copy) - 1);
-	notice_copy[sizeof(notice_copy) - 1] = '\0';
-	pthread_mutex_unlock(&log_mu);
-#if defined(LE_CLIENT_API_VERSION) && LE_CLIENT_API_VERSION >= 2
-	/* a library that classifies its last attempt: use that */
 	switch (st->last_error)
 	{
+		case LE_ERR_HELD:
+		case LE_ERR_OWNER_CONFLICT:
+			snprintf(why, len, "held by %s", st->holder[0] ? st->holder : "another owner");
+			return EXIT_NOT_ACQUIRED;
 		case LE_ERR_PERMISSION:
 			snprintf(why, len, "permission denied: %s", st->last_message);
 			return EXIT_NO_PERMISSION;
 		case LE_ERR_READ_ONLY:
 			snprintf(why, len, "the server is a standby: %s", st->last_message);
 			return EXIT_STANDBY;
+		case LE_ERR_NO_EXTENSION:
+			snprintf(why, len, "%s", st->last_message);
+			return EXIT_NO_EXTENSION;
+		case LE_ERR_CONNECT:
+			snprintf(why, len, "could not reach the server: %s", st->last_message);
+			return EXIT_CONNECT;
+		case LE_ERR_SQL:
+		case LE_ERR_CONFIG:
+		case LE_ERR_SYSTEM:
+			snprintf(why, len, "le_acquire failed%s%s%s: %s",
+					 st->last_sqlstate[0] ? " (SQLSTATE " : "", st->last_sqlstate,
+					 st->last_sqlstate[0] ? ")" : "", st->last_message);
+			return EXIT_CONNECT;
 		case LE_ERR_TIMEOUT:
-			snprintf(why, len, "no answer in time: %s", st->last_message);
-			return EXIT_WAIT_TIMEOUT;
-		default:
+		case LE_OK:
 			break;
 	}
-#endif
-	if (st->holder[0])
-	{
-		snprintf(why, len, "held by %s", st->holder);
-		return EXIT_NOT_ACQUIRED;
-	}
-	if (strstr(notice_copy, "25006") || strstr(notice_copy, "read-only transaction") ||
-		strstr(notice_copy, "recovery is in progress"))
-	{
-		snprintf(why, len, "the server is a standby: %s", notice_copy);
-		return EXIT_STANDBY;
-	}
-	if (strstr(notice_copy, "42501") || strstr(notice_copy, "permission denied"))
-	{
-		snprintf(why, len, "permission denied: %s", notice_copy);
-		return EXIT_NO_PERMISSION;
-	}
-	if (!answered)
-	{
-		snprintf(why, len, "no answer in time%s%s", notice_copy[0] ? ": " : "", notice_copy);
-		return EXIT_WAIT_TIMEOUT;
-	}
-	snprintf(why, len, "held by another owner");
-	return EXIT_NOT_ACQUIRED;
+	snprintf(why, len, "no answer in time%s%s", answered && st->last_message[0] ? ": " : "",
+			 answered ? st->last_message : "");
+	return EXIT_WAIT_TIMEOUT;
 }
 
 /* Connect for status/release within the --timeout, exiting with the right status on failure. */
@@ -809,74 +822,26 @@ connect_or_exit(const options *o, char *schema_q, size_t len)
 }
 
 /*
- * Run one parameterised statement with a client-side deadline (le_monotonic_ms
- * clock): non-blocking libpq and poll, so no wait outlasts the deadline.
- * Returns the last result; on failure exits 69 (or 81 when the deadline
- * passed), after closing the connection.
+ * Run one parameterised statement that must return rows, bounded by
+ * deadline (le_exec).  On failure closes the connection and exits 69, or 81
+ * when the deadline passed.
  */
 static PGresult *
 exec_or_exit(PGconn *conn, const char *what, const char *sql, int n, const char *const *params,
 			 int64_t deadline, int64_t timeout_ms)
 {
-	PGresult   *last = NULL;
+	char		msg[1024] = "";
+	bool		timedout = false;
+	int64_t		left = deadline - le_monotonic_ms();
+	PGresult   *r = left > 0 ? le_exec(conn, sql, n, params, left, msg, sizeof(msg), &timedout) : NULL;
 
-	if (PQsetnonblocking(conn, 1) != 0 ||
-		!PQsendQueryParams(conn, sql, n, NULL, params, NULL, NULL, 0))
-		goto failed;
-	for (;;)
-	{
-		int			flush = PQflush(conn);
-		int64_t		now;
-		struct pollfd p;
-
-		if (flush < 0)
-			goto failed;
-		if (flush == 0)
-		{
-			if (!PQconsumeInput(conn))
-				goto failed;
-			while (!PQisBusy(conn))
-			{
-				PGresult   *r = PQgetResult(conn);
-
-				if (r == NULL)
-				{
-					if (last == NULL || PQresultStatus(last) != PGRES_TUPLES_OK)
-					{
-						char		msg[1024];
-
-						snprintf(msg, sizeof(msg), "%s", last ? PQresultErrorMessage(last) : "no result");
-						PQclear(last);
-						PQfinish(conn);
-						fatal(EXIT_CONNECT, "%s failed: %s", what, msg);
-					}
-					return last;
-				}
-				PQclear(last);
-				last = r;
-			}
-		}
-		now = le_monotonic_ms();
-		if (now >= deadline)
-		{
-			PQclear(last);
-			PQfinish(conn);
-			fatal(EXIT_WAIT_TIMEOUT, "%s: no answer within --timeout %" PRId64 "ms", what, timeout_ms);
-		}
-		p.fd = PQsocket(conn);
-		p.events = POLLIN | (flush == 1 ? POLLOUT : 0);
-		if (poll(&p, 1, deadline - now > 1000 ? 1000 : (int) (deadline - now) + 1) < 0 && errno != EINTR)
-			goto failed;
-	}
-failed:
-	{
-		char		msg[1024];
-
-		snprintf(msg, sizeof(msg), "%s", PQerrorMessage(conn));
-		PQclear(last);
-		PQfinish(conn);
-		fatal(EXIT_CONNECT, "%s failed: %s", what, msg);
-	}
+	if (r != NULL && PQresultStatus(r) == PGRES_TUPLES_OK)
+		return r;
+	PQclear(r);
+	PQfinish(conn);
+	if (left <= 0 || timedout)
+		fatal(EXIT_WAIT_TIMEOUT, "%s: no answer within --timeout %" PRId64 "ms", what, timeout_ms);
+	fatal(EXIT_CONNECT, "%s failed: %s", what, msg[0] ? msg : "no result");
 	return NULL;
 }
 
@@ -1275,6 +1240,8 @@ cmd_run(options *o)
 	cfg.safety_margin_ms = o->margin;
 	cfg.connect_timeout_ms = o->connect_timeout;
 	cfg.statement_timeout_ms = o->statement_timeout;
+	/* a period that ends by itself is released by us, once the group is gone */
+	cfg.defer_release = true;
 	cfg.on_started = cb_started;
 	cfg.on_stopped = cb_stopped;
 	cfg.on_renewed = cb_renewed;
@@ -1311,6 +1278,7 @@ cmd_run(options *o)
 		fprintf(stderr, "%s: error: ", progname);
 		text_str(stderr, err);
 		fputc('\n', stderr);
+		le_elector_destroy(e);
 		return rc == LE_ERR_NO_EXTENSION ? EXIT_NO_EXTENSION :
 			rc == LE_ERR_CONNECT ? EXIT_CONNECT : EXIT_INTERNAL;
 	}
@@ -1348,6 +1316,13 @@ cmd_run(options *o)
 		struct pollfd p[2];
 		int			np = 1;
 
+		/*
+		 * No command runs: the lease of a period that ended by itself
+		 * (renew_failed, deadline_passed) may be released now, and the
+		 * elector may campaign again.
+		 */
+		if (!running)
+			le_elector_release_period(e);
 		if (running)
 		{
 			const char *reason = NULL;

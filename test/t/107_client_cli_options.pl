@@ -7,6 +7,7 @@ use warnings;
 use FindBin;
 use lib $FindBin::RealBin;
 use IPC::Run;
+use JSON::PP;
 use Time::HiRes qw(time usleep);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -64,6 +65,28 @@ like($err, qr/not_acquired .*permission denied/, 'explained');
 ($rc, $out, $err) = cli('run', '-d', "$dsn options='-c default_transaction_read_only=on'", '-l', 'nw',
 	'--no-wait', '--', 'true');
 is($rc, 76, '--no-wait on a read-only server (as on a standby, SQLSTATE 25006): 76');
+# an attempt that failed with another server error is no "held by another owner"
+($rc, $out, $err) = cli('run', '-d', $dsn, '-l', 'nw', '--ttl', '2h', '--no-wait', '--', 'true');
+is($rc, 69, '--no-wait, le_acquire refused (ttl above leader_election.max_ttl): 69');
+like($err, qr/not_acquired .*le_acquire failed \(SQLSTATE \w{5}\): .*max_ttl/, 'explained with the SQLSTATE');
+
+# --- new_leader: a free lease is "none" (JSON null), ourselves are named --------------------
+{
+	my $a = start_candidate(dir => $dir, name => 'freeA', dsn => $dsn, key => 'free-key',
+		opts => [ '--ttl', '5s' ], command => [ 'sleep', '1' ]);
+	ok(wait_for(sub { log_has($a, qr/ command_started /) }, 30), 'freeA leads');
+	my $b = start_candidate(dir => $dir, name => 'freeB', dsn => $dsn, key => 'free-key',
+		opts => [ '--ttl', '5s', '--log-format', 'json' ], command => [ 'sleep', '0.2' ]);
+	ok(wait_for(sub { defined reap($b) }, 30), 'freeB leads after freeA released, then ends');
+	my @nl = map { decode_json($_) } grep { /"event":"new_leader"/ } split /\n/, slurp_file($b->{log});
+	note join("\n", map { $_->{detail} } @nl);
+	ok((grep { exists $_->{holder} && !defined $_->{holder} && $_->{detail} =~ /^holder none/ } @nl),
+		'the free lease: JSON holder null, "holder none"');
+	ok(!(grep { $_->{detail} =~ /\(null\)/ } @nl), 'never "(null)"');
+	ok((grep { ($_->{holder} // '') eq 'freeB' && $_->{detail} =~ /\(ourselves\)/ } @nl),
+		'its own period: holder freeB, "(ourselves)"');
+	ok(log_has($a, qr/ new_leader .*holder freeA \(ourselves\)/), 'text log: ourselves');
+}
 
 # --- a second SIGTERM forces an immediate stop ---------------------------------------------
 {

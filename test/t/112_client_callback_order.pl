@@ -19,16 +19,8 @@ my $cc = `sh -c 'command -v cc'`;
 plan skip_all => 'no C compiler' unless $cc;
 
 my ($node, $dsn, $dir) = start_node('client_order');
-my $cdir = ($ENV{TESTDIR} // '.') . '/src/client';
-my $inc = `pg_config --includedir`;
-my $libdir = `pg_config --libdir`;
-chomp($inc, $libdir);
-my ($out, $err) = ('', '');
-my $ok = IPC::Run::run(
-	[ 'cc', '-Wall', '-Wextra', '-Werror', '-pthread', "-I$cdir", "-I$inc",
-	  "$FindBin::RealBin/le_probe.c", "$cdir/libleader_election_client.a",
-	  "-L$libdir", '-lpq', '-o', "$dir/le_probe" ],
-	'>', \$out, '2>', \$err);
+my ($ok, $err) = build_probe("$dir/le_probe");
+my $out;
 ok($ok, 'the probe program builds against the library') or diag($err);
 
 IPC::Run::run([ "$dir/le_probe", 'order', $dsn, 'order-key', '6' ],

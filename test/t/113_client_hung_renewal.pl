@@ -22,17 +22,8 @@ my $cc = `sh -c 'command -v cc'`;
 plan skip_all => 'no C compiler' unless $cc;
 
 my ($node, $dsn, $dir) = start_node('client_hung');
-my $cdir = ($ENV{TESTDIR} // '.') . '/src/client';
-my $inc = `pg_config --includedir`;
-my $libdir = `pg_config --libdir`;
-chomp($inc, $libdir);
-my ($out, $err) = ('', '');
-ok(IPC::Run::run(
-		[ 'cc', '-Wall', '-Wextra', '-Werror', '-pthread', "-I$cdir", "-I$inc",
-		  "$FindBin::RealBin/le_probe.c", "$cdir/libleader_election_client.a",
-		  "-L$libdir", '-lpq', '-o', "$dir/le_probe" ],
-		'>', \$out, '2>', \$err),
-	'the probe program builds') or diag($err);
+my ($ok, $err) = build_probe("$dir/le_probe");
+ok($ok, 'the probe program builds') or diag($err);
 
 # pid of the renewal connection's server process, once it exists
 sub renew_pid

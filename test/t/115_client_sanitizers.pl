@@ -1,6 +1,7 @@
 # The client library under AddressSanitizer/LeakSanitizer/UBSan and
 # ThreadSanitizer (issue 8 items 6 and 9): the probe program
-# (test/t/le_probe.c) is built together with the library's sources and runs
+# (test/t/le_probe.c) is built against a copy of the library built with
+# src/client/Makefile's SANITIZE= (LeClientTest::build_probe) and runs
 # the modes that exercise most code paths (api: period fd, request_stop,
 # observer, free lease; order: fast periods and resigns; status: errors and
 # backoff); any sanitizer report (memory
@@ -20,22 +21,14 @@ plan skip_all => 'no C compiler' unless $cc;
 
 my ($node, $dsn, $dir) = start_node('client_san');
 $node->safe_psql('postgres', 'CREATE ROLE nobody LOGIN');
-my $cdir = ($ENV{TESTDIR} // '.') . '/src/client';
-my $inc = `pg_config --includedir`;
-my $libdir = `pg_config --libdir`;
-chomp($inc, $libdir);
-my @lib_src = glob("$cdir/le_*.c");
-
-# Build the probe with the library's sources and -fsanitize=$san; false if impossible.
+# Build the probe and a copy of the library with -fsanitize=$san
+# (src/client/Makefile's SANITIZE=); false if impossible.
 sub build
 {
 	my ($san, $exe) = @_;
-	my ($o, $e) = ('', '');
-	return IPC::Run::run(
-		[ 'cc', '-g', '-O1', '-std=gnu11', '-Wall', '-Wextra', '-Werror', '-pthread',
-		  "-fsanitize=$san", '-fno-omit-frame-pointer', "-I$cdir", "-I$inc",
-		  "$FindBin::RealBin/le_probe.c", @lib_src, "-L$libdir", '-lpq', '-o', $exe ],
-		'>', \$o, '2>', \$e);
+	my ($ok, $e) = build_probe($exe, $san);
+	note("cannot build with -fsanitize=$san: $e") unless $ok;
+	return $ok;
 }
 
 # Run a probe; returns (exit status, stdout, stderr).

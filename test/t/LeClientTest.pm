@@ -13,10 +13,12 @@ use Time::Local qw(timegm);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use IPC::Run;
+use FindBin;
 
 our @EXPORT = qw(start_node pg_leader_bin pg_leader_cmd start_candidate stop_all wait_for write_job
   read_events lease_state history_rows log_has alive reap log_events
-  check_no_overlap spans pgid_of);
+  check_no_overlap spans pgid_of build_probe);
 
 my @started;    # every wrapper we started, killed at the end
 
@@ -291,6 +293,47 @@ sub check_no_overlap
 		}
 	}
 	return @problems;
+}
+
+# Build test/t/le_probe.c into $exe against the client library; returns
+# (ok, compiler messages).  Without $sanitize it links the library of this
+# build tree (src/client); with a -fsanitize= list (e.g.
+# "address,undefined", "thread") it builds a copy of the library with
+# src/client/Makefile's SANITIZE= (the flags test/sanitize.sh uses too) in
+# a directory of its own, so the tree's build stays as it is, and compiles
+# the probe with the same list.
+sub build_probe
+{
+	my ($exe, $sanitize) = @_;
+	my $top = $ENV{TESTDIR} // '.';
+	my $cdir = "$top/src/client";
+	my $inc = `pg_config --includedir`;
+	my $libdir = `pg_config --libdir`;
+	chomp($inc, $libdir);
+	my @san;
+	if ($sanitize)
+	{
+		my $copy = "$exe.build";
+		mkdir $copy;
+		mkdir "$copy/src";
+		mkdir "$copy/src/client";
+		PostgreSQL::Test::Utils::system_log('cp', glob("$cdir/*.[ch]"), "$cdir/Makefile", "$copy/src/client")
+		  == 0 or return (0, 'cannot copy the client sources');
+		PostgreSQL::Test::Utils::system_log('cp', "$top/leader_election.control", $copy);
+		my ($o, $e) = ('', '');
+		IPC::Run::run([ 'make', '-s', '-C', "$copy/src/client", 'PG_CONFIG=pg_config',
+				"SANITIZE=$sanitize", 'libleader_election_client.a' ], '>', \$o, '2>', \$e)
+		  or return (0, "library build with SANITIZE=$sanitize failed: $e");
+		$cdir = "$copy/src/client";
+		@san = ('-g', "-fsanitize=$sanitize", '-fno-omit-frame-pointer');
+	}
+	my ($o, $e) = ('', '');
+	my $ok = IPC::Run::run(
+		[ 'cc', '-Wall', '-Wextra', '-Werror', '-pthread', @san, "-I$cdir", "-I$inc",
+		  "$FindBin::RealBin/le_probe.c", "$cdir/libleader_election_client.a",
+		  "-L$libdir", '-lpq', '-o', $exe ],
+		'>', \$o, '2>', \$e);
+	return ($ok, $e);
 }
 
 END { stop_all(); }

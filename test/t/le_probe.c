@@ -282,7 +282,16 @@ run_deadline(const char *dsn, const char *key, int survive_s)
 	c.safety_margin_ms = 300;
 	c.renew_ms = 900;
 	if (survive_s == 0)
+	{
 		c.statement_timeout_ms = 300;
+		/*
+		 * d_stopped reads last_error: without this the campaign thread may
+		 * already have acquired again (LE_OK) before the callback runs.
+		 */
+#if defined(LE_CLIENT_API_VERSION) && LE_CLIENT_API_VERSION >= 3
+		c.defer_release = true;
+#endif
+	}
 	c.on_stopped = d_stopped;
 	c.on_renewed = d_renewed;
 	e = le_elector_create(&c, err, sizeof(err));
