@@ -9,6 +9,13 @@
 -- schema (pg_depend), so overloads and later changes of a signature are
 -- covered; their regprocedure text and the role's name are formatted as
 -- quoted identifiers, the only values in the statements.
+--
+-- Locking rules.  GRANT and REVOKE lock none of the objects they change, so
+-- _le_grant_use first takes ACCESS SHARE on le_lease (the caller, who may
+-- grant on the extension's objects, may read it): a concurrent DROP
+-- EXTENSION, which locks every table of the extension before it deletes
+-- anything, then either waits for this transaction or makes this call wait
+-- and fail cleanly (42P01) once it committed.
 -- ---------------------------------------------------------------------------
 
 -- Grant or revoke (grant = false) what use needs; returns the statements run.
