@@ -27,6 +27,29 @@ SELECT le_protect(NULL, 'misuse');
 \echo :LAST_ERROR_SQLSTATE
 SELECT le_protect('no_such_table', 'misuse');
 \echo :LAST_ERROR_SQLSTATE
+-- A regclass that names no relation: 42P01, for le_unprotect too.
+SELECT le_protect(0::oid::regclass, 'misuse');
+\echo :LAST_ERROR_SQLSTATE
+SELECT le_unprotect(0::oid::regclass);
+\echo :LAST_ERROR_SQLSTATE
+-- A bad mode is quoted cut to 64 characters, with its length.
+SELECT le_protect('t', 'misuse', 'fencing_token', repeat('m', 100000));
+\echo :LAST_ERROR_SQLSTATE
+-- The extension's own tables cannot be fenced (42809): the extension
+-- writes them without tokens, so every lease change would fail.
+SELECT le_protect('le_lease', 'misuse');
+\echo :LAST_ERROR_SQLSTATE
+SELECT le_protect('le_lease_history', 'misuse');
+\echo :LAST_ERROR_SQLSTATE
+SELECT le_protect('le_scheduled_jobs', 'misuse', 'fencing_token');
+\echo :LAST_ERROR_SQLSTATE
+SELECT le_protect('le_fence_resource', 'misuse', 'highest_token', 'advance');
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) AS fences_on_extension_tables FROM pg_trigger
+ WHERE tgrelid IN ('le_lease'::regclass, 'le_lease_history'::regclass,
+                   'le_scheduled_jobs'::regclass, 'le_fence_resource'::regclass)
+   AND NOT tgisinternal;
+SELECT acquired FROM le_acquire('misuse-after', 'a', '1 minute');
 SELECT count(*) AS triggers_after_errors FROM pg_trigger WHERE tgrelid = 't'::regclass;
 
 -- Issue 7 item 5: only bigint token columns.  Tokens jump to 2^40 and
@@ -100,6 +123,8 @@ SELECT v, fencing_token, tok_int FROM t ORDER BY v;
 
 -- Called directly, not as a trigger (39P01 from the trigger protocol).
 SELECT le_fence();
+\echo :LAST_ERROR_SQLSTATE
+SELECT le_fence_advance_trigger();
 \echo :LAST_ERROR_SQLSTATE
 
 -- le_fence_check argument errors (22004, 22023, 22001) and results.

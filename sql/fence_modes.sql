@@ -168,6 +168,8 @@ SELECT le_fence_assign('', 'regress_le_a');
 \echo :LAST_ERROR_SQLSTATE
 SELECT le_fence_assign('x', 'regress_le_no_such_role');
 \echo :LAST_ERROR_SQLSTATE
+SELECT le_fence_assign('x', 0::oid::regrole);
+\echo :LAST_ERROR_SQLSTATE
 REVOKE EXECUTE ON FUNCTION le_fence_advance(text, bigint) FROM regress_le_member;
 DROP ROLE regress_le_member;
 -- An owner role whose name needs quoting is recognised as such.

@@ -56,12 +56,16 @@ SELECT schedule_key, status, attempts, claimed_by
 SELECT schedule_key, status, claimed_by FROM le_claim_jobs('worker-8', 10, '1 minute');
 SELECT schedule_key, status, claimed_by FROM le_claim_jobs('worker-8', 10, '1 minute');
 
--- Completing a job you did not claim is refused (LE003); unknown job (P0002).
+-- Completing a job you did not claim is refused (LE003), and so is an
+-- unknown job (no claim on it either; the key is quoted cut to 64
+-- characters).
 SELECT le_complete_job('billing:2026-12-01', 'worker-8');
 \echo :LAST_ERROR_SQLSTATE
 SELECT le_complete_job('later', 'worker-7');
 \echo :LAST_ERROR_SQLSTATE
 SELECT le_complete_job('no-such-job', 'worker-7');
+\echo :LAST_ERROR_SQLSTATE
+SELECT le_fail_job(repeat('j', 100000), 'worker-7', 'boom');
 \echo :LAST_ERROR_SQLSTATE
 SELECT le_complete_job('billing:2026-12-01', 'worker-7');
 -- Twice: the job is done, not claimed any more.

@@ -239,6 +239,10 @@ RESET ROLE;
 SELECT le_grant('regress_le_app', u) FROM unnest(ARRAY['campaign', 'fence', 'schedule', 'work', 'protect']) AS u;
 SELECT le_grant('regress_le_app', 'nonsense');
 \echo :LAST_ERROR_SQLSTATE
+SELECT le_grant('regress_le_app', repeat('u', 100000));
+\echo :LAST_ERROR_SQLSTATE
+SELECT le_revoke(0::oid::regrole, 'monitor');
+\echo :LAST_ERROR_SQLSTATE
 SELECT le_grant(NULL, 'work');
 \echo :LAST_ERROR_SQLSTATE
 SET ROLE regress_le_app;

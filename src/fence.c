@@ -58,8 +58,10 @@
 #include "access/htup_details.h"
 #include "access/relation.h"
 #include "access/xact.h"
+#include "catalog/dependency.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_inherits.h"
+#include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
@@ -880,6 +882,47 @@ le_fence_drop_triggers(Oid relid)
 
 
 /*
+ * Open the relation that le_protect() or le_unprotect() was given, in
+ * AccessShareLock (kept to the end of the transaction): a regclass argument
+ * is only an OID, and one that names no relation (0, or a table dropped
+ * since) must get a clean 42P01, not relation_open()'s internal error.
+ */
+static Relation
+le_fence_open_target(Oid relid)
+{
+	Relation	rel = try_relation_open(relid, AccessShareLock);
+
+	if (rel == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("relation with OID %u does not exist", relid),
+				 errhint("Pass an existing table, e.g. 'my_schema.my_table'::regclass.")));
+	return rel;
+}
+
+/*
+ * Refuse to fence a table of this extension itself (le_lease,
+ * le_lease_history, le_scheduled_jobs, le_fence_resource, ...): the
+ * extension writes them without a fencing token, so such a fence would make
+ * every lease change fail.  A table is the extension's when it is a member
+ * (pg_depend deptype 'e') of the extension that owns this function.
+ */
+static void
+le_fence_refuse_own_table(FunctionCallInfo fcinfo, Relation rel)
+{
+	Oid			ours = getExtensionOfObject(ProcedureRelationId, fcinfo->flinfo->fn_oid);
+
+	if (OidIsValid(ours) &&
+		getExtensionOfObject(RelationRelationId, RelationGetRelid(rel)) == ours)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("cannot fence table \"%s\" of extension leader_election",
+						RelationGetRelationName(rel)),
+				 errdetail("The extension writes its own tables without fencing tokens; a fence on them would make every lease change fail."),
+				 errhint("Fence the tables of your application.")));
+}
+
+/*
  * le_protect(table, lease_key, token_column, mode): attach the fence to a
  * table (the TRUNCATE guard also to each of its partitions; run it again
  * after adding partitions), replacing a fence attached before.  mode 'lease' (default) checks
@@ -921,10 +964,11 @@ le_protect(PG_FUNCTION_ARGS)
 	else
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid fence mode \"%s\"", mode),
+				 errmsg("invalid fence mode \"%s\"", le_show_input(mode)),
 				 errhint("Use 'lease', 'strict' or 'advance'.")));
 
-	rel = relation_open(relid, AccessShareLock);
+	rel = le_fence_open_target(relid);
+	le_fence_refuse_own_table(fcinfo, rel);
 	(void) le_fence_validate(rel, key, column, &atttypid);
 	relation_close(rel, AccessShareLock);
 
@@ -960,6 +1004,8 @@ le_unprotect(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("table must not be NULL")));
 	relid = PG_GETARG_OID(0);
+	/* Only to refuse a relation that does not exist; the lock is kept. */
+	relation_close(le_fence_open_target(relid), NoLock);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	dropped = le_fence_drop_triggers(relid);

@@ -74,6 +74,10 @@ extern int64 le_check_token(FunctionCallInfo fcinfo, int argno);
 extern int64 le_check_ttl(FunctionCallInfo fcinfo, int argno);
 extern void le_check_writable(const char *action);
 
+/* Error messages quote at most this many characters of an input value. */
+#define LE_MAX_SHOWN_CHARS		64
+extern char *le_show_input(const char *value);
+
 /* Commit of a lease change: flushed, and waited for by synchronous standbys. */
 extern void le_commit_durably(void);
 

@@ -78,6 +78,7 @@
 #include "common/int.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "storage/bufmgr.h"
 #include "storage/lmgr.h"
@@ -220,6 +221,23 @@ le_check_identifier(FunctionCallInfo fcinfo, int argno, const char *name, int ma
 				 errmsg("%s is too long", name),
 				 errdetail("The value is %zu bytes long; the limit is %d bytes.", len, maxlen)));
 	return value;
+}
+
+/*
+ * An input value as error messages quote it: whole when it has at most
+ * LE_MAX_SHOWN_CHARS characters, else its first LE_MAX_SHOWN_CHARS
+ * characters followed by "... (N bytes)", so that a message never repeats
+ * megabytes of input.  The same rule as _le_show() in the install script.
+ */
+char *
+le_show_input(const char *value)
+{
+	size_t		len = strlen(value);
+	int			clip = pg_mbcharcliplen(value, (int) len, LE_MAX_SHOWN_CHARS);
+
+	if ((size_t) clip >= len)
+		return pstrdup(value);
+	return psprintf("%.*s... (%zu bytes)", clip, value, len);
 }
 
 /* Validate the lease key argument. */

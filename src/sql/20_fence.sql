@@ -245,6 +245,10 @@ BEGIN
     END IF;
     role_name := (SELECT a.rolname FROM pg_catalog.pg_roles AS a
                    WHERE a.oid OPERATOR(pg_catalog.=) owner_role::pg_catalog.oid);
+    IF role_name IS NULL THEN
+        RAISE EXCEPTION 'role with OID % does not exist', owner_role::pg_catalog.oid
+            USING ERRCODE = '22023', HINT = 'Pass an existing role, e.g. ''app_writer''::regrole.';
+    END IF;
     BEGIN
         PERFORM pg_catalog.set_config('lock_timeout', bound, true);
         INSERT INTO @extschema@.le_fence_resource AS r (resource, highest_token, updated_at, owner_role)
@@ -266,7 +270,7 @@ REVOKE ALL ON FUNCTION @extschema@.le_fence_assign(text, regrole) FROM PUBLIC;
 -- Trigger mode of le_fence_advance (le_protect(..., mode => 'advance')):
 -- arguments resource, token column.  INSERT and UPDATE use the new row's
 -- token, DELETE and TRUNCATE leader_election.fencing_token.
-CREATE FUNCTION @extschema@.le_fence_advance_trigger()
+CREATE FUNCTION @extschema@._le_fence_advance_trigger()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -306,6 +310,18 @@ BEGIN
     RETURN NEW;
 END
 $$;
+COMMENT ON FUNCTION @extschema@._le_fence_advance_trigger() IS
+    'internal, not API: the work of the trigger le_fence_advance_trigger(); not executable by PUBLIC';
+REVOKE ALL ON FUNCTION @extschema@._le_fence_advance_trigger() FROM PUBLIC;
+
+-- The trigger itself: C, so that a call outside a trigger fails with
+-- 39P01 like le_fence() (PL/pgSQL would raise 0A000); it runs
+-- _le_fence_advance_trigger() with the same trigger data (src/sql_support.c).
+CREATE FUNCTION @extschema@.le_fence_advance_trigger()
+RETURNS trigger
+LANGUAGE c
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'le_fence_advance_trigger';
 COMMENT ON FUNCTION @extschema@.le_fence_advance_trigger() IS
-    'trigger mode of le_fence_advance(): arguments resource, token column; attach it with le_protect(table, resource, column, ''advance'')';
+    'trigger mode of le_fence_advance(): arguments resource, token column; attach it with le_protect(table, resource, column, ''advance''); 39P01 when called outside a trigger';
 REVOKE ALL ON FUNCTION @extschema@.le_fence_advance_trigger() FROM PUBLIC;

@@ -126,6 +126,23 @@ COMMENT ON FUNCTION @extschema@.le_schedule_job(text, bigint, text, text, timest
     'create a job once per schedule_key, fenced by the lease: true when created, false when that schedule_key exists already (an idempotent retry), LE001/LE002 and nothing written when the token is not current; waits at most leader_election.lock_timeout for a concurrent creation of the same schedule_key (55P03)';
 REVOKE ALL ON FUNCTION @extschema@.le_schedule_job(text, bigint, text, text, timestamptz, jsonb, integer) FROM PUBLIC;
 
+-- An input value as error messages quote it: whole up to 64 characters,
+-- else its first 64 characters followed by "... (N bytes)", so that no
+-- message repeats megabytes of input.  The same rule as le_show_input() in
+-- C (src/lease_store.c).
+CREATE FUNCTION @extschema@._le_show(value text)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT CASE WHEN pg_catalog.length(value) OPERATOR(pg_catalog.<=) 64 THEN value
+            ELSE pg_catalog.left(value, 64) OPERATOR(pg_catalog.||)
+                 pg_catalog.format('... (%s bytes)', pg_catalog.octet_length(value)) END
+$$;
+COMMENT ON FUNCTION @extschema@._le_show(text) IS
+    'internal, not API: an input value cut to 64 characters for an error message; not executable by PUBLIC';
+REVOKE ALL ON FUNCTION @extschema@._le_show(text) FROM PUBLIC;
+
 -- Check a worker id argument.
 CREATE FUNCTION @extschema@._le_check_worker(worker_id text)
 RETURNS void
@@ -150,7 +167,28 @@ CREATE FUNCTION @extschema@.le_claim_jobs(
     max_jobs integer DEFAULT 1,
     visibility_timeout interval DEFAULT '5 minutes',
     job_types text[] DEFAULT NULL)
-RETURNS SETOF @extschema@.le_scheduled_jobs
+-- The columns of le_scheduled_jobs, spelt out rather than SETOF its row
+-- type: a caller resolving a row type opens the table while parsing its
+-- query, before any lock of ours, and so would fail with an internal error
+-- (XX000 "could not open relation") after a concurrent DROP EXTENSION
+-- committed; with a column list it gets 42P01 from the statements below.
+RETURNS TABLE (
+    job_id          bigint,
+    schedule_key    text,
+    job_type        text,
+    scheduled_for   timestamptz,
+    payload         jsonb,
+    lease_key       text,
+    fencing_token   bigint,
+    status          text,
+    attempts        integer,
+    max_attempts    integer,
+    available_at    timestamptz,
+    claimed_by      text,
+    claimed_at      timestamptz,
+    finished_at     timestamptz,
+    last_error      text,
+    created_at      timestamptz)
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -234,17 +272,21 @@ BEGIN
                FOR UPDATE;
             PERFORM pg_catalog.set_config('lock_timeout', saved, true);
         EXCEPTION WHEN lock_not_available THEN
-            RAISE EXCEPTION 'job "%" is locked by another transaction', schedule_key
+            RAISE EXCEPTION 'job "%" is locked by another transaction', @extschema@._le_show(schedule_key)
                 USING ERRCODE = '55P03',
                       DETAIL = 'A transaction that completes, fails or claims this job has not ended.',
                       HINT = pg_catalog.format('Waits are bounded by leader_election.lock_timeout, or by your lock_timeout when shorter (here %s ms); look for an idle-in-transaction or prepared transaction in pg_stat_activity and pg_prepared_xacts.', bound);
         END;
+        -- No such job: the worker holds no claim on it either (LE003).
         IF job.job_id IS NULL THEN
-            RAISE EXCEPTION 'job "%" does not exist', schedule_key USING ERRCODE = 'P0002';
+            RAISE EXCEPTION 'job "%" is not claimed by worker "%"', @extschema@._le_show(schedule_key), worker_id
+                USING ERRCODE = 'LE003',
+                      DETAIL = 'No job has that schedule_key.',
+                      HINT = 'Complete or fail only the jobs that le_claim_jobs() returned to this worker.';
         END IF;
     END IF;
     IF job.status OPERATOR(pg_catalog.<>) 'running' OR job.claimed_by OPERATOR(pg_catalog.<>) worker_id THEN
-        RAISE EXCEPTION 'job "%" is not claimed by worker "%"', schedule_key, worker_id
+        RAISE EXCEPTION 'job "%" is not claimed by worker "%"', @extschema@._le_show(schedule_key), worker_id
             USING ERRCODE = 'LE003',
                   DETAIL = pg_catalog.format('Its status is %s, last claimed by %s.', job.status,
                                              COALESCE(job.claimed_by, 'nobody')),

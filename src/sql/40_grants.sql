@@ -9,6 +9,13 @@
 -- schema (pg_depend), so overloads and later changes of a signature are
 -- covered; their regprocedure text and the role's name are formatted as
 -- quoted identifiers, the only values in the statements.
+--
+-- Locking rules.  GRANT and REVOKE lock none of the objects they change, so
+-- _le_grant_use first takes ACCESS SHARE on le_lease (the caller, who may
+-- grant on the extension's objects, may read it): a concurrent DROP
+-- EXTENSION, which locks every table of the extension before it deletes
+-- anything, then either waits for this transaction or makes this call wait
+-- and fail cleanly (42P01) once it committed.
 -- ---------------------------------------------------------------------------
 
 -- Grant or revoke (grant = false) what use needs; returns the statements run.
@@ -29,15 +36,26 @@ BEGIN
         RAISE EXCEPTION 'role and use must not be NULL' USING ERRCODE = '22004';
     END IF;
     IF NOT use OPERATOR(pg_catalog.=) ANY (uses) THEN
-        RAISE EXCEPTION 'unknown use "%"', use
+        RAISE EXCEPTION 'unknown use "%"', @extschema@._le_show(use)
             USING ERRCODE = '22023',
                   HINT = 'Use one of campaign, fence, schedule, work, monitor, protect.';
     END IF;
     role_name := (SELECT a.rolname FROM pg_catalog.pg_roles AS a
                    WHERE a.oid OPERATOR(pg_catalog.=) role::pg_catalog.oid);
+    IF role_name IS NULL THEN
+        RAISE EXCEPTION 'role with OID % does not exist', role::pg_catalog.oid USING ERRCODE = '22023';
+    END IF;
     IF role_name OPERATOR(pg_catalog.=) 'public' THEN
         RAISE EXCEPTION 'le_grant() does not grant to PUBLIC' USING ERRCODE = '22023';
     END IF;
+    -- GRANT and REVOKE take no lock on the objects they change: without
+    -- this lock, a DROP EXTENSION that committed while this call waited
+    -- for it would leave it updating deleted catalog rows (XX000 "tuple
+    -- concurrently deleted").  DROP EXTENSION locks every table of the
+    -- extension first, so this waits for it and then fails cleanly (42P01:
+    -- the table no longer exists); and a DROP that comes later waits for
+    -- this transaction.
+    LOCK TABLE @extschema@.le_lease IN ACCESS SHARE MODE;
     -- The objects each use needs: kind 'function' gets EXECUTE, 'view' SELECT.
     FOR obj IN
         WITH use_objects (use, kind, name) AS (VALUES
