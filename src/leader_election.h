@@ -67,6 +67,12 @@ extern int	le_lock_timeout_ms;
 extern int	le_max_ttl_s;
 extern int	le_history_retention_s;
 
+/* Values of leader_election.notify: which lease changes send a NOTIFY. */
+#define LE_NOTIFY_ALL			0	/* grants, releases, force releases */
+#define LE_NOTIFY_RELEASES		1	/* releases and force releases only */
+#define LE_NOTIFY_NONE			2	/* none */
+extern int	le_notify_events;
+
 /* Argument checks shared by every SQL-callable function (lease_store.c). */
 extern char *le_check_key(FunctionCallInfo fcinfo, int argno);
 extern char *le_check_owner(FunctionCallInfo fcinfo, int argno);

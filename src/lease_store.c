@@ -883,7 +883,8 @@ le_lease_is_valid(const LeaseRow *row, TimestampTz now)
 }
 
 /*
- * Announce a change of a lease on LE_NOTIFY_CHANNEL, delivered at commit:
+ * Announce a change of a lease on LE_NOTIFY_CHANNEL, delivered at commit,
+ * unless leader_election.notify leaves this event out:
  * {"event": ..., "lease_key": ..., "holder": ..., "fencing_token": N,
  * "expires_at": ISO 8601 or null}.
  */
@@ -892,6 +893,16 @@ le_notify(const char *event, const LeaseRow *row)
 {
 	StringInfoData buf;
 	char		ts[MAXDATELEN + 1];
+
+	/*
+	 * A NOTIFY makes the commit take the notification queue's lock and hold
+	 * it through the commit flush, so notifying commits run one at a time
+	 * cluster-wide: leader_election.notify can spare grants (followers need
+	 * only releases to campaign at once) or everything.
+	 */
+	if (le_notify_events == LE_NOTIFY_NONE ||
+		(le_notify_events == LE_NOTIFY_RELEASES && strcmp(event, "acquired") == 0))
+		return;
 
 	initStringInfo(&buf);
 	appendStringInfoString(&buf, "{\"event\":");
