@@ -98,6 +98,7 @@ typedef struct LeaseStoreState
 	const char *lease_key;		/* for error context */
 	MemoryContext caller_cxt;	/* where rows read are allocated */
 	Oid			nsp;			/* schema of the extension */
+	Oid			lease_relid;	/* its table le_lease */
 	bool		locked;			/* this call locked the lease row (and maybe its fence) */
 	int64		idle_bound_us;	/* how long the transaction may then idle; 0: lock_timeout */
 	ErrorContextCallback errcallback;
@@ -107,6 +108,7 @@ extern void le_store_begin(LeaseStoreState *st, Oid fn_oid, const char *lease_ke
 extern void le_store_end(LeaseStoreState *st);
 extern void le_bound_idle_holder(int64 bound_us);
 extern bool le_store_read(LeaseStoreState *st, const char *key, bool for_update, LeaseRow *row);
+extern bool le_store_peek(LeaseStoreState *st, const char *key, LeaseRow *row);
 extern void le_store_create(LeaseStoreState *st, const char *key);
 extern void le_store_write(LeaseStoreState *st, const LeaseRow *row);
 extern void le_store_history_open(LeaseStoreState *st, const LeaseRow *row);
