@@ -22,8 +22,10 @@
 #   - fenced INSERT vs the same INSERT without trigger, synchronous_commit =
 #     off, 1 row and 100 rows per transaction;
 #   - 16 clients vs 1 cycling over 1,000 keys, le_ and pglock (default
-#     durability): le_'s 16/1 ratio should be at least pglock's.
-# Runtime: 22 scripts x 2 runs x T s + ~30 s (about 4 minutes at T=5).
+#     durability): le_'s 16/1 ratio should be at least pglock's;
+#   - the cycle with leader_election.notify = releases and none, 2 and 16
+#     clients (NOTIFY serialises committers cluster-wide).
+# Runtime: 26 scripts x 2 runs x T s + ~30 s (about 5 minutes at T=5).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 bench=$here/test/bench
@@ -94,7 +96,11 @@ adv_refused 2 adv_refused.pgb"
 CLIENT_OPS="le_c1 1 le_cycle.pgb
 pglock_c1 1 pglock_cycle.pgb
 le_c16 16 le_cycle.pgb
-pglock_c16 16 pglock_cycle.pgb"
+pglock_c16 16 pglock_cycle.pgb
+le_rel_cycle 2 le_cycle.pgb -c leader_election.notify=releases
+le_rel_c16 16 le_cycle.pgb -c leader_election.notify=releases
+le_none_cycle 2 le_cycle.pgb -c leader_election.notify=none
+le_none_c16 16 le_cycle.pgb -c leader_election.notify=none"
 FENCE_OPS="ins_plain 2 ins_plain.pgb -c synchronous_commit=off
 ins_fenced 2 ins_fenced.pgb -c synchronous_commit=off
 ins100_plain 2 ins100_plain.pgb -c synchronous_commit=off
@@ -144,6 +150,10 @@ row "refused acquire, default durability" default le_refused adv_refused "≥ 0.
 row "refused acquire, \`fsync = off\`" fsyncoff le_refused adv_refused "≥ 0.6" "refused pg_try_advisory_lock"
 row "fenced INSERT, 1 row, \`synchronous_commit = off\`" sc_off ins_fenced ins_plain "≥ 0.95" "INSERT without trigger"
 row "fenced INSERT, 100 rows, \`synchronous_commit = off\`" sc_off ins100_fenced ins100_plain "≥ 0.99" "INSERT without trigger"
+row "acquire + release, 2 clients, \`leader_election.notify = releases\`" default le_rel_cycle pglock_cycle "–" "pglock's cycle"
+row "acquire + release, 2 clients, \`leader_election.notify = none\`" default le_none_cycle pglock_cycle "–" "pglock's cycle"
+row "acquire + release, 16 clients, \`notify = releases\`" default le_rel_c16 pglock_c16 "–" "pglock's cycle, 16 clients"
+row "acquire + release, 16 clients, \`notify = none\`" default le_none_c16 pglock_c16 "–" "pglock's cycle, 16 clients"
 read -r l1 l16 lr <<<"$(scale x default le_c1 le_c16)"
 read -r p1 p16 pr <<<"$(scale x default pglock_c1 pglock_c16)"
 printf '| cycle, 16 clients / 1 client, default durability | pglock %s → %s (%s×) | %s → %s (%s×) | %s | ≥ pglock'"'"'s | pglock |\n' \
