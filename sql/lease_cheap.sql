@@ -12,8 +12,9 @@ SELECT fencing_token AS cheap_tok FROM le_leases WHERE lease_key OPERATOR(pg_cat
 
 -- A refusal inside an open transaction: no transaction id is assigned (a
 -- row lock, a WAL record or a commit record would need one), no fence lock
--- and no tuple or transaction lock is held; only the relation and index
--- read locks of a plain SELECT.
+-- and no tuple or transaction lock is held.  At READ COMMITTED the refusal
+-- reads the row directly, without the executor, and keeps not even the
+-- relation and index read locks of a plain SELECT.
 BEGIN;
 SELECT acquired, fencing_token, holder FROM le_acquire('cheap', 'follower', '1 hour');
 SELECT acquired, fencing_token, holder FROM le_acquire('cheap', 'follower2', '1 hour');

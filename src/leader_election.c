@@ -29,6 +29,16 @@ int			le_max_ttl_s = 3600;
 /* How long ended ownership periods stay in le_lease_history, in seconds. */
 int			le_history_retention_s = 7 * 24 * 3600;
 
+/* Which lease changes are announced with NOTIFY (LE_NOTIFY_*). */
+int			le_notify_events = LE_NOTIFY_ALL;
+
+static const struct config_enum_entry le_notify_options[] = {
+	{"all", LE_NOTIFY_ALL, false},
+	{"releases", LE_NOTIFY_RELEASES, false},
+	{"none", LE_NOTIFY_NONE, false},
+	{NULL, 0, false}
+};
+
 /*
  * leader_election.fencing_token: the token a transaction's DELETEs and
  * TRUNCATEs of fenced tables carry (meant for SET LOCAL); the text as set,
@@ -97,6 +107,18 @@ _PG_init(void)
 							PGC_SUSET,
 							GUC_UNIT_S,
 							NULL, NULL, NULL);
+
+	DefineCustomEnumVariable("leader_election.notify",
+							 "Which lease changes are announced on channel leader_election.",
+							 "all: grants and releases; releases: releases and force releases "
+							 "only (grants commit without the notification queue's lock, which "
+							 "serialises committers); none: nothing, followers poll.",
+							 &le_notify_events,
+							 LE_NOTIFY_ALL,
+							 le_notify_options,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
 
 	DefineCustomIntVariable("leader_election.history_retention",
 							"How long ended ownership periods are kept in le_lease_history.",

@@ -67,6 +67,12 @@ extern int	le_lock_timeout_ms;
 extern int	le_max_ttl_s;
 extern int	le_history_retention_s;
 
+/* Values of leader_election.notify: which lease changes send a NOTIFY. */
+#define LE_NOTIFY_ALL			0	/* grants, releases, force releases */
+#define LE_NOTIFY_RELEASES		1	/* releases and force releases only */
+#define LE_NOTIFY_NONE			2	/* none */
+extern int	le_notify_events;
+
 /* Argument checks shared by every SQL-callable function (lease_store.c). */
 extern char *le_check_key(FunctionCallInfo fcinfo, int argno);
 extern char *le_check_owner(FunctionCallInfo fcinfo, int argno);
@@ -96,6 +102,7 @@ typedef struct LeaseStoreState
 	const char *lease_key;		/* for error context */
 	MemoryContext caller_cxt;	/* where rows read are allocated */
 	Oid			nsp;			/* schema of the extension */
+	Oid			lease_relid;	/* its table le_lease */
 	bool		locked;			/* this call locked the lease row (and maybe its fence) */
 	int64		idle_bound_us;	/* how long the transaction may then idle; 0: unbounded */
 	ErrorContextCallback errcallback;
@@ -105,6 +112,7 @@ extern void le_store_begin(LeaseStoreState *st, Oid fn_oid, const char *lease_ke
 extern void le_store_end(LeaseStoreState *st);
 extern void le_bound_idle_holder(int64 bound_us);
 extern bool le_store_read(LeaseStoreState *st, const char *key, bool for_update, LeaseRow *row);
+extern bool le_store_peek(LeaseStoreState *st, const char *key, LeaseRow *row);
 extern void le_store_create(LeaseStoreState *st, const char *key);
 extern void le_store_write(LeaseStoreState *st, const LeaseRow *row);
 extern void le_store_history_open(LeaseStoreState *st, const LeaseRow *row);

@@ -115,7 +115,7 @@ le_acquire(PG_FUNCTION_ARGS)
 	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
 
 	/* Fast path: refusals only read. */
-	found = le_store_read(&st, key, false, &row);
+	found = le_store_peek(&st, key, &row);
 	if (found && le_lease_is_valid(&row, GetCurrentTimestamp()) &&
 		!le_is_ours(&row, owner, &st))
 	{
@@ -271,7 +271,7 @@ le_free_lease(FunctionCallInfo fcinfo, const char *key, const char *owner,
 	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
 
 	/* Not ours (or nothing to free): answer from a plain read. */
-	if (!le_store_read(&st, key, false, &row) || row.holder == NULL ||
+	if (!le_store_peek(&st, key, &row) || row.holder == NULL ||
 		(owner != NULL && (!le_is_ours(&row, owner, &st) || row.fencing_token != token)))
 	{
 		le_store_end(&st);

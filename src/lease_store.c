@@ -402,9 +402,12 @@ le_store_prepare(Oid nsp)
 	plans_namespace = nsp;
 }
 
-/* The owner of our le_lease table in namespace nsp (the extension owner). */
+/*
+ * The owner of our le_lease table in namespace nsp (the extension owner),
+ * and the table's oid in *lease_relid.
+ */
 static Oid
-le_store_owner(Oid nsp)
+le_store_owner(Oid nsp, Oid *lease_relid)
 {
 	Oid			relid = get_relname_relid("le_lease", nsp);
 	HeapTuple	tup;
@@ -421,6 +424,7 @@ le_store_owner(Oid nsp)
 		elog(ERROR, "cache lookup failed for relation %u", relid);
 	owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
 	ReleaseSysCache(tup);
+	*lease_relid = relid;
 	return owner;
 }
 
@@ -463,7 +467,7 @@ le_store_begin(LeaseStoreState *st, Oid fn_oid, const char *lease_key)
 	st->locked = false;
 	st->idle_bound_us = 0;
 
-	owner = le_store_owner(nsp);
+	owner = le_store_owner(nsp, &st->lease_relid);
 
 	st->errcallback.callback = le_store_error_context;
 	st->errcallback.arg = st;
@@ -607,6 +611,38 @@ le_store_read(LeaseStoreState *st, const char *key, bool for_update, LeaseRow *r
 	row->token_system_id = DatumGetInt64(SPI_getbinval(tup, desc, 11, &isnull));
 	SPI_freetuptable(SPI_tuptable);
 	return true;
+}
+
+/*
+ * Read the row of a lease into *row without locking it, for a decision that
+ * a locked read confirms before anything is written (or that only refuses);
+ * false when the key has no row.  At READ COMMITTED this is a direct read of
+ * the latest committed version (le_store_read_latest: no executor start,
+ * plan check or portal, which perf showed as most of a refusal's cost); at
+ * REPEATABLE READ and SERIALIZABLE it stays an SPI read in the transaction
+ * snapshot, so that what a caller is told agrees with its snapshot.  A
+ * transaction that has written already (it has a transaction id) reads
+ * through SPI too: its own latest change may not be visible to a snapshot
+ * taken before the next command counter increment, which SPI does.
+ */
+bool
+le_store_peek(LeaseStoreState *st, const char *key, LeaseRow *row)
+{
+	MemoryContext old;
+	Oid			key_indexid;
+	bool		found;
+
+	if (IsolationUsesXactSnapshot() ||
+		TransactionIdIsValid(GetTopTransactionIdIfAny()))
+		return le_store_read(st, key, false, row);
+
+	key_indexid = get_relname_relid("le_lease_key_unique", st->nsp);
+	if (!OidIsValid(key_indexid))
+		le_store_relids(st->nsp, &st->lease_relid, &key_indexid);	/* raises the error */
+	old = MemoryContextSwitchTo(st->caller_cxt);
+	found = le_store_read_latest(st->lease_relid, key_indexid, key, NULL, row, NULL);
+	MemoryContextSwitchTo(old);
+	return found;
 }
 
 /* Create the (free) row of a lease key unless it exists already. */
@@ -900,7 +936,8 @@ le_lease_is_valid(const LeaseRow *row, TimestampTz now)
 }
 
 /*
- * Announce a change of a lease on LE_NOTIFY_CHANNEL, delivered at commit:
+ * Announce a change of a lease on LE_NOTIFY_CHANNEL, delivered at commit,
+ * unless leader_election.notify leaves this event out:
  * {"event": ..., "lease_key": ..., "holder": ..., "fencing_token": N,
  * "expires_at": ISO 8601 or null}.
  */
@@ -909,6 +946,16 @@ le_notify(const char *event, const LeaseRow *row)
 {
 	StringInfoData buf;
 	char		ts[MAXDATELEN + 1];
+
+	/*
+	 * A NOTIFY makes the commit take the notification queue's lock and hold
+	 * it through the commit flush, so notifying commits run one at a time
+	 * cluster-wide: leader_election.notify can spare grants (followers need
+	 * only releases to campaign at once) or everything.
+	 */
+	if (le_notify_events == LE_NOTIFY_NONE ||
+		(le_notify_events == LE_NOTIFY_RELEASES && strcmp(event, "acquired") == 0))
+		return;
 
 	initStringInfo(&buf);
 	appendStringInfoString(&buf, "{\"event\":");

@@ -8,6 +8,8 @@
 #   test/run.sh regress          only pg_regress (sql/)
 #   test/run.sh isolation        only isolation specs (test/specs/)
 #   test/run.sh tap [FILES...]   only TAP tests (test/t/), or the ones named
+#   test/run.sh bench            the benchmark of issue 9 (test/bench/run.sh; no timing
+#                                assertion, prints a table; not part of "everything")
 #   test/run.sh ha               Patroni + etcd cluster with failovers (test/ha/;
 #                                not part of "everything": needs patroni, etcd-server)
 #
@@ -46,9 +48,11 @@ case "$what" in
         run_target installcheck-tap PROVE_FLAGS=-v || rc=1 ;;
     regress|isolation) run_target "installcheck-$what" || rc=1 ;;
     tap) run_target installcheck-tap PROVE_FLAGS=-v ${1:+PROVE_TESTS="$*"} || rc=1 ;;
+    bench) PG_CONFIG="$PG_CONFIG" "$here/test/bench/run.sh" 2>&1 | tee -a "$log"
+        [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
     ha) le_as_pg env PG_CONFIG="$PG_CONFIG" "$work/test/ha/run.sh" 2>&1 | tee -a "$log"
         [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
-    *) echo "usage: test/run.sh [all|regress|isolation|tap [FILES...]|ha]" >&2; exit 2 ;;
+    *) echo "usage: test/run.sh [all|regress|isolation|tap [FILES...]|bench|ha]" >&2; exit 2 ;;
 esac
 
 # Show what failed, from the copy the tests ran in.

@@ -46,14 +46,14 @@ le_ratio() {
 }
 
 # le_bench_cluster [SETTING...]: a benchmark's cluster: sets PG_CONFIG,
-# PG_BINDIR, dir and port, starts the cluster with shared_buffers and
+# PG_BINDIR, dir and port (LE_BENCH_PORT, or a random one), starts the cluster with shared_buffers and
 # max_wal_size sized for pgbench plus the settings given, and stops and
 # removes it when the script exits.  le_bench_psql runs psql on it.
 le_bench_cluster() {
     PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
     PG_BINDIR=$("$PG_CONFIG" --bindir)
     dir=$(mktemp -d /tmp/le-bench.XXXXXX)
-    port=$(( 56000 + RANDOM % 2000 ))
+    port=${LE_BENCH_PORT:-$(( 56000 + RANDOM % 2000 ))}
     trap 'le_cluster_stop "$dir"' EXIT
     le_cluster_start "$dir" "$port" "shared_buffers = 128MB" "max_wal_size = 2GB" "$@"
 }

@@ -5,7 +5,7 @@
 # fencing_token and expires_at, with quotes, backslashes, control characters
 # and non-ASCII text in the key and owner escaped correctly; renewals,
 # repeated acquires by the holder, refusals and rolled-back acquires send
-# none.
+# none.  leader_election.notify = releases leaves grants out, none everything.
 use strict;
 use warnings;
 use utf8;
@@ -158,6 +158,27 @@ my @m = received();
 is_deeply([ map { "$_->{event} $_->{lease_key} $_->{fencing_token}" } @m ],
 	[ "acquired m1 $m1", "acquired m2 $m2", "released m1 $m1" ],
 	'one notification per grant and release of a transaction, in order');
+
+# leader_election.notify = releases: grants commit without a notification
+# (no queue lock), releases and force releases are still announced, so
+# followers still learn of a free lease at once; none: nothing at all.
+my $rk = sql(q{SET leader_election.notify = releases;
+SELECT fencing_token FROM le_acquire('r', 'R', '1 minute');});
+step_sends('grant with leader_election.notify = releases');
+sql("SET leader_election.notify = releases; SELECT le_release('r', 'R', $rk)");
+step_sends('release with leader_election.notify = releases',
+	{ event => 'released', lease_key => 'r', holder => undef, fencing_token => $rk, expires_at => undef });
+$rk = sql(q{SET leader_election.notify = releases;
+SELECT fencing_token FROM le_acquire('r', 'R', '1 minute');});
+sql("SET leader_election.notify = releases; SELECT le_force_release('r')");
+step_sends('force release with leader_election.notify = releases',
+	{ event => 'force_released', lease_key => 'r', holder => undef, fencing_token => $rk, expires_at => undef });
+$rk = sql(q{SET leader_election.notify = none;
+SELECT fencing_token FROM le_acquire('r', 'R', '1 minute');});
+sql("SET leader_election.notify = none; SELECT le_release('r', 'R', $rk)");
+step_sends('grant and release with leader_election.notify = none');
+my ($ok, $out, $err) = $node->psql('postgres', "LOAD 'leader_election'; SET leader_election.notify = sometimes");
+like($err, qr/invalid value for parameter "leader_election.notify"/, 'an unknown leader_election.notify value is refused');
 
 $listener->quit;
 $node->stop;

@@ -1,0 +1,28 @@
+-- Baselines for test/bench/run.sh, loaded into the benchmark's throwaway
+-- database next to the extension.  Public SQL facts, re-expressed here so
+-- that the benchmark depends on nothing outside this repository.
+
+-- The lock table of cirello-io/pglock (Go), as its Client.CreateTable()
+-- creates it: one row per lock name, a record version number drawn from a
+-- CYCLE sequence named "<table>_rvn".  The statements its acquire and
+-- release send are in pglock_cycle.pgb.
+CREATE TABLE locks (
+    name                  varchar(255) PRIMARY KEY,
+    record_version_number bigint,
+    data                  bytea,
+    owner                 varchar(255)
+);
+CREATE SEQUENCE locks_rvn CYCLE OWNED BY locks.record_version_number;
+
+-- The single-row UPDATE a renewal is compared with: the expiry of one row,
+-- in a table shaped like le_lease's hot columns (fillfactor 50: HOT updates).
+CREATE TABLE raw_lease (
+    lease_key  text PRIMARY KEY,
+    holder     text,
+    expires_at timestamptz
+) WITH (fillfactor = 50);
+INSERT INTO raw_lease VALUES ('bench', 'me', now() + interval '1 hour');
+
+-- INSERT targets: the same table without and with the fence trigger.
+CREATE TABLE plain_t  (id bigserial PRIMARY KEY, payload text, fencing_token bigint NOT NULL);
+CREATE TABLE fenced_t (id bigserial PRIMARY KEY, payload text, fencing_token bigint NOT NULL);

@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# The benchmark of issue 9: every lease operation next to its baseline,
+# measured in the same run on one throwaway cluster; not part of the test
+# suite (no timing assertion anywhere).
+#
+#   test/bench/run.sh            # as root or as postgres, after make install
+#   T=3 test/bench/run.sh        # seconds per pgbench run (default 5)
+#   test/run.sh bench            # the same, after building and installing
+#
+# pgbench -M prepared, 2 clients unless said otherwise.  Every script runs
+# twice, variants alternating (A B C .. A B C ..) so that background load on
+# a shared machine hits them alike; a row shows the mean tps of the two runs
+# and le_'s ratio to the baseline of the same run.  Only ratios mean
+# anything on a loaded machine.  Rows:
+#   - acquire + release over 1,000 keys: le_acquire/le_release vs the
+#     statements of cirello-io/pglock (pglock_cycle.pgb), default durability
+#     and fsync = off;
+#   - renew a held lease vs a single-row UPDATE of the expiry, both
+#     committing synchronously, default durability and fsync = off;
+#   - refused acquire vs a refused pg_try_advisory_lock, and the WAL bytes a
+#     refusal writes (must be 0);
+#   - fenced INSERT vs the same INSERT without trigger, synchronous_commit =
+#     off, 1 row and 100 rows per transaction;
+#   - 16 clients vs 1 cycling over 1,000 keys, le_ and pglock (default
+#     durability): le_'s 16/1 ratio should be at least pglock's;
+#   - the cycle with leader_election.notify = releases and none, 2 and 16
+#     clients (NOTIFY serialises committers cluster-wide).
+# Runtime: 26 scripts x 2 runs x T s + ~30 s (about 5 minutes at T=5).
+set -euo pipefail
+here=$(cd "$(dirname "$0")/../.." && pwd)
+bench=$here/test/bench
+. "$here/test/lib/prereq.sh"
+. "$here/test/lib/cluster.sh"
+T=${T:-5}
+start=$SECONDS
+le_bench_cluster "checkpoint_timeout = 30min" "max_connections = 60"
+psql() { le_bench_psql -At "$@"; }
+
+# Scripts and setup SQL must be readable by the postgres user.
+cp "$bench"/*.pgb "$bench"/baseline.sql "$dir/"
+[ "$(id -u)" -eq 0 ] && chown postgres: "$dir"/*.pgb "$dir"/baseline.sql
+
+psql -c "CREATE EXTENSION leader_election" -f "$dir/baseline.sql" >/dev/null
+psql >/dev/null <<'SQL'
+SELECT count(le_acquire('h' || i, 'other', '1 hour')) FROM generate_series(1, 1000) AS i;
+SQL
+tok=$(psql -c "SELECT fencing_token FROM le_acquire('bench', 'me', '1 hour')")
+ftok=$(psql -c "SELECT fencing_token FROM le_acquire('fence', 'writer', '1 hour')")
+psql -c "SELECT le_protect('fenced_t', 'fence')" >/dev/null
+
+# A session holding advisory keys 1000001..1001000 for the whole run, idle
+# (not in a transaction: that would hold back the xmin horizon).
+mkfifo "$dir/holder.fifo"
+[ "$(id -u)" -eq 0 ] && chown postgres: "$dir/holder.fifo"
+le_as_pg "$PG_BINDIR/psql" -X -q -h "$dir" -p "$port" -U postgres -d postgres <"$dir/holder.fifo" >/dev/null 2>&1 &
+exec 3>"$dir/holder.fifo"
+trap 'exec 3>&-; le_cluster_stop "$dir"' EXIT
+echo "SELECT count(pg_advisory_lock(k)) FROM generate_series(1000001, 1001000) AS k;" >&3
+for _ in $(seq 100); do
+    [ "$(psql -c "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objid > 1000000")" = 1000 ] && break
+    sleep 0.1
+done
+
+# run CFG NAME CLIENTS SCRIPT [PGOPTIONS]: one pgbench run; appends its tps to TPS[CFG/NAME].
+declare -A TPS
+run() {
+    local cfg=$1 name=$2 clients=$3 script=$4 opts=${5:-} out tps jobs=2
+    [ "$clients" -lt 2 ] && jobs=1
+    out=$(le_as_pg env PGOPTIONS="$opts" "$PG_BINDIR/pgbench" -n -M prepared -h "$dir" -p "$port" -U postgres \
+            -c "$clients" -j "$jobs" -T "$T" -D tok="$tok" -D ftok="$ftok" -f "$dir/$script" postgres 2>&1) || true
+    if grep -q 'aborted\|ERROR' <<<"$out"; then
+        echo "pgbench failed: $cfg $name" >&2; tail -5 <<<"$out" >&2; exit 1
+    fi
+    tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' <<<"$out")
+    TPS[$cfg/$name]="${TPS[$cfg/$name]:-} ${tps:-0}"
+    printf '  %-8s %-14s %3s clients %10.0f tps\n' "$cfg" "$name" "$clients" "${tps:-0}" >&2
+}
+mean() { tr ' ' '\n' <<<"${TPS[$1]}" | awk 'NF { s += $1; n++ } END { printf "%.0f", n ? s / n : 0 }'; }
+
+# Each phase: (name clients script [PGOPTIONS]) lines, run twice alternated.
+phase() {
+    local cfg=$1 spec=$2 pass name clients script opts
+    psql -c "CHECKPOINT" >/dev/null
+    for pass in 1 2; do
+        while read -r name clients script opts; do
+            [ -n "$name" ] && run "$cfg" "$name" "$clients" "$script" "${opts:-}"
+        done <<<"$spec"
+    done
+}
+LEASE_OPS="le_cycle 2 le_cycle.pgb
+pglock_cycle 2 pglock_cycle.pgb
+le_renew 2 le_renew.pgb
+raw_update 2 raw_update.pgb
+le_refused 2 le_refused.pgb
+adv_refused 2 adv_refused.pgb"
+CLIENT_OPS="le_c1 1 le_cycle.pgb
+pglock_c1 1 pglock_cycle.pgb
+le_c16 16 le_cycle.pgb
+pglock_c16 16 pglock_cycle.pgb
+le_rel_cycle 2 le_cycle.pgb -c leader_election.notify=releases
+le_rel_c16 16 le_cycle.pgb -c leader_election.notify=releases
+le_none_cycle 2 le_cycle.pgb -c leader_election.notify=none
+le_none_c16 16 le_cycle.pgb -c leader_election.notify=none"
+FENCE_OPS="ins_plain 2 ins_plain.pgb -c synchronous_commit=off
+ins_fenced 2 ins_fenced.pgb -c synchronous_commit=off
+ins100_plain 2 ins100_plain.pgb -c synchronous_commit=off
+ins100_fenced 2 ins100_fenced.pgb -c synchronous_commit=off"
+
+echo "pgbench -M prepared, T=${T}s per run, every script twice (alternated); $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+phase default "$LEASE_OPS
+$CLIENT_OPS"
+phase sc_off "$FENCE_OPS"
+
+# WAL written by refusals (pgbench -t: a fixed number of transactions).
+wal_of() {
+    local script=$1 w0 w1
+    w0=$(psql -c "SELECT pg_current_wal_insert_lsn()")
+    le_as_pg "$PG_BINDIR/pgbench" -n -M prepared -h "$dir" -p "$port" -U postgres -c 2 -j 2 -t 1000 \
+        -f "$dir/$script" postgres >/dev/null 2>&1
+    w1=$(psql -c "SELECT pg_current_wal_insert_lsn()")
+    psql -c "SELECT pg_wal_lsn_diff('$w1', '$w0')::bigint"
+}
+wal_le=$(wal_of le_refused.pgb)
+wal_adv=$(wal_of adv_refused.pgb)
+
+psql -c "ALTER SYSTEM SET fsync = off" -c "SELECT pg_reload_conf()" >/dev/null
+sleep 1
+[ "$(psql -c 'SHOW fsync')" = off ] || { echo "fsync did not switch off" >&2; exit 1; }
+phase fsyncoff "$LEASE_OPS"
+
+# --- report ------------------------------------------------------------------
+row() {   # label cfg le base target
+    local l b
+    l=$(mean "$2/$3"); b=$(mean "$2/$4")
+    printf '| %s | %s | %s | %s | %s | %s |\n' "$1" "$b" "$l" "$(le_ratio "$l" "$b")" "$5" "$6"
+}
+scale() {   # label cfg name1 name16
+    local a b
+    a=$(mean "$2/$3"); b=$(mean "$2/$4")
+    printf '%s %s %s' "$a" "$b" "$(le_ratio "$b" "$a")"
+}
+echo
+echo "| operation | baseline tps | le_ tps | le_ / baseline | target | baseline is |"
+echo "| --- | --- | --- | --- | --- | --- |"
+row "acquire + release, 1,000 keys, default durability" default le_cycle pglock_cycle "≥ 1.0" "pglock's cycle"
+row "acquire + release, 1,000 keys, \`fsync = off\`" fsyncoff le_cycle pglock_cycle "≥ 1.0" "pglock's cycle"
+row "renew a held lease, default durability" default le_renew raw_update "–" "single-row UPDATE"
+row "renew a held lease, \`fsync = off\`" fsyncoff le_renew raw_update "≥ 0.9" "single-row UPDATE"
+row "refused acquire, default durability" default le_refused adv_refused "≥ 0.6" "refused pg_try_advisory_lock"
+row "refused acquire, \`fsync = off\`" fsyncoff le_refused adv_refused "≥ 0.6" "refused pg_try_advisory_lock"
+row "fenced INSERT, 1 row, \`synchronous_commit = off\`" sc_off ins_fenced ins_plain "≥ 0.95" "INSERT without trigger"
+row "fenced INSERT, 100 rows, \`synchronous_commit = off\`" sc_off ins100_fenced ins100_plain "≥ 0.99" "INSERT without trigger"
+row "acquire + release, 2 clients, \`leader_election.notify = releases\`" default le_rel_cycle pglock_cycle "–" "pglock's cycle"
+row "acquire + release, 2 clients, \`leader_election.notify = none\`" default le_none_cycle pglock_cycle "–" "pglock's cycle"
+row "acquire + release, 16 clients, \`notify = releases\`" default le_rel_c16 pglock_c16 "–" "pglock's cycle, 16 clients"
+row "acquire + release, 16 clients, \`notify = none\`" default le_none_c16 pglock_c16 "–" "pglock's cycle, 16 clients"
+read -r l1 l16 lr <<<"$(scale x default le_c1 le_c16)"
+read -r p1 p16 pr <<<"$(scale x default pglock_c1 pglock_c16)"
+printf '| cycle, 16 clients / 1 client, default durability | pglock %s → %s (%s×) | %s → %s (%s×) | %s | ≥ pglock'"'"'s | pglock |\n' \
+    "$p1" "$p16" "$pr" "$l1" "$l16" "$lr" "$(le_ratio "$lr" "$pr")"
+echo
+echo "WAL written by 2,000 refusals: le_acquire $wal_le bytes, pg_try_advisory_lock $wal_adv bytes (target 0)"
+echo "elapsed: $(( SECONDS - start ))s"
