@@ -212,6 +212,10 @@ class Run:
         if any(k == 'cli' for k in self.keys.values()):
             kinds.append(('kill_command', 8))
         kind = self.rng.choices([k for k, _ in kinds], [w for _, w in kinds])[0]
+        # Short runs too see every kind: one not seen yet half of the time.
+        unseen = [k for k, _ in kinds if not any(f['kind'].startswith(k) for f in self.faults)]
+        if unseen and self.rng.random() < 0.5:
+            kind = self.rng.choice(unseen)
         f = {'kind': kind, 't': time.time(), 'key': None, 'token': None, 'target': None}
         leaders = [(k, o, t) for k, (o, t) in hold.items() if k in self.keys and self.by_owner(o)]
         if kind in ('stop_leader', 'kill_command') and not leaders:
@@ -249,7 +253,19 @@ class Run:
             time.sleep(0.3)
             self.start_candidate(name)
         elif kind == 'kill_command':
-            self.signal_procs(c, signal.SIGKILL, 'command')
+            # The command itself (writer.py), not its group: the supervisor
+            # that shares the group would take pg_leader down with it (82).
+            groups = self.command_pgids(c)
+            for stat in glob.glob('/proc/[0-9]*/stat'):
+                try:
+                    with open(stat) as fh:
+                        pgid = int(fh.read().rsplit(')', 1)[1].split()[2])
+                    with open(stat[:-4] + 'cmdline', 'rb') as fh:
+                        is_writer = b'writer.py' in fh.read()
+                    if pgid in groups and is_writer:
+                        os.kill(int(stat.split('/')[2]), signal.SIGKILL)
+                except (OSError, IndexError, ValueError):
+                    pass
         elif kind == 'terminate_backend':
             rows = self.sql("SELECT pid, application_name FROM pg_stat_activity WHERE backend_type = 'client backend'"
                             " AND pid <> pg_backend_pid() AND application_name <> 'chaos-harness'")
