@@ -261,7 +261,9 @@ class Run:
                     with open(stat) as fh:
                         pgid = int(fh.read().rsplit(')', 1)[1].split()[2])
                     with open(stat[:-4] + 'cmdline', 'rb') as fh:
-                        is_writer = b'writer.py' in fh.read()
+                        argv = fh.read().split(b'\0')
+                    # The supervisor is a fork of pg_leader: its argv names writer.py too, later.
+                    is_writer = len(argv) > 1 and argv[1].endswith(b'writer.py')
                     if pgid in groups and is_writer:
                         os.kill(int(stat.split('/')[2]), signal.SIGKILL)
                 except (OSError, IndexError, ValueError):
@@ -489,6 +491,12 @@ def main():
     log('chaos: seed %d (CHAOS_SEED=%d replays the fault choices), mode %s, %gs, server in %s'
         % (a.seed, a.seed, a.mode, a.seconds, a.dir))
     r = Run(a)
+
+    def stop(signum, frame):
+        raise SystemExit('chaos: stopped by signal %d' % signum)
+    # Interrupted (also when started in the background, SIGINT ignored): tear down first.
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     try:
         r.start_server()
         r.setup()
