@@ -287,8 +287,12 @@ class Run:
 
     def loop(self):
         end = time.time() + self.a.seconds
+        progress = time.time() + 60
         while time.time() < end:
             self.fault()
+            if time.time() > progress:
+                progress += 60
+                log('%d faults so far' % len(self.faults))
             # Keep every candidate alive: one that exited is started again.
             for name, c in self.cands.items():
                 if c['proc'].poll() is not None:
