@@ -12,6 +12,11 @@
 #                                assertion, prints a table; not part of "everything")
 #   test/run.sh ha               Patroni + etcd cluster with failovers (test/ha/;
 #                                not part of "everything": needs patroni, etcd-server)
+#   test/run.sh chaos [--minutes N] [--mode cli|sql|mixed]
+#                                fault-injection run (test/chaos/chaos.py; default
+#                                1 minute; CHAOS_BREAK=nofence to see it fail).  Its
+#                                short form is TAP test 080_chaos_short.pl, part of
+#                                "everything"
 #
 # Ends with a line "N passed, N failed"; exits non-zero when anything failed.
 set -uo pipefail
@@ -52,7 +57,21 @@ case "$what" in
         [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
     ha) le_as_pg env PG_CONFIG="$PG_CONFIG" "$work/test/ha/run.sh" 2>&1 | tee -a "$log"
         [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
-    *) echo "usage: test/run.sh [all|regress|isolation|tap [FILES...]|bench|ha]" >&2; exit 2 ;;
+    chaos)
+        minutes=1 mode=mixed
+        while [ $# -gt 0 ]; do
+            case "$1" in
+                --minutes) minutes=$2; shift 2 ;;
+                --mode) mode=$2; shift 2 ;;
+                *) echo "usage: test/run.sh chaos [--minutes N] [--mode cli|sql|mixed]" >&2; exit 2 ;;
+            esac
+        done
+        seconds=$(awk -v m="$minutes" 'BEGIN { printf "%d", m * 60 }')
+        le_as_pg env ${CHAOS_BREAK:+CHAOS_BREAK="$CHAOS_BREAK"} ${CHAOS_SEED:+CHAOS_SEED="$CHAOS_SEED"} \
+            /usr/bin/python3 "$work/test/chaos/chaos.py" --bindir "$("$PG_CONFIG" --bindir)" \
+            --dir "$work/tmp_chaos" --port 58250 --seconds "$seconds" --mode "$mode" 2>&1 | tee -a "$log"
+        [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
+    *) echo "usage: test/run.sh [all|regress|isolation|tap [FILES...]|bench|ha|chaos [--minutes N]]" >&2; exit 2 ;;
 esac
 
 # Show what failed, from the copy the tests ran in.

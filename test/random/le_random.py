@@ -89,7 +89,6 @@ import collections
 import csv
 import os
 import random
-import re
 import select
 import sys
 import time
@@ -97,6 +96,9 @@ import traceback
 
 import psycopg2
 import psycopg2.extensions as ext
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import le_checks  # noqa: E402  (the history checks, shared with test/chaos)
 
 APP_ROLE = 'rt_app'
 FIXED_TABLES = {'rt_t1': 'rt_ka', 'rt_t2': 'rt_kb'}
@@ -118,13 +120,6 @@ EXPECTED_STATES = {
 UNEXPECTED_PREFIXES = ('XX', '58')
 UNEXPECTED_STATES = {'42704', '57P02'}
 
-LOG_CRASH_PATTERNS = [
-    r'terminated by signal',
-    r'was terminated by',
-    r'terminating any other active server processes',
-    r'could not read block',
-    r'server process .* exited with exit code [1-9]',
-]
 
 
 class Result:
@@ -1067,47 +1062,21 @@ def check(dsn, server_log, late_ms):
           % (nw, nobs, nper))
 
     # A: no write committed after the grant of a newer token.
-    rows = q(WRITES_SQL + """
-SELECT w.src, w.lease_key, w.token, w.cts, n.fencing_token, n.holder, n.acquired_at
-  FROM w JOIN le_lease_history AS n
-    ON n.lease_key = w.lease_key AND n.fencing_token > w.token AND n.acquired_at < w.cts
- ORDER BY w.cts""")
+    rows = le_checks.write_after_newer_grant(cur, WRITES_SQL, 'rt\\_%')
     report('A: no write committed after a newer token was granted', len(rows), rows)
 
     # B: no write committed after its own period ended (or before it began).
-    rows = q(WRITES_SQL + """
-, p AS (
-  SELECT w.*, h.acquired_at, h.end_reason,
-         COALESCE(h.ended_at, CASE WHEN l.fencing_token = w.token THEN l.expires_at END) AS period_end,
-         h.history_id IS NOT NULL AS has_period
-    FROM w LEFT JOIN le_lease_history AS h ON h.lease_key = w.lease_key AND h.fencing_token = w.token
-           LEFT JOIN le_lease AS l ON l.lease_key = w.lease_key
-)
-SELECT src, lease_key, token, cts, acquired_at, period_end, end_reason, has_period,
-       extract(epoch FROM cts - period_end) * 1000 AS late_ms
-  FROM p""")
-    orphans = [r for r in rows if not r[7]]
-    early = [r for r in rows if r[7] and r[3] < r[4]]
-    late_all = [r for r in rows if r[5] is not None and r[8] > 0]
-    max_late = max([r[8] for r in late_all], default=0.0)
-    late_bad = [r for r in late_all
-                if (r[6] in ('released', 'force_released')) or r[8] > late_ms]
-    report('B: no write committed after its own period ended', len(late_bad), late_bad,
+    b = le_checks.writes_against_own_period(cur, WRITES_SQL, 'rt\\_%', late_ms)
+    report('B: no write committed after its own period ended', len(b['late']), b['late'],
            '  (max lateness %.1f ms, %d rows late within the %d ms tolerance)'
-           % (max_late, len(late_all) - len(late_bad), late_ms))
-    report('B: no write committed before its period began', len(early), early)
-    report('B: every write carries a token of a committed period', len(orphans), orphans)
+           % (b['max_late_ms'], b['late_tolerated'], late_ms))
+    report('B: no write committed before its period began', len(b['early']), b['early'])
+    report('B: every write carries a token of a committed period', len(b['orphans']), b['orphans'])
 
     # C: no token returned to two ownership periods.
-    rows = q("""
-SELECT lease_key, fencing_token, array_agg(DISTINCT owner_id), array_agg(DISTINCT ctx)
-  FROM rt_obs WHERE acquired GROUP BY 1, 2 HAVING count(DISTINCT owner_id) > 1 ORDER BY 1, 2""")
+    rows = le_checks.token_given_twice(cur, 'rt_obs')
     report('C: no token returned to two different owners', len(rows), rows)
-    rows = q("""
-SELECT o.lease_key, o.fencing_token, o.owner_id, o.ctx, h.holder
-  FROM rt_obs AS o JOIN le_lease_history AS h
-    ON h.lease_key = o.lease_key AND h.fencing_token = o.fencing_token
- WHERE o.acquired AND h.holder <> o.owner_id""")
+    rows = le_checks.token_of_other_period(cur, 'rt_obs')
     report('C: a returned token belongs to no other committed period', len(rows), rows)
     rows = q("""
 SELECT lease_key, owner_id, holder, fencing_token, step, ctx FROM rt_obs
@@ -1121,32 +1090,14 @@ SELECT o.lease_key, o.fencing_token, o.owner_id, o.step FROM rt_obs AS o
     report('C: every grant acknowledged in autocommit is in the history', len(rows), rows)
 
     # D: tokens rise in grant order; periods never overlap.
-    rows = q("""
-WITH h AS (
-  SELECT h.*, lag(fencing_token) OVER w AS prev_token, lag(ended_at) OVER w AS prev_end,
-         lag(history_id) OVER w AS prev_id
-    FROM le_lease_history AS h WHERE lease_key LIKE 'rt\\_%%'
-  WINDOW w AS (PARTITION BY lease_key ORDER BY acquired_at, history_id)
-)
-SELECT lease_key, prev_token, fencing_token, prev_end, acquired_at FROM h
- WHERE prev_id IS NOT NULL AND (fencing_token <= prev_token OR prev_end IS NULL OR prev_end > acquired_at)""")
+    rows = le_checks.tokens_rise_periods_disjoint(cur, 'rt\\_%')
     report('D: tokens rise and periods do not overlap', len(rows), rows)
-    rows = q("""
-SELECT l.lease_key, l.fencing_token, max(h.fencing_token) FROM le_lease AS l
-  JOIN le_lease_history AS h USING (lease_key) WHERE l.lease_key LIKE 'rt\\_%%'
- GROUP BY 1, 2 HAVING l.fencing_token < max(h.fencing_token)""")
+    rows = le_checks.lease_row_behind_history(cur, 'rt\\_%')
     report('D: the lease row carries the highest granted token', len(rows), rows)
 
     # E: no crash, no internal error.
-    hits = []
     if server_log:
-        try:
-            with open(server_log, errors='replace') as f:
-                for line in f:
-                    if any(re.search(p, line) for p in LOG_CRASH_PATTERNS):
-                        hits.append((line.rstrip()[:200],))
-        except OSError as e:
-            hits.append(('cannot read server log: %s' % e,))
+        hits = le_checks.crash_lines(server_log)
         report('E: no backend crash in the server log', len(hits), hits)
     else:
         print('check E: server log not given, crash lines not checked')
