@@ -15,7 +15,7 @@
  *	  (le_store_read_latest takes its own snapshot, so REPEATABLE READ and
  *	  SERIALIZABLE writers see token changes too): an early rejection.  The
  *	  (lease row id, token) is recorded for the transaction;
- *	- at XACT_EVENT_PRE_COMMIT and PRE_PREPARE, for every recorded lease:
+ *	- at XACT_EVENT_PRE_COMMIT, for every recorded lease:
  *	  the fence lock of the recorded row id is taken in
  *	  LE_FENCE_WRITER_LOCKMODE (le_fence_lock_writer; the wait is bounded by
  *	  leader_election.lock_timeout, 55P03), the row is read again with a
@@ -32,7 +32,9 @@
  * ends, and waiting would deadlock with the taker, which holds the fence
  * lock and waits for the row.  The writer holds the lock only from
  * PRE_COMMIT to the end of the commit, so an idle or frozen writer never
- * blocks a takeover; a prepared transaction keeps it until COMMIT PREPARED.
+ * blocks a takeover.  PREPARE TRANSACTION of a transaction that recorded a
+ * lease is refused (0A000): it would keep the lock until COMMIT PREPARED and
+ * could commit after the lease expired.
  * Renewals take no fence lock: they change only expires_at, never the token.
  *
  * Speed.  A fenced INSERT must cost little more than an unfenced one, so the
@@ -207,7 +209,7 @@ le_fence_proc_callback(Datum arg, int cacheid, uint32 hashvalue)
 }
 
 /*
- * At commit (or PREPARE): the authoritative check.  For every lease this
+ * At commit: the authoritative check.  For every lease this
  * transaction passed the fence with, take its fence lock in
  * LE_FENCE_WRITER_LOCKMODE (the wait bounded by
  * leader_election.lock_timeout, 55P03), then read the latest committed row
@@ -215,7 +217,7 @@ le_fence_proc_callback(Datum arg, int cacheid, uint32 hashvalue)
  * still the row the write was judged by, that the token is its current one
  * and that the lease is unexpired now.  Otherwise the commit fails with
  * LE001 or LE002 and the transaction is rolled back.  The lock is held from
- * here to the end of the commit (or, after PREPARE, to COMMIT PREPARED).
+ * here to the end of the commit.
  * The one case without the lock: it is taken by someone else and the lease
  * row version read was written by this transaction (see below).
  */
@@ -295,9 +297,30 @@ le_fence_commit_check(void)
 }
 
 /*
- * Transaction end: check the leases written under before commit or
- * PREPARE; forget everything once the transaction is over (its fence
- * locks go with it).
+ * PREPARE TRANSACTION of a transaction that passed the fence: refused.  The
+ * commit-time check would hold the fence lock from PREPARE to COMMIT
+ * PREPARED, however long that takes (blocking every takeover), and COMMIT
+ * PREPARED could still commit the writes after the lease expired.
+ */
+static void
+le_fence_refuse_prepare(void)
+{
+	FencedLease *fl;
+
+	if (fenced_leases == NIL)
+		return;
+	fl = (FencedLease *) linitial(fenced_leases);
+	ereport(ERROR,
+			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			 errmsg("cannot PREPARE a transaction that passed the fence of lease \"%s\"", fl->key),
+			 errdetail("A prepared transaction would hold the lease's fence lock until COMMIT PREPARED and could commit after the lease expired; the transaction is rolled back."),
+			 errhint("Commit fenced writes, le_fence_check() and le_schedule_job() without two-phase commit.")));
+}
+
+/*
+ * Transaction end: check the leases written under before commit, refuse
+ * PREPARE; forget everything once the transaction is over (its fence locks
+ * go with it).
  */
 static void
 le_fence_xact_callback(XactEvent event, void *arg)
@@ -305,8 +328,10 @@ le_fence_xact_callback(XactEvent event, void *arg)
 	switch (event)
 	{
 		case XACT_EVENT_PRE_COMMIT:
-		case XACT_EVENT_PRE_PREPARE:
 			le_fence_commit_check();
+			break;
+		case XACT_EVENT_PRE_PREPARE:
+			le_fence_refuse_prepare();
 			break;
 		case XACT_EVENT_PARALLEL_PRE_COMMIT:
 			break;
