@@ -864,17 +864,28 @@ le_fence_qualified_name(Oid relid)
 }
 
 /*
- * The relations that carry a fence's TRUNCATE trigger: the table and, for a
- * partitioned table, every partition below it (TRUNCATE of one partition
- * fires only that partition's triggers; row triggers are cloned to
- * partitions by PostgreSQL itself).
+ * The relations that carry a fence's TRUNCATE trigger: the table and every
+ * partition or inheritance child below it (TRUNCATE of one child fires only
+ * that child's triggers).
  */
 static List *
 le_fence_truncate_targets(Oid relid)
 {
+	return find_all_inheritors(relid, AccessShareLock, NULL);
+}
+
+/*
+ * The relations that carry a fence's row trigger: the table and, for a plain
+ * table, every inheritance child below it (an UPDATE or DELETE through the
+ * parent fires the child's row triggers, not the parent's).  Row triggers of
+ * a partitioned table are cloned to its partitions by PostgreSQL itself.
+ */
+static List *
+le_fence_row_targets(Oid relid)
+{
 	if (get_rel_relkind(relid) == RELKIND_PARTITIONED_TABLE)
-		return find_all_inheritors(relid, AccessShareLock, NULL);
-	return list_make1_oid(relid);
+		return list_make1_oid(relid);
+	return find_all_inheritors(relid, AccessShareLock, NULL);
 }
 
 /* Drop our fence triggers from a table (and its partitions); true when there was one. */
@@ -884,10 +895,14 @@ le_fence_drop_triggers(Oid relid)
 	bool		dropped = false;
 	ListCell   *lc;
 
-	if (OidIsValid(get_trigger_oid(relid, LE_FENCE_ROW_TRIGGER, true)))
+	foreach(lc, le_fence_row_targets(relid))
 	{
+		Oid			target = lfirst_oid(lc);
+
+		if (!OidIsValid(get_trigger_oid(target, LE_FENCE_ROW_TRIGGER, true)))
+			continue;
 		le_fence_ddl(psprintf("DROP TRIGGER %s ON %s", quote_identifier(LE_FENCE_ROW_TRIGGER),
-							  le_fence_qualified_name(relid)));
+							  le_fence_qualified_name(target)));
 		dropped = true;
 	}
 	foreach(lc, le_fence_truncate_targets(relid))
@@ -906,8 +921,9 @@ le_fence_drop_triggers(Oid relid)
 
 /*
  * le_protect(table, lease_key, token_column, mode): attach the fence to a
- * table (the TRUNCATE guard also to each of its partitions; run it again
- * after adding partitions), replacing a fence attached before.  mode 'lease' (default) checks
+ * table (the TRUNCATE guard also to each of its partitions, both also to
+ * each inheritance child; run it again after adding partitions or
+ * children), replacing a fence attached before.  mode 'lease' (default) checks
  * the lease's token; 'strict' also requires the writer's role to be the
  * role that acquired the lease; 'advance' fences with le_fence_advance()
  * on the resource named lease_key instead of a lease.  Runs as the caller,
@@ -922,7 +938,6 @@ le_protect(PG_FUNCTION_ARGS)
 	char	   *mode;
 	Oid			nsp = get_func_namespace(fcinfo->flinfo->fn_oid);
 	const char *function;
-	char	   *qualified;
 	char	   *args;
 	Relation	rel;
 	Oid			atttypid;
@@ -953,7 +968,6 @@ le_protect(PG_FUNCTION_ARGS)
 	(void) le_fence_validate(rel, key, column, &atttypid);
 	relation_close(rel, AccessShareLock);
 
-	qualified = le_fence_qualified_name(relid);
 	args = psprintf("%s, %s%s", quote_literal_cstr(key), quote_literal_cstr(column),
 					strcmp(mode, "strict") == 0 ? ", 'strict'" : "");
 	function = quote_qualified_identifier(get_namespace_name(nsp), function);
@@ -961,9 +975,11 @@ le_protect(PG_FUNCTION_ARGS)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	(void) le_fence_drop_triggers(relid);
-	le_fence_ddl(psprintf("CREATE TRIGGER %s BEFORE INSERT OR UPDATE OR DELETE ON %s"
-						  " FOR EACH ROW EXECUTE FUNCTION %s(%s)",
-						  quote_identifier(LE_FENCE_ROW_TRIGGER), qualified, function, args));
+	foreach(lc, le_fence_row_targets(relid))
+		le_fence_ddl(psprintf("CREATE TRIGGER %s BEFORE INSERT OR UPDATE OR DELETE ON %s"
+							  " FOR EACH ROW EXECUTE FUNCTION %s(%s)",
+							  quote_identifier(LE_FENCE_ROW_TRIGGER),
+							  le_fence_qualified_name(lfirst_oid(lc)), function, args));
 	foreach(lc, le_fence_truncate_targets(relid))
 		le_fence_ddl(psprintf("CREATE TRIGGER %s BEFORE TRUNCATE ON %s"
 							  " FOR EACH STATEMENT EXECUTE FUNCTION %s(%s)",
