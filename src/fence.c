@@ -167,6 +167,14 @@ typedef struct FencedLease
 static List *fenced_leases = NIL;
 
 /*
+ * Set once the commit-time check has run in this transaction: a fenced
+ * write made after it (by another extension's PRE_COMMIT callback that runs
+ * after ours) would hold no fence lock and not be checked again, so it is
+ * refused.  Cleared when the transaction ends.
+ */
+static bool commit_checked = false;
+
+/*
  * What a trigger's arguments say, checked against its table; cached per
  * backend by trigger oid until the next relcache or pg_proc invalidation
  * (ALTER TABLE, DROP TRIGGER, ...), so that statements after the first need
@@ -329,6 +337,7 @@ le_fence_xact_callback(XactEvent event, void *arg)
 	{
 		case XACT_EVENT_PRE_COMMIT:
 			le_fence_commit_check();
+			commit_checked = true;
 			break;
 		case XACT_EVENT_PRE_PREPARE:
 			le_fence_refuse_prepare();
@@ -339,6 +348,7 @@ le_fence_xact_callback(XactEvent event, void *arg)
 			verified.valid = false;
 			updated_row.valid = false;
 			fenced_leases = NIL;	/* its memory goes with the transaction */
+			commit_checked = false;
 			break;
 	}
 }
@@ -408,8 +418,12 @@ le_fence_remember(Oid nsp, Oid lease_relid, const char *key, const LeaseRow *row
 	MemoryContextSwitchTo(oldcxt);
 }
 
-/* Register the invalidation and transaction callbacks, once per backend. */
-static void
+/*
+ * Register the invalidation and transaction callbacks, once per backend
+ * (from _PG_init, so that the commit-time check is in place before any
+ * commit callback of an extension loaded later can write).
+ */
+void
 le_fence_register_callbacks(void)
 {
 	if (cache_callbacks_registered)
@@ -486,6 +500,13 @@ le_fence_check_lease(Oid nsp, const char *key, int64 token, bool strict)
 	bool		found;
 	TimestampTz now;
 
+	if (commit_checked)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("fenced write after the commit-time check of the fence"),
+				 errdetail("Code running at commit after the fence's check (another extension's commit callback) wrote with fencing token " INT64_FORMAT " of lease \"%s\"; the transaction is rolled back.",
+						   token, key),
+				 errhint("Make fenced writes before COMMIT.")));
 	le_fence_cache_prepare(nsp);
 	now = GetCurrentTimestamp();
 
