@@ -15,7 +15,7 @@
  *	  (le_store_read_latest takes its own snapshot, so REPEATABLE READ and
  *	  SERIALIZABLE writers see token changes too): an early rejection.  The
  *	  (lease row id, token) is recorded for the transaction;
- *	- at XACT_EVENT_PRE_COMMIT and PRE_PREPARE, for every recorded lease:
+ *	- at XACT_EVENT_PRE_COMMIT, for every recorded lease:
  *	  the fence lock of the recorded row id is taken in
  *	  LE_FENCE_WRITER_LOCKMODE (le_fence_lock_writer; the wait is bounded by
  *	  leader_election.lock_timeout, 55P03), the row is read again with a
@@ -32,7 +32,9 @@
  * ends, and waiting would deadlock with the taker, which holds the fence
  * lock and waits for the row.  The writer holds the lock only from
  * PRE_COMMIT to the end of the commit, so an idle or frozen writer never
- * blocks a takeover; a prepared transaction keeps it until COMMIT PREPARED.
+ * blocks a takeover.  PREPARE TRANSACTION of a transaction that recorded a
+ * lease is refused (0A000): it would keep the lock until COMMIT PREPARED and
+ * could commit after the lease expired.
  * Renewals take no fence lock: they change only expires_at, never the token.
  *
  * Speed.  A fenced INSERT must cost little more than an unfenced one, so the
@@ -167,6 +169,14 @@ typedef struct FencedLease
 static List *fenced_leases = NIL;
 
 /*
+ * Set once the commit-time check has run in this transaction: a fenced
+ * write made after it (by another extension's PRE_COMMIT callback that runs
+ * after ours) would hold no fence lock and not be checked again, so it is
+ * refused.  Cleared when the transaction ends.
+ */
+static bool commit_checked = false;
+
+/*
  * What a trigger's arguments say, checked against its table; cached per
  * backend by trigger oid until the next relcache or pg_proc invalidation
  * (ALTER TABLE, DROP TRIGGER, ...), so that statements after the first need
@@ -209,7 +219,7 @@ le_fence_proc_callback(Datum arg, int cacheid, uint32 hashvalue)
 }
 
 /*
- * At commit (or PREPARE): the authoritative check.  For every lease this
+ * At commit: the authoritative check.  For every lease this
  * transaction passed the fence with, take its fence lock in
  * LE_FENCE_WRITER_LOCKMODE (the wait bounded by
  * leader_election.lock_timeout, 55P03), then read the latest committed row
@@ -217,7 +227,7 @@ le_fence_proc_callback(Datum arg, int cacheid, uint32 hashvalue)
  * still the row the write was judged by, that the token is its current one
  * and that the lease is unexpired now.  Otherwise the commit fails with
  * LE001 or LE002 and the transaction is rolled back.  The lock is held from
- * here to the end of the commit (or, after PREPARE, to COMMIT PREPARED).
+ * here to the end of the commit.
  * The one case without the lock: it is taken by someone else and the lease
  * row version read was written by this transaction (see below).
  */
@@ -297,9 +307,30 @@ le_fence_commit_check(void)
 }
 
 /*
- * Transaction end: check the leases written under before commit or
- * PREPARE; forget everything once the transaction is over (its fence
- * locks go with it).
+ * PREPARE TRANSACTION of a transaction that passed the fence: refused.  The
+ * commit-time check would hold the fence lock from PREPARE to COMMIT
+ * PREPARED, however long that takes (blocking every takeover), and COMMIT
+ * PREPARED could still commit the writes after the lease expired.
+ */
+static void
+le_fence_refuse_prepare(void)
+{
+	FencedLease *fl;
+
+	if (fenced_leases == NIL)
+		return;
+	fl = (FencedLease *) linitial(fenced_leases);
+	ereport(ERROR,
+			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			 errmsg("cannot PREPARE a transaction that passed the fence of lease \"%s\"", fl->key),
+			 errdetail("A prepared transaction would hold the lease's fence lock until COMMIT PREPARED and could commit after the lease expired; the transaction is rolled back."),
+			 errhint("Commit fenced writes, le_fence_check() and le_schedule_job() without two-phase commit.")));
+}
+
+/*
+ * Transaction end: check the leases written under before commit, refuse
+ * PREPARE; forget everything once the transaction is over (its fence locks
+ * go with it).
  */
 static void
 le_fence_xact_callback(XactEvent event, void *arg)
@@ -307,8 +338,11 @@ le_fence_xact_callback(XactEvent event, void *arg)
 	switch (event)
 	{
 		case XACT_EVENT_PRE_COMMIT:
-		case XACT_EVENT_PRE_PREPARE:
 			le_fence_commit_check();
+			commit_checked = true;
+			break;
+		case XACT_EVENT_PRE_PREPARE:
+			le_fence_refuse_prepare();
 			break;
 		case XACT_EVENT_PARALLEL_PRE_COMMIT:
 			break;
@@ -316,6 +350,7 @@ le_fence_xact_callback(XactEvent event, void *arg)
 			verified.valid = false;
 			updated_row.valid = false;
 			fenced_leases = NIL;	/* its memory goes with the transaction */
+			commit_checked = false;
 			break;
 	}
 }
@@ -385,8 +420,12 @@ le_fence_remember(Oid nsp, Oid lease_relid, const char *key, const LeaseRow *row
 	MemoryContextSwitchTo(oldcxt);
 }
 
-/* Register the invalidation and transaction callbacks, once per backend. */
-static void
+/*
+ * Register the invalidation and transaction callbacks, once per backend
+ * (from _PG_init, so that the commit-time check is in place before any
+ * commit callback of an extension loaded later can write).
+ */
+void
 le_fence_register_callbacks(void)
 {
 	if (cache_callbacks_registered)
@@ -463,6 +502,13 @@ le_fence_check_lease(Oid nsp, const char *key, int64 token, bool strict)
 	bool		found;
 	TimestampTz now;
 
+	if (commit_checked)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("fenced write after the commit-time check of the fence"),
+				 errdetail("Code running at commit after the fence's check (another extension's commit callback) wrote with fencing token " INT64_FORMAT " of lease \"%s\"; the transaction is rolled back.",
+						   token, key),
+				 errhint("Make fenced writes before COMMIT.")));
 	le_fence_cache_prepare(nsp);
 	now = GetCurrentTimestamp();
 
@@ -841,17 +887,28 @@ le_fence_qualified_name(Oid relid)
 }
 
 /*
- * The relations that carry a fence's TRUNCATE trigger: the table and, for a
- * partitioned table, every partition below it (TRUNCATE of one partition
- * fires only that partition's triggers; row triggers are cloned to
- * partitions by PostgreSQL itself).
+ * The relations that carry a fence's TRUNCATE trigger: the table and every
+ * partition or inheritance child below it (TRUNCATE of one child fires only
+ * that child's triggers).
  */
 static List *
 le_fence_truncate_targets(Oid relid)
 {
+	return find_all_inheritors(relid, AccessShareLock, NULL);
+}
+
+/*
+ * The relations that carry a fence's row trigger: the table and, for a plain
+ * table, every inheritance child below it (an UPDATE or DELETE through the
+ * parent fires the child's row triggers, not the parent's).  Row triggers of
+ * a partitioned table are cloned to its partitions by PostgreSQL itself.
+ */
+static List *
+le_fence_row_targets(Oid relid)
+{
 	if (get_rel_relkind(relid) == RELKIND_PARTITIONED_TABLE)
-		return find_all_inheritors(relid, AccessShareLock, NULL);
-	return list_make1_oid(relid);
+		return list_make1_oid(relid);
+	return find_all_inheritors(relid, AccessShareLock, NULL);
 }
 
 /* Drop our fence triggers from a table (and its partitions); true when there was one. */
@@ -861,10 +918,14 @@ le_fence_drop_triggers(Oid relid)
 	bool		dropped = false;
 	ListCell   *lc;
 
-	if (OidIsValid(get_trigger_oid(relid, LE_FENCE_ROW_TRIGGER, true)))
+	foreach(lc, le_fence_row_targets(relid))
 	{
+		Oid			target = lfirst_oid(lc);
+
+		if (!OidIsValid(get_trigger_oid(target, LE_FENCE_ROW_TRIGGER, true)))
+			continue;
 		le_fence_ddl(psprintf("DROP TRIGGER %s ON %s", quote_identifier(LE_FENCE_ROW_TRIGGER),
-							  le_fence_qualified_name(relid)));
+							  le_fence_qualified_name(target)));
 		dropped = true;
 	}
 	foreach(lc, le_fence_truncate_targets(relid))
@@ -924,8 +985,9 @@ le_fence_refuse_own_table(FunctionCallInfo fcinfo, Relation rel)
 
 /*
  * le_protect(table, lease_key, token_column, mode): attach the fence to a
- * table (the TRUNCATE guard also to each of its partitions; run it again
- * after adding partitions), replacing a fence attached before.  mode 'lease' (default) checks
+ * table (the TRUNCATE guard also to each of its partitions, both also to
+ * each inheritance child; run it again after adding partitions or
+ * children), replacing a fence attached before.  mode 'lease' (default) checks
  * the lease's token; 'strict' also requires the writer's role to be the
  * role that acquired the lease; 'advance' fences with le_fence_advance()
  * on the resource named lease_key instead of a lease.  Runs as the caller,
@@ -940,7 +1002,6 @@ le_protect(PG_FUNCTION_ARGS)
 	char	   *mode;
 	Oid			nsp = get_func_namespace(fcinfo->flinfo->fn_oid);
 	const char *function;
-	char	   *qualified;
 	char	   *args;
 	Relation	rel;
 	Oid			atttypid;
@@ -972,7 +1033,6 @@ le_protect(PG_FUNCTION_ARGS)
 	(void) le_fence_validate(rel, key, column, &atttypid);
 	relation_close(rel, AccessShareLock);
 
-	qualified = le_fence_qualified_name(relid);
 	args = psprintf("%s, %s%s", quote_literal_cstr(key), quote_literal_cstr(column),
 					strcmp(mode, "strict") == 0 ? ", 'strict'" : "");
 	function = quote_qualified_identifier(get_namespace_name(nsp), function);
@@ -980,9 +1040,11 @@ le_protect(PG_FUNCTION_ARGS)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	(void) le_fence_drop_triggers(relid);
-	le_fence_ddl(psprintf("CREATE TRIGGER %s BEFORE INSERT OR UPDATE OR DELETE ON %s"
-						  " FOR EACH ROW EXECUTE FUNCTION %s(%s)",
-						  quote_identifier(LE_FENCE_ROW_TRIGGER), qualified, function, args));
+	foreach(lc, le_fence_row_targets(relid))
+		le_fence_ddl(psprintf("CREATE TRIGGER %s BEFORE INSERT OR UPDATE OR DELETE ON %s"
+							  " FOR EACH ROW EXECUTE FUNCTION %s(%s)",
+							  quote_identifier(LE_FENCE_ROW_TRIGGER),
+							  le_fence_qualified_name(lfirst_oid(lc)), function, args));
 	foreach(lc, le_fence_truncate_targets(relid))
 		le_fence_ddl(psprintf("CREATE TRIGGER %s BEFORE TRUNCATE ON %s"
 							  " FOR EACH STATEMENT EXECUTE FUNCTION %s(%s)",

@@ -141,4 +141,6 @@ _PG_init(void)
 							   le_fencing_token_check, le_fencing_token_assign, NULL);
 
 	le_reserve_guc_prefix("leader_election");
+
+	le_fence_register_callbacks();
 }

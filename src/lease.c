@@ -12,10 +12,13 @@
  *
  * A refused acquire (the lease is validly held by someone else) is the bulk
  * of the traffic when followers poll, so it is answered from a plain read:
- * no row lock, no transaction id, no WAL, no commit flush.  Every call that
- * does change a lease forces a synchronous commit, because an acknowledged
- * grant or renewal that a crash loses lets a token be issued twice or a new
- * owner in while the old one still believes it holds the lease.
+ * no row lock, no transaction id, no WAL, no commit flush.  So is a failed
+ * renew (not the caller's lease, another token, lapsed): a lock it kept
+ * until its transaction ends would block the holder and every takeover.
+ * Every call that does change a lease forces a synchronous commit, because
+ * an acknowledged grant or renewal that a crash loses lets a token be issued
+ * twice or a new owner in while the old one still believes it holds the
+ * lease.
  *
  *-------------------------------------------------------------------------
  */
@@ -233,6 +236,21 @@ le_renew(PG_FUNCTION_ARGS)
 	le_check_writable("renew");
 	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
 
+	/*
+	 * Not ours, another token or lapsed: answer from a plain read, so that a
+	 * failed renew locks nothing (a caller's open transaction would otherwise
+	 * keep the holder's row locked and block its renewals and every
+	 * takeover).
+	 */
+	if (!le_store_read(&st, key, false, &row) ||
+		!le_is_ours(&row, owner, &st) || row.fencing_token != token ||
+		!le_lease_is_valid(&row, GetCurrentTimestamp()))
+	{
+		le_store_end(&st);
+		PG_RETURN_NULL();
+	}
+
+	/* Looks like ours: lock the row and decide again on what it holds now. */
 	if (!le_store_read(&st, key, true, &row))
 	{
 		le_store_end(&st);

@@ -330,21 +330,35 @@ le_check_writable(const char *action)
 static bool le_durable_pending = false;
 
 /*
- * Before commit (or PREPARE) of a transaction that changed a lease, raise
+ * Before commit of a transaction that changed a lease, raise
  * synchronous_commit to on if the caller runs with less (checked then, so a
  * SET LOCAL after the lease call cannot lower it again).  The commit then
  * waits for the synchronous standbys when synchronous_standby_names names
  * any (and is a plain local flush otherwise), so an acknowledged grant,
  * renewal or release survives a failover to such a standby.  The setting is
  * transaction-local: the caller's own value is back once the commit is done.
+ * Such a transaction cannot be prepared (0A000).
  */
 static void
 le_durable_xact_callback(XactEvent event, void *arg)
 {
 	switch (event)
 	{
-		case XACT_EVENT_PRE_COMMIT:
 		case XACT_EVENT_PRE_PREPARE:
+
+			/*
+			 * A prepared lease change would keep the lease row locked until
+			 * COMMIT PREPARED, blocking the holder's renewals and every
+			 * takeover (grants and releases are refused anyway: they NOTIFY).
+			 */
+			if (le_durable_pending)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot PREPARE a transaction that changed a lease"),
+						 errdetail("A prepared transaction would keep the lease row locked until COMMIT PREPARED; the transaction is rolled back."),
+						 errhint("Call le_renew(), le_acquire() and le_release() in transactions committed without two-phase commit.")));
+			break;
+		case XACT_EVENT_PRE_COMMIT:
 			if (le_durable_pending && synchronous_commit < SYNCHRONOUS_COMMIT_ON)
 				(void) set_config_option("synchronous_commit", "on",
 										 PGC_USERSET, PGC_S_SESSION,

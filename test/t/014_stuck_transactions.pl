@@ -1,12 +1,13 @@
 # Rule 8 of issue 2 (no call waits without bound), across a server restart:
-# a PREPARE TRANSACTION that holds lease rows (or, as a fenced writer, a
-# lease's fence lock) survives a clean restart and a crash (`pg_ctl stop -m
-# immediate`); afterwards le_acquire, le_renew, le_release and
-# le_force_release blocked by it fail with SQLSTATE 55P03 after about
+# a PREPARE TRANSACTION that holds lease rows (a superuser's SELECT ... FOR
+# UPDATE of le_lease: the API itself refuses to prepare a lease change or a
+# fenced transaction, 0A000, checked first) survives a clean restart and a
+# crash (`pg_ctl stop -m immediate`); afterwards le_acquire, le_renew and
+# le_release blocked by it fail with SQLSTATE 55P03 after about
 # leader_election.lock_timeout instead of hanging, a refusal of a validly
-# held lease is answered at once, a fenced writer does not block renewals,
-# and COMMIT PREPARED / ROLLBACK PREPARED free the leases again.  (The isolation spec lease_stuck covers
-# the same without a restart.)
+# held lease and a failed renew are answered at once, and COMMIT PREPARED /
+# ROLLBACK PREPARED free the leases again.  (The isolation spec lease_stuck
+# covers the same without a restart.)
 use strict;
 use warnings;
 
@@ -52,29 +53,40 @@ my $lapsed = $node->safe_psql('postgres',
 $node->poll_query_until('postgres', "SELECT NOT is_valid FROM le_leases WHERE lease_key = 'lapsed'")
   or die 'lease lapsed did not expire';
 
-# Two prepared transactions that hold the rows: a renewal of the valid lease
-# (grants and releases send a NOTIFY and cannot be prepared) and a failed
-# renewal of the lapsed one (it still locked the row).
-$node->safe_psql('postgres',
-	"BEGIN; SELECT le_renew('valid', 'a', $valid, '50 minutes'); PREPARE TRANSACTION 'stuck_valid';");
-is($node->safe_psql('postgres',
-		"BEGIN; SELECT le_renew('lapsed', 'a', $lapsed) IS NULL; PREPARE TRANSACTION 'stuck_lapsed';"),
-	't', 'the renewal of the lapsed lease returned NULL but keeps its row locked');
-
-# A third one: a fenced writer (le_fence_check keeps the lease's fence lock
-# to the end of its transaction) of the valid lease 'fenced'.
+# The API refuses to prepare what would hold a lease row or fence lock: a
+# renewal (grants and releases send a NOTIFY and cannot be prepared either)
+# and a transaction that passed the fence.  Nothing is prepared, nothing
+# applied.
 my $fenced = $node->safe_psql('postgres', "SELECT fencing_token FROM le_acquire('fenced', 'f', '30 minutes')");
+for my $case (
+	[ 'a renewal', "SELECT le_renew('valid', 'a', $valid, '50 minutes')", 'changed a lease' ],
+	[ 'a fenced transaction', "SELECT le_fence_check('fenced', $fenced)", 'passed the fence of lease "fenced"' ])
+{
+	my ($what, $sql, $msg) = @$case;
+	my ($ret, $out, $err) = $node->psql('postgres',
+		"\\set VERBOSITY verbose\nBEGIN;\n$sql;\nPREPARE TRANSACTION 'refused';");
+	like($err, qr/0A000: cannot PREPARE a transaction that \Q$msg\E/, "PREPARE of $what is refused with 0A000");
+	like($err, qr/HINT:  .*without two-phase commit/, "the refusal of $what hints at committing without two-phase commit");
+}
+is($node->safe_psql('postgres', 'SELECT count(*) FROM pg_prepared_xacts'), '0', 'no refused transaction was prepared');
+is($node->safe_psql('postgres',
+		"SELECT expires_at < clock_timestamp() + interval '40 minutes' FROM le_leases WHERE lease_key = 'valid'"),
+	't', 'the refused renewal (50 minutes) was not applied');
+is($node->safe_psql('postgres', "SELECT le_release('fenced', 'f', $fenced)"),
+	't', 'the refused fenced transaction left no fence lock behind: the release works at once');
+
+# Two prepared transactions that hold the rows (superuser row locks): the
+# valid lease's and the lapsed lease's.
 $node->safe_psql('postgres',
-	"BEGIN; SELECT le_fence_check('fenced', $fenced); PREPARE TRANSACTION 'stuck_writer';");
+	"BEGIN; SELECT 1 FROM le_lease WHERE lease_key = 'valid' FOR UPDATE; PREPARE TRANSACTION 'stuck_valid';");
+$node->safe_psql('postgres',
+	"BEGIN; SELECT 1 FROM le_lease WHERE lease_key = 'lapsed' FOR UPDATE; PREPARE TRANSACTION 'stuck_lapsed';");
 
 my %calls = (
 	'acquire of the lapsed lease' => "SELECT le_acquire('lapsed', 'b', '1 minute')",
-	'renew of the lapsed lease' => "SELECT le_renew('lapsed', 'a', $lapsed)",
 	'renew of the valid lease' => "SELECT le_renew('valid', 'a', $valid)",
 	'release of the valid lease' => "SELECT le_release('valid', 'a', $valid)",
-	'force release of the valid lease' => "SELECT le_force_release('valid')",
-	'release of the fenced lease' => "SELECT le_release('fenced', 'f', $fenced)",
-	'force release of the fenced lease' => "SELECT le_force_release('fenced')",);
+	'force release of the valid lease' => "SELECT le_force_release('valid')",);
 
 for my $restart ('clean restart', 'crash (pg_ctl stop -m immediate)')
 {
@@ -89,7 +101,7 @@ for my $restart ('clean restart', 'crash (pg_ctl stop -m immediate)')
 	}
 	note "injected: $restart with two prepared transactions holding lease rows";
 	is($node->safe_psql('postgres', 'SELECT string_agg(gid, \',\' ORDER BY gid) FROM pg_prepared_xacts'),
-		'stuck_lapsed,stuck_valid,stuck_writer', "[$restart] the prepared transactions survived");
+		'stuck_lapsed,stuck_valid', "[$restart] the prepared transactions survived");
 
 	for my $what (sort keys %calls)
 	{
@@ -113,10 +125,10 @@ for my $restart ('clean restart', 'crash (pg_ctl stop -m immediate)')
 	is($node->safe_psql('postgres', "SELECT acquired FROM le_acquire('valid', 'b', '1 minute')"),
 		'f', "[$restart] the answer is a refusal");
 
-	# The prepared fenced writer blocks token changes, not renewals.
+	# A failed renew (the lapsed lease) is decided without the row lock.
 	($state, undef, $waited) = split /\|/, $node->safe_psql('postgres',
-		"SELECT * FROM try_call(\$\$SELECT le_renew('fenced', 'f', $fenced, '30 minutes')\$\$)");
-	is($state, 'ok', "[$restart] the holder of the fenced lease renews despite the prepared writer");
+		"SELECT * FROM try_call(\$\$SELECT le_renew('lapsed', 'a', $lapsed)\$\$)");
+	is($state, 'ok', "[$restart] a renew of the lapsed lease is answered");
 	cmp_ok($waited, '<', $lock_timeout_s * 0.9, "[$restart] without waiting (${waited}s)");
 }
 
@@ -126,15 +138,9 @@ my ($b_acq, $b_tok) = split / /, $node->safe_psql('postgres',
 	"SELECT acquired || ' ' || fencing_token FROM le_acquire('lapsed', 'b', '1 minute')");
 ok($b_acq eq 'true' && $b_tok > $lapsed,
 	"after ROLLBACK PREPARED the lapsed lease goes to b with a higher token ($b_tok > $lapsed)");
-$node->safe_psql('postgres', "COMMIT PREPARED 'stuck_writer'");
-is($node->safe_psql('postgres', "SELECT le_release('fenced', 'f', $fenced)"),
-	't', 'after COMMIT PREPARED of the writer the fenced lease is released');
 $node->safe_psql('postgres', "COMMIT PREPARED 'stuck_valid'");
-is($node->safe_psql('postgres',
-		"SELECT expires_at > clock_timestamp() + interval '40 minutes' FROM le_leases WHERE lease_key = 'valid'"),
-	't', 'COMMIT PREPARED applied the prepared renewal (50 minutes)');
 is($node->safe_psql('postgres', "SELECT le_renew('valid', 'a', $valid, '1 minute') IS NOT NULL"),
-	't', 'after COMMIT PREPARED the holder renews again');
+	't', 'after COMMIT PREPARED of the row lock the holder renews again');
 is($node->safe_psql('postgres', "SELECT le_release('valid', 'a', $valid)"),
 	't', 'and releases');
 
