@@ -31,6 +31,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -60,6 +61,12 @@
 #define EXIT_NO_EXTENSION	78	/* extension leader_election not installed */
 #define EXIT_LOST			79	/* leadership lost while the command ran */
 #define EXIT_UNHEALTHY		80	/* liveness check failed, or the command was stopped */
+/*
+ * Shortest --statement-timeout: below it a round trip to a server that is
+ * merely busy times out, and an acquire that timed out after it was sent
+ * may still be granted on the server (see doc/client.md).
+ */
+#define MIN_STATEMENT_TIMEOUT_MS 100
 #define EXIT_WAIT_TIMEOUT	81	/* not leading within --wait-timeout; status/release --timeout */
 #define EXIT_GUARD_LOST		82	/* the command's supervisor died */
 #define EXIT_STANDBY		76	/* --no-wait: the server is a standby (SQLSTATE 25006) */
@@ -176,7 +183,8 @@ mask_dsn(const char *dsn, char *out, size_t len)
 	const char *s = dsn;
 	bool		uri = strncmp(dsn, "postgres://", 11) == 0 || strncmp(dsn, "postgresql://", 13) == 0;
 
-#define PUT(c) do { if (o + 1 < len) out[o++] = (c); } while (0)
+	/* c is evaluated exactly once, also when out is full (PUT(*s++) advances s) */
+#define PUT(c) do { char put_c_ = (c); if (o + 1 < len) out[o++] = put_c_; } while (0)
 	if (uri)
 	{
 		const char *start = strstr(dsn, "://") + 3;
@@ -532,6 +540,35 @@ duration_arg(const char *opt, const char *val)
 	return ms;
 }
 
+/*
+ * Check a --heartbeat-file path or exit with a usage error: not empty, not
+ * longer than PATH_MAX, not a directory, in a directory that exists (the
+ * command creates the file; its absence counts as a missed heartbeat).
+ */
+static void
+check_heartbeat_file(const char *path)
+{
+	struct stat sb;
+	char		dir[PATH_MAX];
+	const char *slash;
+
+	if (path[0] == '\0')
+		usage_error("--heartbeat-file must not be empty");
+	if (strlen(path) >= PATH_MAX)
+		usage_error("--heartbeat-file is longer than %d bytes", PATH_MAX - 1);
+	if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+		usage_error("--heartbeat-file \"%s\" is a directory", path);
+	slash = strrchr(path, '/');
+	if (slash == NULL)
+		snprintf(dir, sizeof(dir), ".");
+	else if (slash == path)
+		snprintf(dir, sizeof(dir), "/");
+	else
+		snprintf(dir, sizeof(dir), "%.*s", (int) (slash - path), path);
+	if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+		usage_error("--heartbeat-file \"%s\": directory \"%s\" does not exist", path, dir);
+}
+
 /* Options of all subcommands. */
 typedef struct options
 {
@@ -645,6 +682,10 @@ parse_options(int argc, char **argv, options *o)
 				break;
 			case 8:
 				o->statement_timeout = duration_arg("statement-timeout", optarg);
+				if (o->statement_timeout < MIN_STATEMENT_TIMEOUT_MS)
+					usage_error("--statement-timeout %s is too short: at least %dms "
+								"(an acquire that times out after it was sent may still be granted)",
+								optarg, MIN_STATEMENT_TIMEOUT_MS);
 				break;
 			case 9:
 				o->no_wait = true;
@@ -698,6 +739,10 @@ parse_options(int argc, char **argv, options *o)
 	o->command = argv + optind;
 	if ((o->heartbeat_file == NULL) != (o->heartbeat_timeout == 0))
 		usage_error("--heartbeat-file and --heartbeat-timeout go together");
+	if (o->heartbeat_file != NULL)
+		check_heartbeat_file(o->heartbeat_file);
+	if (o->timeout <= 0)
+		usage_error("--timeout must be positive");
 }
 
 /*
