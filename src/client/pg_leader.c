@@ -890,6 +890,82 @@ exec_or_exit(PGconn *conn, const char *what, const char *sql, int n, const char 
 	return NULL;
 }
 
+/*
+ * Settle an acquire whose outcome is unknown before exiting without
+ * leadership.  An le_acquire that timed out on our side after it was sent
+ * may still commit on the server and leave the lease held under our owner
+ * id until its ttl ends (and later attempts of ours are then refused as an
+ * owner-id conflict).  So, when the owner id is pg_leader's own (unique to
+ * this process; an id given with --owner may be shared, and the lease then
+ * someone else's), acquire once more on a new connection (this waits for
+ * the row lock of a grant still in progress) and release whatever we get.
+ * Best effort, bounded by --connect-timeout plus the ttl for each of the two
+ * statements (a grant we cannot see within the ttl has expired anyway).
+ */
+static void
+settle_unknown_acquire(const options *o, const char *owner_id)
+{
+	char		err[1024];
+	char		schema[256];
+	char		sql[800];
+	char		ttl[64];
+	char		token[32];
+	const char *params[3];
+	PGconn	   *conn;
+	PGresult   *r;
+	char	   *q;
+	bool		timedout;
+	bool		released = false;
+
+	if (o->owner != NULL)
+		return;
+	if (le_connect(o->dsn, "pg_leader", o->connect_timeout, &conn, schema, sizeof(schema),
+				   err, sizeof(err)) != LE_OK)
+	{
+		log_event("warning", 0, NULL, NULL, "could not check for a grant of the timed-out acquire: %s", err);
+		return;
+	}
+	q = PQescapeIdentifier(conn, schema, strlen(schema));
+	if (q == NULL)
+	{
+		PQfinish(conn);
+		return;
+	}
+	snprintf(sql, sizeof(sql), "SELECT acquired, fencing_token FROM %s.le_acquire($1, $2, $3::pg_catalog.interval)", q);
+	PQfreemem(q);
+	snprintf(ttl, sizeof(ttl), "%" PRId64 " milliseconds", o->ttl);
+	params[0] = o->lease;
+	params[1] = owner_id;
+	params[2] = ttl;
+	r = le_exec(conn, sql, 3, params, o->ttl, err, sizeof(err), &timedout);
+	if (r != NULL && PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1 &&
+		strcmp(PQgetvalue(r, 0, 0), "t") == 0)
+	{
+		snprintf(token, sizeof(token), "%s", PQgetvalue(r, 0, 1));
+		PQclear(r);
+		q = PQescapeIdentifier(conn, schema, strlen(schema));
+		if (q == NULL)
+		{
+			PQfinish(conn);
+			return;
+		}
+		snprintf(sql, sizeof(sql), "SELECT %s.le_release($1, $2, $3::pg_catalog.int8)", q);
+		PQfreemem(q);
+		params[2] = token;
+		r = le_exec(conn, sql, 3, params, o->ttl, err, sizeof(err), &timedout);
+		released = r != NULL && PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1 &&
+			strcmp(PQgetvalue(r, 0, 0), "t") == 0;
+		log_event(released ? "released" : "warning", 0, NULL, NULL,
+				  "%s token %s, held under our owner id after an acquire timed out%s%s",
+				  released ? "released" : "could not release", token,
+				  released ? "" : ": ", released ? "" : err);
+	}
+	else if (r == NULL || PQresultStatus(r) != PGRES_TUPLES_OK)
+		log_event("warning", 0, NULL, NULL, "could not check for a grant of the timed-out acquire: %s", err);
+	PQclear(r);
+	PQfinish(conn);
+}
+
 /* Check a DSN's syntax up front: bad DSNs are usage errors (shown with passwords masked). */
 static void
 check_dsn(const char *dsn)
@@ -1344,6 +1420,8 @@ cmd_run(options *o)
 			le_elector_stop(e);
 			status = no_wait_status(answered, &st, why, sizeof(why));
 			log_event("not_acquired", 0, NULL, NULL, "%s", why);
+			if (st.last_error == LE_ERR_TIMEOUT || st.owner_conflicts > 0)
+				settle_unknown_acquire(o, log_owner);
 			le_elector_destroy(e);
 			return status;
 		}
@@ -1630,6 +1708,14 @@ cmd_run(options *o)
 	if (command_done && le_elector_is_leader(e, NULL))
 		le_elector_resign(e);
 	le_elector_stop(e);
+	{
+		le_status	st;
+
+		le_elector_status(e, &st);
+		if (!st.leading && st.period == 0 &&
+			(st.last_error == LE_ERR_TIMEOUT || st.owner_conflicts > 0))
+			settle_unknown_acquire(o, log_owner);
+	}
 	le_elector_destroy(e);
 	log_event("exit", 0, NULL, NULL, "status %d", exit_status);
 	return exit_status;

@@ -173,8 +173,24 @@ like($err, qr/owner id is not valid UTF-8/, 'explained');
 is($rc, 0, 'a key with 2-, 3- and 4-byte UTF-8 characters works');
 ($rc, $out, $err) = cli('run', '-d', $dsn, '-l', 'k-stmt', '--no-wait', '--statement-timeout=1ms', '--', 'true');
 is($rc, 64, '--statement-timeout below 100ms: usage (64)');
-is($node->safe_psql('postgres', "SELECT count(*) FROM le_lease_history WHERE lease_key = 'k-stmt'"), '0',
+is($node->safe_psql('postgres', "SELECT (SELECT count(*) FROM le_lease WHERE lease_key = 'k-stmt') + (SELECT count(*) FROM le_lease_history WHERE lease_key = 'k-stmt')"), '0',
 	'and nothing was acquired');
+# an acquire that times out on our side but is granted on the server afterwards: the row
+# lock held here makes le_acquire wait past --statement-timeout; the grant commits when
+# the lock goes, under pg_leader's own owner id, and pg_leader must not leave it held
+$node->safe_psql('postgres', "SELECT le_acquire('k-unknown', 'sql-o', '1 minute'); SELECT le_force_release('k-unknown')");
+my $rowlock = IPC::Run::start(
+	[ 'psql', '-X', '-q', '-d', $dsn, '-c',
+	  "BEGIN; SELECT 1 FROM le_lease WHERE lease_key = 'k-unknown' FOR UPDATE; SELECT pg_sleep(1.5); COMMIT;" ],
+	'>', \my $rlo, '2>', \my $rle);
+wait_for(sub { $node->safe_psql('postgres', "SELECT count(*) FROM pg_locks WHERE relation = 'le_lease'::regclass AND mode = 'RowShareLock' AND granted AND pid <> pg_backend_pid()") eq '1' }, 10);
+($rc, $out, $err) = cli('run', '-d', $dsn, '-l', 'k-unknown', '--ttl', '30s', '--no-wait',
+	'--statement-timeout=300ms', '--', 'true');
+$rowlock->finish;
+is($rc, 81, 'acquire timed out: 81');
+is($node->safe_psql('postgres', "SELECT count(*) FROM le_leases WHERE lease_key = 'k-unknown' AND is_valid"), '0',
+	'the late grant under pg_leader\'s owner id was released, not left until its ttl ends');
+like($err, qr/held under our owner id after an acquire timed out/, 'and that is logged');
 for my $hb ('', '/', "$dir/no-such-dir/hb", "$dir/" . ('x' x 5000))
 {
 	($rc, $out, $err) = cli('run', '-d', $dsn, '-l', 'k-hb', '--no-wait', '--heartbeat-timeout=1h',
