@@ -158,7 +158,6 @@ extern void le_set_err(char *err, size_t errlen, const char *fmt,...)
 extern void le_copy_str(char *dst, size_t len, const char *src);
 extern void le_copy_msg(char *dst, size_t len, const char *msg);
 extern void le_sanitize(char *s);
-extern bool le_valid_utf8(const char *s);
 extern uint64_t le_random_u64(void);
 extern uint64_t le_next_rand(uint64_t *state);
 extern int64_t le_jittered(uint64_t *rng, int64_t ms, int pct);

@@ -743,6 +743,11 @@ parse_options(int argc, char **argv, options *o)
 		check_heartbeat_file(o->heartbeat_file);
 	if (o->timeout <= 0)
 		usage_error("--timeout must be positive");
+	/* the server rejects these with 22021: a usage error for every subcommand */
+	if (o->lease != NULL && !le_valid_utf8(o->lease))
+		usage_error("lease key is not valid UTF-8");
+	if (o->owner != NULL && !le_valid_utf8(o->owner))
+		usage_error("owner id is not valid UTF-8");
 }
 
 /*
