@@ -1425,7 +1425,8 @@ cmd_run(options *o)
 			le_elector_stop(e);
 			status = no_wait_status(answered, &st, why, sizeof(why));
 			log_event("not_acquired", 0, NULL, NULL, "%s", why);
-			if (st.last_error == LE_ERR_TIMEOUT || st.owner_conflicts > 0)
+			/* no answer in time: the attempt may have been granted after all */
+			if (!answered || st.last_error == LE_ERR_TIMEOUT || st.owner_conflicts > 0)
 				settle_unknown_acquire(o, log_owner);
 			le_elector_destroy(e);
 			return status;
