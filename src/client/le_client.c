@@ -65,6 +65,16 @@ le_elector_create(const le_config *cfg, char *err, size_t errlen)
 		le_set_err(err, errlen, "owner id must be 1 to %d bytes", LE_MAX_OWNER_LEN);
 		return NULL;
 	}
+	if (!le_valid_utf8(c.lease_key))
+	{
+		le_set_err(err, errlen, "lease key is not valid UTF-8");
+		return NULL;
+	}
+	if (c.owner_id != NULL && !le_valid_utf8(c.owner_id))
+	{
+		le_set_err(err, errlen, "owner id is not valid UTF-8");
+		return NULL;
+	}
 	if (c.ttl_ms < 100 || c.ttl_ms > (int64_t) 30 * 24 * 3600 * 1000)
 	{
 		le_set_err(err, errlen, "ttl must be between 100ms and 30 days, got %" PRId64 " ms", c.ttl_ms);

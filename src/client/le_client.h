@@ -270,6 +270,12 @@ extern const char *le_stop_reason_name(le_stop_reason reason);
 extern bool le_parse_duration_ms(const char *text, int64_t *ms);
 
 /*
+ * Is s well-formed UTF-8?  Lease keys and owner ids must be (the server
+ * rejects anything else with SQLSTATE 22021); le_elector_create checks.
+ */
+extern bool le_valid_utf8(const char *s);
+
+/*
  * Connect within timeout_ms (a connection string or URI; "" uses the PG*
  * environment), with the elector's defaults (TCP keepalives,
  * tcp_user_timeout, target_session_attrs=read-write for several hosts)

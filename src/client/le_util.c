@@ -244,3 +244,55 @@ le_block_signals(void)
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, NULL);
 }
+
+/*
+ * Is s well-formed UTF-8 (no overlong forms, surrogates or code points
+ * above U+10FFFF, no NUL)?  The server rejects anything else with 22021,
+ * so keys and owner ids are checked before they are sent.
+ */
+bool
+le_valid_utf8(const char *s)
+{
+	const unsigned char *p = (const unsigned char *) s;
+
+	while (*p)
+	{
+		unsigned char c = *p;
+		int			n;
+		uint32_t	cp;
+
+		if (c < 0x80)
+		{
+			p++;
+			continue;
+		}
+		if (c >= 0xc2 && c <= 0xdf)
+		{
+			n = 1;
+			cp = c & 0x1f;
+		}
+		else if (c >= 0xe0 && c <= 0xef)
+		{
+			n = 2;
+			cp = c & 0x0f;
+		}
+		else if (c >= 0xf0 && c <= 0xf4)
+		{
+			n = 3;
+			cp = c & 0x07;
+		}
+		else
+			return false;
+		for (int i = 1; i <= n; i++)
+		{
+			if ((p[i] & 0xc0) != 0x80)
+				return false;	/* also stops at the terminating NUL */
+			cp = (cp << 6) | (p[i] & 0x3f);
+		}
+		if ((n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) ||
+			(cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
+			return false;
+		p += n + 1;
+	}
+	return true;
+}

@@ -31,6 +31,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -60,6 +61,12 @@
 #define EXIT_NO_EXTENSION	78	/* extension leader_election not installed */
 #define EXIT_LOST			79	/* leadership lost while the command ran */
 #define EXIT_UNHEALTHY		80	/* liveness check failed, or the command was stopped */
+/*
+ * Shortest --statement-timeout: below it a round trip to a server that is
+ * merely busy times out, and an acquire that timed out after it was sent
+ * may still be granted on the server (see doc/client.md).
+ */
+#define MIN_STATEMENT_TIMEOUT_MS 100
 #define EXIT_WAIT_TIMEOUT	81	/* not leading within --wait-timeout; status/release --timeout */
 #define EXIT_GUARD_LOST		82	/* the command's supervisor died */
 #define EXIT_STANDBY		76	/* --no-wait: the server is a standby (SQLSTATE 25006) */
@@ -176,7 +183,8 @@ mask_dsn(const char *dsn, char *out, size_t len)
 	const char *s = dsn;
 	bool		uri = strncmp(dsn, "postgres://", 11) == 0 || strncmp(dsn, "postgresql://", 13) == 0;
 
-#define PUT(c) do { if (o + 1 < len) out[o++] = (c); } while (0)
+	/* c is evaluated exactly once, also when out is full (PUT(*s++) advances s) */
+#define PUT(c) do { char put_c_ = (c); if (o + 1 < len) out[o++] = put_c_; } while (0)
 	if (uri)
 	{
 		const char *start = strstr(dsn, "://") + 3;
@@ -532,6 +540,35 @@ duration_arg(const char *opt, const char *val)
 	return ms;
 }
 
+/*
+ * Check a --heartbeat-file path or exit with a usage error: not empty, not
+ * longer than PATH_MAX, not a directory, in a directory that exists (the
+ * command creates the file; its absence counts as a missed heartbeat).
+ */
+static void
+check_heartbeat_file(const char *path)
+{
+	struct stat sb;
+	char		dir[PATH_MAX];
+	const char *slash;
+
+	if (path[0] == '\0')
+		usage_error("--heartbeat-file must not be empty");
+	if (strlen(path) >= PATH_MAX)
+		usage_error("--heartbeat-file is longer than %d bytes", PATH_MAX - 1);
+	if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+		usage_error("--heartbeat-file \"%s\" is a directory", path);
+	slash = strrchr(path, '/');
+	if (slash == NULL)
+		snprintf(dir, sizeof(dir), ".");
+	else if (slash == path)
+		snprintf(dir, sizeof(dir), "/");
+	else
+		snprintf(dir, sizeof(dir), "%.*s", (int) (slash - path), path);
+	if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+		usage_error("--heartbeat-file \"%s\": directory \"%s\" does not exist", path, dir);
+}
+
 /* Options of all subcommands. */
 typedef struct options
 {
@@ -645,6 +682,10 @@ parse_options(int argc, char **argv, options *o)
 				break;
 			case 8:
 				o->statement_timeout = duration_arg("statement-timeout", optarg);
+				if (o->statement_timeout < MIN_STATEMENT_TIMEOUT_MS)
+					usage_error("--statement-timeout %s is too short: at least %dms "
+								"(an acquire that times out after it was sent may still be granted)",
+								optarg, MIN_STATEMENT_TIMEOUT_MS);
 				break;
 			case 9:
 				o->no_wait = true;
@@ -698,6 +739,15 @@ parse_options(int argc, char **argv, options *o)
 	o->command = argv + optind;
 	if ((o->heartbeat_file == NULL) != (o->heartbeat_timeout == 0))
 		usage_error("--heartbeat-file and --heartbeat-timeout go together");
+	if (o->heartbeat_file != NULL)
+		check_heartbeat_file(o->heartbeat_file);
+	if (o->timeout <= 0)
+		usage_error("--timeout must be positive");
+	/* the server rejects these with 22021: a usage error for every subcommand */
+	if (o->lease != NULL && !le_valid_utf8(o->lease))
+		usage_error("lease key is not valid UTF-8");
+	if (o->owner != NULL && !le_valid_utf8(o->owner))
+		usage_error("owner id is not valid UTF-8");
 }
 
 /*
@@ -843,6 +893,82 @@ exec_or_exit(PGconn *conn, const char *what, const char *sql, int n, const char 
 		fatal(EXIT_WAIT_TIMEOUT, "%s: no answer within --timeout %" PRId64 "ms", what, timeout_ms);
 	fatal(EXIT_CONNECT, "%s failed: %s", what, msg[0] ? msg : "no result");
 	return NULL;
+}
+
+/*
+ * Settle an acquire whose outcome is unknown before exiting without
+ * leadership.  An le_acquire that timed out on our side after it was sent
+ * may still commit on the server and leave the lease held under our owner
+ * id until its ttl ends (and later attempts of ours are then refused as an
+ * owner-id conflict).  So, when the owner id is pg_leader's own (unique to
+ * this process; an id given with --owner may be shared, and the lease then
+ * someone else's), acquire once more on a new connection (this waits for
+ * the row lock of a grant still in progress) and release whatever we get.
+ * Best effort, bounded by --connect-timeout plus the ttl for each of the two
+ * statements (a grant we cannot see within the ttl has expired anyway).
+ */
+static void
+settle_unknown_acquire(const options *o, const char *owner_id)
+{
+	char		err[1024];
+	char		schema[256];
+	char		sql[800];
+	char		ttl[64];
+	char		token[32];
+	const char *params[3];
+	PGconn	   *conn;
+	PGresult   *r;
+	char	   *q;
+	bool		timedout;
+	bool		released = false;
+
+	if (o->owner != NULL)
+		return;
+	if (le_connect(o->dsn, "pg_leader", o->connect_timeout, &conn, schema, sizeof(schema),
+				   err, sizeof(err)) != LE_OK)
+	{
+		log_event("warning", 0, NULL, NULL, "could not check for a grant of the timed-out acquire: %s", err);
+		return;
+	}
+	q = PQescapeIdentifier(conn, schema, strlen(schema));
+	if (q == NULL)
+	{
+		PQfinish(conn);
+		return;
+	}
+	snprintf(sql, sizeof(sql), "SELECT acquired, fencing_token FROM %s.le_acquire($1, $2, $3::pg_catalog.interval)", q);
+	PQfreemem(q);
+	snprintf(ttl, sizeof(ttl), "%" PRId64 " milliseconds", o->ttl);
+	params[0] = o->lease;
+	params[1] = owner_id;
+	params[2] = ttl;
+	r = le_exec(conn, sql, 3, params, o->ttl, err, sizeof(err), &timedout);
+	if (r != NULL && PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1 &&
+		strcmp(PQgetvalue(r, 0, 0), "t") == 0)
+	{
+		snprintf(token, sizeof(token), "%s", PQgetvalue(r, 0, 1));
+		PQclear(r);
+		q = PQescapeIdentifier(conn, schema, strlen(schema));
+		if (q == NULL)
+		{
+			PQfinish(conn);
+			return;
+		}
+		snprintf(sql, sizeof(sql), "SELECT %s.le_release($1, $2, $3::pg_catalog.int8)", q);
+		PQfreemem(q);
+		params[2] = token;
+		r = le_exec(conn, sql, 3, params, o->ttl, err, sizeof(err), &timedout);
+		released = r != NULL && PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1 &&
+			strcmp(PQgetvalue(r, 0, 0), "t") == 0;
+		log_event(released ? "released" : "warning", 0, NULL, NULL,
+				  "%s token %s, held under our owner id after an acquire timed out%s%s",
+				  released ? "released" : "could not release", token,
+				  released ? "" : ": ", released ? "" : err);
+	}
+	else if (r == NULL || PQresultStatus(r) != PGRES_TUPLES_OK)
+		log_event("warning", 0, NULL, NULL, "could not check for a grant of the timed-out acquire: %s", err);
+	PQclear(r);
+	PQfinish(conn);
 }
 
 /* Check a DSN's syntax up front: bad DSNs are usage errors (shown with passwords masked). */
@@ -1299,6 +1425,9 @@ cmd_run(options *o)
 			le_elector_stop(e);
 			status = no_wait_status(answered, &st, why, sizeof(why));
 			log_event("not_acquired", 0, NULL, NULL, "%s", why);
+			/* no answer in time: the attempt may have been granted after all */
+			if (!answered || st.last_error == LE_ERR_TIMEOUT || st.owner_conflicts > 0)
+				settle_unknown_acquire(o, log_owner);
 			le_elector_destroy(e);
 			return status;
 		}
@@ -1585,6 +1714,14 @@ cmd_run(options *o)
 	if (command_done && le_elector_is_leader(e, NULL))
 		le_elector_resign(e);
 	le_elector_stop(e);
+	{
+		le_status	st;
+
+		le_elector_status(e, &st);
+		if (!st.leading && st.period == 0 &&
+			(st.last_error == LE_ERR_TIMEOUT || st.owner_conflicts > 0))
+			settle_unknown_acquire(o, log_owner);
+	}
 	le_elector_destroy(e);
 	log_event("exit", 0, NULL, NULL, "status %d", exit_status);
 	return exit_status;

@@ -149,6 +149,62 @@ like($err, qr/password=\*\*\*\*/, 'but masked');
 is($rc, 64, 'bad URI: usage');
 unlike($err, qr/sekret2/, 'the URI password is not echoed, not even in libpq\'s message');
 
+# --- bad input ends quickly with a usage error (sweep findings) -----------------------------
+# a 100 kB connection string that is not a DSN: the password masking used to loop forever
+{
+	my ($o, $e) = ('', '');
+	my $t0 = time();
+	my $ok = eval {
+		IPC::Run::run([ pg_leader_cmd(), 'status', '-d', 'x' x 100000 ], '<', \undef, '>', \$o, '2>', \$e,
+			IPC::Run::timeout(30));
+		1;
+	};
+	ok($ok, 'status with a 100 kB non-DSN connection string ends');
+	is($ok ? $? >> 8 : 'hung', 64, 'with a usage error');
+	cmp_ok(length($e), '<', 10000, 'without echoing all of it');
+}
+($rc, $out, $err) = cli('run', '-d', $dsn, '-l', "\xc3\x28\xff", '--no-wait', '--', 'true');
+is($rc, 64, 'invalid UTF-8 lease key: usage (64), not sent to the server');
+like($err, qr/lease key is not valid UTF-8/, 'explained');
+($rc, $out, $err) = cli('run', '-d', $dsn, '-l', 'k-utf8', '--owner', "o\xed\xa0\x80", '--no-wait', '--', 'true');
+is($rc, 64, 'invalid UTF-8 owner id (a surrogate): usage (64)');
+like($err, qr/owner id is not valid UTF-8/, 'explained');
+($rc, $out, $err) = cli('release', '-d', $dsn, '-l', "\xc3\x28", '--owner', 'o', '--token', '1');
+is($rc, 64, 'release: invalid UTF-8 lease key: usage (64)');
+($rc, $out, $err) = cli('status', '-d', $dsn, '-l', "\xff");
+is($rc, 64, 'status: invalid UTF-8 lease key: usage (64)');
+($rc, $out, $err) = cli('run', '-d', $dsn, '-l', "k-\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", '--no-wait', '--', 'true');
+is($rc, 0, 'a key with 2-, 3- and 4-byte UTF-8 characters works');
+($rc, $out, $err) = cli('run', '-d', $dsn, '-l', 'k-stmt', '--no-wait', '--statement-timeout=1ms', '--', 'true');
+is($rc, 64, '--statement-timeout below 100ms: usage (64)');
+is($node->safe_psql('postgres', "SELECT (SELECT count(*) FROM le_lease WHERE lease_key = 'k-stmt') + (SELECT count(*) FROM le_lease_history WHERE lease_key = 'k-stmt')"), '0',
+	'and nothing was acquired');
+# an acquire that times out on our side but is granted on the server afterwards: the row
+# lock held here makes le_acquire wait past --statement-timeout; the grant commits when
+# the lock goes, under pg_leader's own owner id, and pg_leader must not leave it held
+$node->safe_psql('postgres', "SELECT le_acquire('k-unknown', 'sql-o', '1 minute'); SELECT le_force_release('k-unknown')");
+my $rowlock = IPC::Run::start(
+	[ 'psql', '-X', '-q', '-d', $dsn, '-c',
+	  "BEGIN; SELECT 1 FROM le_lease WHERE lease_key = 'k-unknown' FOR UPDATE; SELECT pg_sleep(1.5); COMMIT;" ],
+	'>', \my $rlo, '2>', \my $rle);
+wait_for(sub { $node->safe_psql('postgres', "SELECT count(*) FROM pg_locks WHERE relation = 'le_lease'::regclass AND mode = 'RowShareLock' AND granted AND pid <> pg_backend_pid()") eq '1' }, 10);
+($rc, $out, $err) = cli('run', '-d', $dsn, '-l', 'k-unknown', '--ttl', '30s', '--no-wait',
+	'--statement-timeout=300ms', '--', 'true');
+$rowlock->finish;
+is($rc, 81, 'acquire timed out: 81');
+is($node->safe_psql('postgres', "SELECT count(*) FROM le_leases WHERE lease_key = 'k-unknown' AND is_valid"), '0',
+	'the late grant under pg_leader\'s owner id was released, not left until its ttl ends');
+like($err, qr/held under our owner id after an acquire timed out/, 'and that is logged');
+for my $hb ('', '/', "$dir/no-such-dir/hb", "$dir/" . ('x' x 5000))
+{
+	($rc, $out, $err) = cli('run', '-d', $dsn, '-l', 'k-hb', '--no-wait', '--heartbeat-timeout=1h',
+		"--heartbeat-file=$hb", '--', 'true');
+	is($rc, 64, '--heartbeat-file "' . substr($hb, 0, 40) . '": usage (64)');
+}
+($rc, $out, $err) = cli('run', '-d', $dsn, '-l', 'k-hb', '--no-wait', '--heartbeat-timeout=1h',
+	"--heartbeat-file=$dir/hb-new", '--', 'true');
+is($rc, 0, '--heartbeat-file in an existing directory (the file need not exist yet)');
+
 # --- status: columns wide enough for long tokens; --timeout ---------------------------------
 $node->safe_psql('postgres', "SELECT le_acquire('long-token', 'o1', '1 minute')");
 $node->safe_psql('postgres', "UPDATE le_lease SET fencing_token = 1234567890123 WHERE lease_key = 'long-token'");
