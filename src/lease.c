@@ -141,7 +141,7 @@ le_acquire(PG_FUNCTION_ARGS)
 		fenced_id = row.lease_id;
 	}
 
-	if (!le_store_read(&st, key, true, &row))
+	if (!le_store_lock(&st, key, &row))
 		elog(ERROR, "leader_election: lease row \"%s\" vanished", key);
 	now = GetCurrentTimestamp();
 
@@ -213,7 +213,7 @@ le_acquire(PG_FUNCTION_ARGS)
 	 * Only now, after SPI_finish: a tuple built while SPI is connected lives
 	 * in SPI's procedure context, which SPI_finish frees.  The strings of row
 	 * are the caller's (owner, st.caller_name) or were copied into the
-	 * caller's context by le_store_read.
+	 * caller's context by le_store_lock.
 	 */
 	PG_RETURN_DATUM(le_acquire_result(fcinfo, true, new_period, &row));
 }
@@ -242,7 +242,7 @@ le_renew(PG_FUNCTION_ARGS)
 	 * keep the holder's row locked and block its renewals and every
 	 * takeover).
 	 */
-	if (!le_store_read(&st, key, false, &row) ||
+	if (!le_store_peek(&st, key, &row) ||
 		!le_is_ours(&row, owner, &st) || row.fencing_token != token ||
 		!le_lease_is_valid(&row, GetCurrentTimestamp()))
 	{
@@ -251,7 +251,7 @@ le_renew(PG_FUNCTION_ARGS)
 	}
 
 	/* Looks like ours: lock the row and decide again on what it holds now. */
-	if (!le_store_read(&st, key, true, &row))
+	if (!le_store_lock(&st, key, &row))
 	{
 		le_store_end(&st);
 		PG_RETURN_NULL();
@@ -299,7 +299,7 @@ le_free_lease(FunctionCallInfo fcinfo, const char *key, const char *owner,
 	/* Freeing ends the token's validity: exclude fenced writers first. */
 	locked_id = row.lease_id;
 	le_fence_lock(locked_id, LE_FENCE_CHANGE_LOCKMODE);
-	if (!le_store_read(&st, key, true, &row) || row.holder == NULL ||
+	if (!le_store_lock(&st, key, &row) || row.holder == NULL ||
 		(owner != NULL && (!le_is_ours(&row, owner, &st) || row.fencing_token != token)))
 	{
 		le_store_end(&st);
