@@ -616,7 +616,7 @@ le_rows_history_scan(LeaseStoreState *st, Relation rel, Relation *idx, Snapshot 
 	IndexScanDesc scan;
 	int			nkeys = (token > 0) ? 2 : 1;
 
-	*idx = index_open(le_rows_relid(st->nsp, "le_lease_history_lease"), AccessShareLock);
+	*idx = index_open(le_rows_relid(st->nsp, "le_lease_history_pkey"), AccessShareLock);
 	ScanKeyInit(&skey[0], 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(lease_id));
 	ScanKeyInit(&skey[1], 2, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(token));
 	scan = index_beginscan(rel, *idx, snap, nkeys, 0);
