@@ -3,9 +3,9 @@
  * leader_election.h
  *		Declarations shared by the C files of the leader_election extension.
  *
- * lease_store.c owns the lease row format, the token rules and the fence
- * lock; every other file goes through the functions declared here instead
- * of touching the tables or the lock tag itself.
+ * lease_rows.c owns the lease row format, lease_store.c the token rules and
+ * the fence lock; every other file goes through the functions declared here
+ * instead of touching the tables or the lock tag itself.
  *
  *-------------------------------------------------------------------------
  */
@@ -90,9 +90,11 @@ extern char *le_show_input(const char *value);
 extern void le_commit_durably(void);
 
 /*
- * Access to the lease tables.  le_store_begin() connects SPI as the
- * extension owner and bounds lock waits by leader_election.lock_timeout;
- * le_store_end() undoes both.  Everything in between may raise ERROR.
+ * Access to the lease tables.  le_store_begin() switches to the extension
+ * owner and bounds lock waits by leader_election.lock_timeout;
+ * le_store_end() undoes both, releases what lease_rows.c kept for the call
+ * and disconnects SPI if a rare statement connected it.  Everything in
+ * between may raise ERROR.
  */
 typedef struct LeaseStoreState
 {

@@ -1,19 +1,21 @@
 /*-------------------------------------------------------------------------
  *
  * lease_store.c
- *		The one owner of the lease row format, the token rules and the
- *		fence lock of the leader_election extension.
+ *		The token rules, the fence lock, durability and notifications of
+ *		the leader_election extension, and the frame of every lease call
+ *		(le_store_begin/le_store_end).
  *
  * State lives in ordinary tables (le_lease, le_lease_history) so that it is
  * WAL-logged, replicated, dumped and restored with the data it protects.
- * Callers reach the tables only through the le_store_* functions, which run
- * parameterised, kept SPI plans as the extension owner: ordinary roles have
- * no privileges on the tables, and the caller's role is recorded in the row
- * instead.
+ * Callers reach the tables only through the le_store_* functions, run as
+ * the extension owner: ordinary roles have no privileges on the tables, and
+ * the caller's role is recorded in the row instead.  The rows are read and
+ * written by direct access (lease_rows.c); two rare statements, the
+ * creation of a key's row and le_prune_history(), run as kept SPI plans.
  *
  * Locking rules.  Two locks protect a lease:
  *
- *	- the row lock of its le_lease row (SELECT ... FOR UPDATE), taken by
+ *	- the row lock of its le_lease row (as SELECT ... FOR UPDATE), taken by
  *	  every call that writes the row (acquire, renew, release), so that the
  *	  decision "free / expired / ours" and the write based on it are atomic
  *	  and judged on the latest committed version of the row;
