@@ -104,6 +104,17 @@ static const Oid le_history_types[Natts_le_history] = {
 	TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID
 };
 
+/* The error for a relation of ours that is missing (dropped). */
+static void
+le_rows_missing(const char *what)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("%s of extension leader_election is missing", what),
+			 errdetail("The extension was dropped, or is being dropped by another session."),
+			 errhint("Reinstall the extension with DROP EXTENSION and CREATE EXTENSION.")));
+}
+
 /* The oid of relation name in the extension schema, or an error naming it. */
 static Oid
 le_rows_relid(Oid nsp, const char *name)
@@ -111,12 +122,22 @@ le_rows_relid(Oid nsp, const char *name)
 	Oid			relid = get_relname_relid(name, nsp);
 
 	if (!OidIsValid(relid))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("relation %s of extension leader_election is missing from schema \"%s\"",
-						name, get_namespace_name(nsp)),
-				 errhint("Reinstall the extension with DROP EXTENSION and CREATE EXTENSION.")));
+		le_rows_missing(name);
 	return relid;
+}
+
+/*
+ * Open an index of ours; a clean error if it was dropped meanwhile (by a
+ * DROP EXTENSION that committed while we waited for the lock).
+ */
+static Relation
+le_rows_open_index(Oid indexid, LOCKMODE mode)
+{
+	Relation	idx = try_index_open(indexid, mode);
+
+	if (idx == NULL)
+		le_rows_missing("an index");
+	return idx;
 }
 
 /*
@@ -134,9 +155,14 @@ le_store_relids(Oid nsp, Oid *lease_relid, Oid *key_indexid)
 static Relation
 le_rows_open(Oid relid, LOCKMODE mode, const Oid *types, int natts)
 {
-	Relation	rel = table_open(relid, mode);
-	TupleDesc	desc = RelationGetDescr(rel);
+	Relation	rel = try_table_open(relid, mode);
+	TupleDesc	desc;
 	int			i;
+
+	/* Dropped by a DROP EXTENSION that committed while we waited for the lock. */
+	if (rel == NULL)
+		le_rows_missing("a table");
+	desc = RelationGetDescr(rel);
 
 	if (desc->natts != natts)
 		elog(ERROR, "leader_election: unexpected layout of table %s", RelationGetRelationName(rel));
@@ -230,7 +256,7 @@ le_rows_find(Relation rel, Oid key_indexid, const char *key, Snapshot snap,
 
 	if (!found)
 	{
-		Relation	idx = index_open(key_indexid, AccessShareLock);
+		Relation	idx = le_rows_open_index(key_indexid, AccessShareLock);
 		IndexScanDesc scan;
 		ScanKeyData skey;
 		ItemPointer tid;
@@ -426,8 +452,16 @@ le_store_lock(LeaseStoreState *st, const char *key, LeaseRow *row)
 				ItemPointerSetInvalid(&st->tid);
 				break;
 			default:
+				if (attempt == 0)
+				{
+					elog(LOG, "leader_election: result %d locking (%u,%u) of lease \"%s\", xmin %u xmax %u, looking it up again",
+						 (int) res, ItemPointerGetBlockNumber(&tid), ItemPointerGetOffsetNumber(&tid), key,
+						 tmfd.xmax, tmfd.xmax);
+					ItemPointerSetInvalid(&st->tid);
+					break;
+				}
 				elog(ERROR, "leader_election: unexpected result %d locking the row of lease \"%s\"",
-						 (int) res, key);
+					 (int) res, key);
 		}
 	}
 
@@ -616,7 +650,7 @@ le_rows_history_scan(LeaseStoreState *st, Relation rel, Relation *idx, Snapshot 
 	IndexScanDesc scan;
 	int			nkeys = (token > 0) ? 2 : 1;
 
-	*idx = index_open(le_rows_relid(st->nsp, "le_lease_history_pkey"), AccessShareLock);
+	*idx = le_rows_open_index(le_rows_relid(st->nsp, "le_lease_history_pkey"), AccessShareLock);
 	ScanKeyInit(&skey[0], 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(lease_id));
 	ScanKeyInit(&skey[1], 2, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(token));
 	scan = index_beginscan(rel, *idx, snap, nkeys, 0);
