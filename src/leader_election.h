@@ -112,6 +112,7 @@ typedef struct LeaseStoreState
 	ItemPointerData tid;		/* lease row version that peek found or lock locked */
 	HeapTuple	locked_tuple;	/* copy of the version locked, for le_store_write */
 	bool		spi_connected;	/* le_store_exec connected SPI in this call */
+	bool		peek_locked;	/* le_store_peek took a table lock le_rows_end gives back */
 	bool		locked;			/* this call locked the lease row (and maybe its fence) */
 	int64		idle_bound_us;	/* how long the transaction may then idle; 0: unbounded */
 	ErrorContextCallback errcallback;

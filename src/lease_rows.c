@@ -26,7 +26,9 @@
  *	  the snapshot is a serialization failure (40001).  When the same call
  *	  peeked first, the lock starts from the version the peek found, whose
  *	  snapshot stays registered until le_store_end so that the version
- *	  cannot be pruned meanwhile; no second index scan;
+ *	  cannot be pruned meanwhile, and whose table lock is kept so that no
+ *	  rewrite (VACUUM FULL, CLUSTER, TRUNCATE) gives its TID to another
+ *	  row; no second index scan;
  *	- le_store_write updates exactly the version le_store_lock locked.
  * Lock waits are bounded by the lock_timeout le_store_begin put in force.
  * History rows of a lease are written only by whoever holds that lease's
@@ -56,6 +58,7 @@
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "storage/bufmgr.h"
+#include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
@@ -346,10 +349,18 @@ le_rows_new_snapshot(LeaseStoreState *st)
 	return st->snap;
 }
 
-/* Release what le_store_peek and le_store_lock kept for the rest of the call. */
+/*
+ * Release what le_store_peek and le_store_lock kept for the rest of the
+ * call.  A call that wrote nothing (a refusal) gives back the table lock its
+ * peek took, leaving no lock behind (sql/lease_cheap.sql); one that locked
+ * the row keeps its locks to the end of the transaction, as SQL does.
+ */
 void
 le_rows_end(LeaseStoreState *st)
 {
+	if (st->peek_locked && !st->locked)
+		UnlockRelationOid(st->lease_relid, AccessShareLock);
+	st->peek_locked = false;
 	if (st->snap != NULL)
 		UnregisterSnapshot(st->snap);
 	st->snap = NULL;
@@ -385,8 +396,14 @@ le_store_peek(LeaseStoreState *st, const char *key, LeaseRow *row)
 	else
 		ItemPointerSetInvalid(&st->tid);
 	ExecDropSingleTupleTableSlot(slot);
-	/* A refusal leaves no lock behind (sql/lease_cheap.sql). */
-	table_close(rel, AccessShareLock);
+
+	/*
+	 * Keep the table lock until le_rows_end: it excludes VACUUM FULL,
+	 * CLUSTER and TRUNCATE, which would give the TID just found to another
+	 * row before le_store_lock starts from it.
+	 */
+	table_close(rel, NoLock);
+	st->peek_locked = true;
 	return found;
 }
 
