@@ -109,10 +109,9 @@ typedef struct LeaseStoreState
 	Oid			lease_relid;	/* its table le_lease */
 	Oid			key_indexid;	/* le_lease's unique index on lease_key */
 	Snapshot	snap;			/* registered by the last peek or lock of this call */
-	ItemPointerData tid;		/* lease row version that peek found or lock locked */
+	ItemPointerData tid;		/* lease row version that le_store_lock locked */
 	HeapTuple	locked_tuple;	/* copy of the version locked, for le_store_write */
 	bool		spi_connected;	/* le_store_exec connected SPI in this call */
-	bool		peek_locked;	/* le_store_peek took a table lock le_rows_end gives back */
 	bool		locked;			/* this call locked the lease row (and maybe its fence) */
 	int64		idle_bound_us;	/* how long the transaction may then idle; 0: unbounded */
 	ErrorContextCallback errcallback;

@@ -20,15 +20,14 @@
  *	  committed version, at REPEATABLE READ and SERIALIZABLE the version of
  *	  the transaction snapshot (what the caller is told agrees with its
  *	  snapshot);
- *	- le_store_lock locks the row as SELECT ... FOR UPDATE does: at READ
- *	  COMMITTED the latest version, following the update chain (waiting for
- *	  an updater in progress); at the stricter levels a row updated since
- *	  the snapshot is a serialization failure (40001).  When the same call
- *	  peeked first, the lock starts from the version the peek found, whose
- *	  snapshot stays registered until le_store_end so that the version
- *	  cannot be pruned meanwhile, and whose table lock is kept so that no
- *	  rewrite (VACUUM FULL, CLUSTER, TRUNCATE) gives its TID to another
- *	  row; no second index scan;
+ *	- le_store_lock locks the row as SELECT ... FOR UPDATE does: it finds
+ *	  the row by index with a new snapshot and locks that version with the
+ *	  same command id; at READ COMMITTED it then follows the update chain to
+ *	  the latest version (waiting for an updater in progress), at the
+ *	  stricter levels a row updated since the snapshot is a serialization
+ *	  failure (40001).  It never starts from a TID found earlier in the
+ *	  call: a wait in between (for the fence lock) may see that TID given
+ *	  to another row;
  *	- le_store_write updates exactly the version le_store_lock locked.
  * Lock waits are bounded by the lock_timeout le_store_begin put in force.
  * History rows of a lease are written only by whoever holds that lease's
@@ -58,7 +57,6 @@
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "storage/bufmgr.h"
-#include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
@@ -349,18 +347,10 @@ le_rows_new_snapshot(LeaseStoreState *st)
 	return st->snap;
 }
 
-/*
- * Release what le_store_peek and le_store_lock kept for the rest of the
- * call.  A call that wrote nothing (a refusal) gives back the table lock its
- * peek took, leaving no lock behind (sql/lease_cheap.sql); one that locked
- * the row keeps its locks to the end of the transaction, as SQL does.
- */
+/* Release what le_store_peek and le_store_lock kept for the rest of the call. */
 void
 le_rows_end(LeaseStoreState *st)
 {
-	if (st->peek_locked && !st->locked)
-		UnlockRelationOid(st->lease_relid, AccessShareLock);
-	st->peek_locked = false;
 	if (st->snap != NULL)
 		UnregisterSnapshot(st->snap);
 	st->snap = NULL;
@@ -391,19 +381,10 @@ le_store_peek(LeaseStoreState *st, const char *key, LeaseRow *row)
 
 		le_rows_slot_row(slot, row);
 		MemoryContextSwitchTo(old);
-		st->tid = slot->tts_tid;
 	}
-	else
-		ItemPointerSetInvalid(&st->tid);
 	ExecDropSingleTupleTableSlot(slot);
-
-	/*
-	 * Keep the table lock until le_rows_end: it excludes VACUUM FULL,
-	 * CLUSTER and TRUNCATE, which would give the TID just found to another
-	 * row before le_store_lock starts from it.
-	 */
-	table_close(rel, NoLock);
-	st->peek_locked = true;
+	/* A refusal leaves no lock behind (sql/lease_cheap.sql). */
+	table_close(rel, AccessShareLock);
 	return found;
 }
 
@@ -446,13 +427,9 @@ le_store_lock(LeaseStoreState *st, const char *key, LeaseRow *row)
 		TM_FailureData tmfd;
 		TM_Result	res;
 
-		if (attempt > 0 || st->snap == NULL || !ItemPointerIsValid(&st->tid))
-		{
-			if (!le_rows_find(rel, st->key_indexid, key, le_rows_new_snapshot(st), slot, NULL))
-				break;
-			st->tid = slot->tts_tid;
-		}
-		tid = st->tid;
+		if (!le_rows_find(rel, st->key_indexid, key, le_rows_new_snapshot(st), slot, NULL))
+			break;
+		tid = slot->tts_tid;
 		res = table_tuple_lock(rel, &tid, st->snap, slot, GetCurrentCommandId(true),
 							   LockTupleExclusive, LockWaitBlock,
 							   IsolationUsesXactSnapshot() ? 0 : TUPLE_LOCK_FLAG_FIND_LAST_VERSION,
@@ -466,17 +443,8 @@ le_store_lock(LeaseStoreState *st, const char *key, LeaseRow *row)
 			case TM_Deleted:
 				if (IsolationUsesXactSnapshot())
 					le_rows_serialization_failure();
-				ItemPointerSetInvalid(&st->tid);
 				break;
 			default:
-				if (attempt == 0)
-				{
-					elog(LOG, "leader_election: result %d locking (%u,%u) of lease \"%s\", xmin %u xmax %u, looking it up again",
-						 (int) res, ItemPointerGetBlockNumber(&tid), ItemPointerGetOffsetNumber(&tid), key,
-						 tmfd.xmax, tmfd.xmax);
-					ItemPointerSetInvalid(&st->tid);
-					break;
-				}
 				elog(ERROR, "leader_election: unexpected result %d locking the row of lease \"%s\"",
 					 (int) res, key);
 		}

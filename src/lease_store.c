@@ -436,7 +436,6 @@ le_store_begin(LeaseStoreState *st, Oid fn_oid, const char *lease_key)
 	ItemPointerSetInvalid(&st->tid);
 	st->locked_tuple = NULL;
 	st->spi_connected = false;
-	st->peek_locked = false;
 
 	le_store_relids(nsp, &st->lease_relid, &st->key_indexid);
 	owner = le_store_owner(st->lease_relid);
