@@ -125,7 +125,9 @@ extern int64 le_store_prune_history(LeaseStoreState *st, int64 lease_id);
 
 /* Rows of le_lease and le_lease_history, by direct access (lease_rows.c). */
 extern bool le_store_peek(LeaseStoreState *st, const char *key, LeaseRow *row);
-extern bool le_store_lock(LeaseStoreState *st, const char *key, LeaseRow *row);
+typedef bool (*LeaseRowCheck) (const LeaseRow *row, void *arg);
+extern bool le_store_lock(LeaseStoreState *st, const char *key, LeaseRow *row,
+						  LeaseRowCheck check, void *arg);
 extern void le_store_write(LeaseStoreState *st, const LeaseRow *row);
 extern void le_store_history_open(LeaseStoreState *st, const LeaseRow *row);
 extern void le_store_history_close(LeaseStoreState *st, int64 lease_id, int64 token,

@@ -141,7 +141,7 @@ le_acquire(PG_FUNCTION_ARGS)
 		fenced_id = row.lease_id;
 	}
 
-	if (!le_store_lock(&st, key, &row))
+	if (!le_store_lock(&st, key, &row, NULL, NULL))
 		elog(ERROR, "leader_election: lease row \"%s\" vanished", key);
 	now = GetCurrentTimestamp();
 
@@ -218,6 +218,24 @@ le_acquire(PG_FUNCTION_ARGS)
 	PG_RETURN_DATUM(le_acquire_result(fcinfo, true, new_period, &row));
 }
 
+/* What le_renew asks of the lease row before it locks it. */
+typedef struct RenewCheck
+{
+	const char *owner;
+	int64		token;
+	const LeaseStoreState *st;
+} RenewCheck;
+
+/* Does the row look like the caller's valid lease with its token? */
+static bool
+le_renew_looks_ours(const LeaseRow *row, void *arg)
+{
+	const RenewCheck *rc = (const RenewCheck *) arg;
+
+	return le_is_ours(row, rc->owner, rc->st) && row->fencing_token == rc->token &&
+		le_lease_is_valid(row, GetCurrentTimestamp());
+}
+
 /*
  * le_renew(lease_key, owner_id, fencing_token, ttl) -> new expiry, or NULL
  * when this owner, role and token do not hold a valid lease.
@@ -232,26 +250,22 @@ le_renew(PG_FUNCTION_ARGS)
 	LeaseStoreState st;
 	LeaseRow	row;
 	TimestampTz now;
+	RenewCheck	rc;
 
 	le_check_writable("renew");
 	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
+	rc.owner = owner;
+	rc.token = token;
+	rc.st = &st;
 
 	/*
-	 * Not ours, another token or lapsed: answer from a plain read, so that a
-	 * failed renew locks nothing (a caller's open transaction would otherwise
-	 * keep the holder's row locked and block its renewals and every
-	 * takeover).
+	 * Not ours, another token or lapsed: refused on the version found,
+	 * before any lock, so that a failed renew locks nothing (a caller's open
+	 * transaction would otherwise keep the holder's row locked and block its
+	 * renewals and every takeover).  Looks like ours: locked, and decided
+	 * again on what the row holds now.
 	 */
-	if (!le_store_peek(&st, key, &row) ||
-		!le_is_ours(&row, owner, &st) || row.fencing_token != token ||
-		!le_lease_is_valid(&row, GetCurrentTimestamp()))
-	{
-		le_store_end(&st);
-		PG_RETURN_NULL();
-	}
-
-	/* Looks like ours: lock the row and decide again on what it holds now. */
-	if (!le_store_lock(&st, key, &row))
+	if (!le_store_lock(&st, key, &row, le_renew_looks_ours, &rc))
 	{
 		le_store_end(&st);
 		PG_RETURN_NULL();
@@ -299,7 +313,7 @@ le_free_lease(FunctionCallInfo fcinfo, const char *key, const char *owner,
 	/* Freeing ends the token's validity: exclude fenced writers first. */
 	locked_id = row.lease_id;
 	le_fence_lock(locked_id, LE_FENCE_CHANGE_LOCKMODE);
-	if (!le_store_lock(&st, key, &row) || row.holder == NULL ||
+	if (!le_store_lock(&st, key, &row, NULL, NULL) || row.holder == NULL ||
 		(owner != NULL && (!le_is_ours(&row, owner, &st) || row.fencing_token != token)))
 	{
 		le_store_end(&st);

@@ -57,6 +57,7 @@
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "storage/bufmgr.h"
+#include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
@@ -402,19 +403,26 @@ le_rows_serialization_failure(void)
  * Lock the row of a lease (as SELECT ... FOR UPDATE) and read the locked
  * version into *row; false when the key has no row.  See the header
  * comment for the version locked at each isolation level.
+ *
+ * check, when not NULL, is first asked about the version found (in *row):
+ * if it says no, the row is not locked, the call returns false and leaves
+ * no lock behind at all (a failed renewal must not block the holder or a
+ * takeover), saving a separate unlocked read for callers that only go on
+ * when the row looks right.  The caller decides again on the version
+ * locked, which at READ COMMITTED may be a later one.
  */
 bool
-le_store_lock(LeaseStoreState *st, const char *key, LeaseRow *row)
+le_store_lock(LeaseStoreState *st, const char *key, LeaseRow *row,
+			  LeaseRowCheck check, void *arg)
 {
 	Relation	rel;
 	TupleTableSlot *slot;
 	bool		found = false;
+	bool		writing = false;
 	int			attempt;
 
-	/* What SELECT ... FOR UPDATE says, as SPI did before. */
-	PreventCommandIfReadOnly("SELECT FOR UPDATE");
 	CommandCounterIncrement();
-	rel = le_rows_open(st->lease_relid, RowExclusiveLock, le_lease_types, Natts_le_lease);
+	rel = le_rows_open(st->lease_relid, AccessShareLock, le_lease_types, Natts_le_lease);
 	slot = table_slot_create(rel, NULL);
 
 	/*
@@ -429,6 +437,24 @@ le_store_lock(LeaseStoreState *st, const char *key, LeaseRow *row)
 
 		if (!le_rows_find(rel, st->key_indexid, key, le_rows_new_snapshot(st), slot, NULL))
 			break;
+		if (check != NULL && attempt == 0)
+		{
+			MemoryContext old = MemoryContextSwitchTo(st->caller_cxt);
+			bool		go;
+
+			le_rows_slot_row(slot, row);
+			MemoryContextSwitchTo(old);
+			go = check(row, arg);
+			if (!go)
+				break;
+		}
+		if (!writing)
+		{
+			/* What SELECT ... FOR UPDATE says, as SPI did before. */
+			PreventCommandIfReadOnly("SELECT FOR UPDATE");
+			LockRelationOid(st->lease_relid, RowExclusiveLock);
+			writing = true;
+		}
 		tid = slot->tts_tid;
 		res = table_tuple_lock(rel, &tid, st->snap, slot, GetCurrentCommandId(true),
 							   LockTupleExclusive, LockWaitBlock,
@@ -464,7 +490,8 @@ le_store_lock(LeaseStoreState *st, const char *key, LeaseRow *row)
 		st->locked = true;
 	}
 	ExecDropSingleTupleTableSlot(slot);
-	table_close(rel, NoLock);
+	/* Nothing locked: leave no table lock behind either. */
+	table_close(rel, writing ? NoLock : AccessShareLock);
 	return found;
 }
 
