@@ -88,6 +88,7 @@ extern char *le_show_input(const char *value);
 
 /* Commit of a lease change: flushed, and waited for by synchronous standbys. */
 extern void le_commit_durably(void);
+extern void le_lease_locks_taken(void);
 
 /*
  * Access to the lease tables.  le_store_begin() switches to the extension

@@ -453,6 +453,7 @@ le_store_lock(LeaseStoreState *st, const char *key, LeaseRow *row,
 			/* What SELECT ... FOR UPDATE says, as SPI did before. */
 			PreventCommandIfReadOnly("SELECT FOR UPDATE");
 			LockRelationOid(st->lease_relid, RowExclusiveLock);
+			le_lease_locks_taken();
 			writing = true;
 		}
 		tid = slot->tts_tid;

@@ -292,6 +292,12 @@ le_check_writable(const char *action)
 static bool le_durable_pending = false;
 
 /*
+ * Set by le_lease_locks_taken: this transaction locked a lease row or took a
+ * fence lock to change a lease, whether or not it then changed it.
+ */
+static bool le_lease_locked = false;
+
+/*
  * Before commit of a transaction that changed a lease, raise
  * synchronous_commit to on if the caller runs with less (checked then, so a
  * SET LOCAL after the lease call cannot lower it again).  The commit then
@@ -313,11 +319,11 @@ le_durable_xact_callback(XactEvent event, void *arg)
 			 * COMMIT PREPARED, blocking the holder's renewals and every
 			 * takeover (grants and releases are refused anyway: they NOTIFY).
 			 */
-			if (le_durable_pending)
+			if (le_durable_pending || le_lease_locked)
 				ereport(ERROR,
 						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						 errmsg("cannot PREPARE a transaction that changed a lease"),
-						 errdetail("A prepared transaction would keep the lease row locked until COMMIT PREPARED; the transaction is rolled back."),
+						 errmsg("cannot PREPARE a transaction that changed or locked a lease"),
+						 errdetail("A prepared transaction would keep the lease row or its fence lock locked until COMMIT PREPARED; the transaction is rolled back."),
 						 errhint("Call le_renew(), le_acquire() and le_release() in transactions committed without two-phase commit.")));
 			break;
 		case XACT_EVENT_PRE_COMMIT:
@@ -330,8 +336,36 @@ le_durable_xact_callback(XactEvent event, void *arg)
 			break;
 		default:
 			le_durable_pending = false;
+			le_lease_locked = false;
 			break;
 	}
+}
+
+/* Register le_durable_xact_callback once per backend. */
+static void
+le_register_durable_callback(void)
+{
+	static bool registered = false;
+
+	if (!registered)
+	{
+		RegisterXactCallback(le_durable_xact_callback, NULL);
+		registered = true;
+	}
+}
+
+/*
+ * Note that the current transaction holds a lease's row lock or its fence
+ * lock in the mode that changes it: such a transaction cannot be prepared
+ * (0A000), even when the call then changed nothing (an acquire that lost the
+ * race after it waited for the locks keeps them): prepared, it would block
+ * the holder's renewals and every takeover until COMMIT PREPARED.
+ */
+void
+le_lease_locks_taken(void)
+{
+	le_register_durable_callback();
+	le_lease_locked = true;
 }
 
 /*
@@ -342,14 +376,8 @@ le_durable_xact_callback(XactEvent event, void *arg)
 void
 le_commit_durably(void)
 {
-	static bool registered = false;
-
 	ForceSyncCommit();
-	if (!registered)
-	{
-		RegisterXactCallback(le_durable_xact_callback, NULL);
-		registered = true;
-	}
+	le_register_durable_callback();
 	le_durable_pending = true;
 }
 
@@ -718,6 +746,8 @@ le_fence_lock(int64 lease_id, LOCKMODE mode)
 
 	le_fence_locktag(&tag, lease_id);
 	(void) LockAcquire(&tag, mode, false, false);
+	if (mode == LE_FENCE_CHANGE_LOCKMODE)
+		le_lease_locks_taken();
 }
 
 /*
@@ -732,7 +762,11 @@ le_fence_trylock(int64 lease_id, LOCKMODE mode)
 	LOCKTAG		tag;
 
 	le_fence_locktag(&tag, lease_id);
-	return LockAcquire(&tag, mode, false, true) != LOCKACQUIRE_NOT_AVAIL;
+	if (LockAcquire(&tag, mode, false, true) == LOCKACQUIRE_NOT_AVAIL)
+		return false;
+	if (mode == LE_FENCE_CHANGE_LOCKMODE)
+		le_lease_locks_taken();
+	return true;
 }
 
 /* Is the lease held and unexpired at server time now? */

@@ -122,7 +122,10 @@ step_sends('acquire rolled back');
 
 # A grant inside an open transaction is announced only at its commit.
 my $tx = $node->background_psql('postgres');
-$tx->query_safe("BEGIN; SELECT le_acquire('k', 'D', '100 milliseconds')");
+# (ttl 2 s: a grant in a transaction block bounds that transaction's idle
+# time by its ttl, so a shorter one could end the session on a loaded machine
+# before the COMMIT below.)
+$tx->query_safe("BEGIN; SELECT le_acquire('k', 'D', '2 seconds')");
 step_sends('acquire in a transaction not yet committed');
 $tx->query_safe('COMMIT');
 $tx->quit;
