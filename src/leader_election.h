@@ -142,6 +142,7 @@ extern int64 le_next_token(LeaseStoreState *st, const LeaseRow *row, int32 *time
 						   int64 *system_id);
 extern void le_fence_lock(int64 lease_id, LOCKMODE mode);
 extern bool le_fence_trylock(int64 lease_id, LOCKMODE mode);
+extern void le_fence_unlock(int64 lease_id, LOCKMODE mode);
 extern bool le_lease_is_valid(const LeaseRow *row, TimestampTz now);
 extern void le_notify(const char *event, const LeaseRow *row);
 

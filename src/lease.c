@@ -93,6 +93,24 @@ le_close_period(LeaseStoreState *st, const LeaseRow *row, TimestampTz now,
 		le_store_history_close(st, row->lease_id, row->fencing_token, now, reason);
 }
 
+/* What le_acquire asks of the lease row after it waited for the fence lock. */
+typedef struct AcquireCheck
+{
+	const char *owner;
+	const LeaseStoreState *st;
+	bool		lost;			/* someone else holds it validly now */
+} AcquireCheck;
+
+/* Is the row not validly held by someone else (worth locking)? */
+static bool
+le_acquire_not_lost(const LeaseRow *row, void *arg)
+{
+	AcquireCheck *ac = (AcquireCheck *) arg;
+
+	ac->lost = le_lease_is_valid(row, GetCurrentTimestamp()) && !le_is_ours(row, ac->owner, ac->st);
+	return !ac->lost;
+}
+
 /*
  * le_acquire(lease_key, owner_id, ttl) -> (acquired, fencing_token, holder,
  * expires_at, new_period).  Grants a free or expired lease with a new,
@@ -113,6 +131,7 @@ le_acquire(PG_FUNCTION_ARGS)
 	bool		fenced = false;
 	bool		new_period = false;
 	int64		fenced_id = 0;
+	AcquireCheck ac;
 
 	le_check_writable("acquire");
 	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
@@ -141,8 +160,23 @@ le_acquire(PG_FUNCTION_ARGS)
 		fenced_id = row.lease_id;
 	}
 
-	if (!le_store_lock(&st, key, &row, NULL, NULL))
-		elog(ERROR, "leader_election: lease row \"%s\" vanished", key);
+	/*
+	 * After a wait for the fence lock, a competitor has often won meanwhile
+	 * (many candidates on one key queue there): refuse on the version found,
+	 * without locking the row (no transaction id, no WAL, no flush), and give
+	 * the fence lock back at once, since nothing was changed under it.
+	 */
+	ac.owner = owner;
+	ac.st = &st;
+	ac.lost = false;
+	if (!le_store_lock(&st, key, &row, fenced ? le_acquire_not_lost : NULL, &ac))
+	{
+		if (!ac.lost)
+			elog(ERROR, "leader_election: lease row \"%s\" vanished", key);
+		le_fence_unlock(fenced_id, LE_FENCE_CHANGE_LOCKMODE);
+		le_store_end(&st);
+		PG_RETURN_DATUM(le_acquire_result(fcinfo, false, false, &row));
+	}
 	now = GetCurrentTimestamp();
 
 	/*

@@ -769,6 +769,21 @@ le_fence_trylock(int64 lease_id, LOCKMODE mode)
 	return true;
 }
 
+/*
+ * Give back a fence lock taken by le_fence_lock in this call before the
+ * transaction ends: only for a call that then changed nothing (an acquire
+ * that lost the race while it waited).  A lock the transaction took before
+ * stays held.
+ */
+void
+le_fence_unlock(int64 lease_id, LOCKMODE mode)
+{
+	LOCKTAG		tag;
+
+	le_fence_locktag(&tag, lease_id);
+	(void) LockRelease(&tag, mode, false);
+}
+
 /* Is the lease held and unexpired at server time now? */
 bool
 le_lease_is_valid(const LeaseRow *row, TimestampTz now)
