@@ -77,11 +77,22 @@ def main():
     slowest = 0.0           # longest single le_acquire call
     last_token = 0
     kind = 'new key'
+    xids = 0                # transaction ids the candidates took
+    wal = 0                 # WAL bytes written during the rounds
+    calls = []              # every call's duration
     for r in range(1, args.rounds + 1):
+        admin.execute('SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint, pg_current_wal_insert_lsn()')
+        x0, l0 = admin.fetchone()
         go.wait()
         t0 = time.monotonic()
         done.wait()
         elapsed = time.monotonic() - t0
+        admin.execute('SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint - %s,'
+                      ' pg_wal_lsn_diff(pg_current_wal_insert_lsn(), %s)::bigint', (x0, l0))
+        dx, dw = admin.fetchone()
+        xids += dx
+        wal += dw
+        calls.extend(res[4] for res in results)
         busy += elapsed
         kinds[kind] += 1
         winners = [i for i, res in enumerate(results) if res[0] == 'ok' and res[1]]
@@ -129,9 +140,13 @@ def main():
              args.rounds - bad_rounds, bad_rounds))
     for what, count in sorted(errors.items()):
         print('error %s: %d' % (what, count))
-    print('%d attempts in %.2f s of rounds: %.1f grants/s, %.0f attempts/s; slowest call %.3f s; '
-          'mean round %.3f s; %d connections opened in %.1f s'
-          % (attempts, busy, args.rounds / busy, attempts / busy, slowest, busy / args.rounds, n, connect_s))
+    calls.sort()
+    print('%d attempts in %.2f s of rounds (mean round %.3f s): %.1f grants/s, %.0f attempts/s'
+          % (attempts, busy, busy / args.rounds, args.rounds / busy, attempts / busy))
+    print('le_acquire call: median %.3f s, p99 %.3f s, slowest %.3f s (leader_election.lock_timeout: 2 s)'
+          % (calls[len(calls) // 2], calls[min(len(calls) - 1, int(len(calls) * 0.99))], slowest))
+    print('per round: %.1f transaction ids taken by candidates (1 is the grant), %.0f WAL bytes; '
+          '%d connections opened in %.1f s' % (xids / args.rounds, wal / args.rounds, n, connect_s))
     return 1 if bad_rounds or errors else 0
 
 

@@ -44,7 +44,7 @@
 #          size <= 2x the size after the first round.
 # churn    leader_election.history_retention = RETENTION (10) seconds;
 #          JOBS clients cycle acquire + release over CHURN_KEYS (100) keys for
-#          CHURN_SECONDS (45), sampled three times: history rows, oldest
+#          CHURN_SECONDS (90; autovacuum's naptime is 60 s), sampled three times: history rows, oldest
 #          ended_at, size, and the rows a later grant of their lease should
 #          have pruned (must be 0); then le_prune_history().  Target: no
 #          overdue row, and the row count does not grow after the first
@@ -52,9 +52,9 @@
 #
 # Exit status 1 when a correctness check failed (contest, overdue history
 # rows) or a pgbench client aborted; latency and size targets only print.
-# Other knobs: LAT_PASSES (2) passes per size, ACQ_KEYS (500) free keys per
-# pass, RENEW_TX (2000) and REFUSED_TX (5000) transactions per pass,
-# LE_BENCH_PORT.  About 6 minutes at the defaults on 2 cores.
+# Other knobs: LAT_PASSES (4) passes per size, ACQ_KEYS (500) free keys per
+# pass, RENEW_TX (3000) and REFUSED_TX (10000) transactions per pass, JOBS
+# (2) clients for loading, renewal and churn, LE_BENCH_PORT.  About 6 minutes at the defaults on 2 cores.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 bench=$here/test/bench
@@ -64,17 +64,17 @@ bench=$here/test/bench
 SECTIONS=${SECTIONS:-leases contest renewal churn}
 SCALE_LEASES=${SCALE_LEASES:-1000000}
 SMALL_LEASES=1000
-LAT_PASSES=${LAT_PASSES:-2}
+LAT_PASSES=${LAT_PASSES:-4}
 ACQ_KEYS=${ACQ_KEYS:-500}
-RENEW_TX=${RENEW_TX:-2000}
-REFUSED_TX=${REFUSED_TX:-5000}
+RENEW_TX=${RENEW_TX:-3000}
+REFUSED_TX=${REFUSED_TX:-10000}
 CANDIDATES=${CANDIDATES:-200}
 ROUNDS=${ROUNDS:-20}
 RENEW_LEASES=${RENEW_LEASES:-1000}
 RENEWALS=${RENEWALS:-1000000}
 RETENTION=${RETENTION:-10}
 CHURN_KEYS=${CHURN_KEYS:-100}
-CHURN_SECONDS=${CHURN_SECONDS:-45}
+CHURN_SECONDS=${CHURN_SECONDS:-90}
 JOBS=${JOBS:-2}
 start=$SECONDS
 status=0
