@@ -50,8 +50,9 @@
 #          size <= 2x the size after the first round.
 # churn    leader_election.history_retention = RETENTION (10) seconds;
 #          JOBS clients cycle acquire + release over CHURN_KEYS (100) keys for
-#          CHURN_SECONDS (60), sampled three times: history rows, oldest
-#          ended_at, size, and the rows a later grant of their lease should
+#          CHURN_SECONDS (120; autovacuum_naptime is 60 s), sampled four
+#          times: history rows, oldest ended_at, size and autovacuums of
+#          le_lease_history, and the rows a later grant of their lease should
 #          have pruned (must be 0); then le_prune_history().  Target: no
 #          overdue row, and the row count does not grow after the first
 #          sample (last <= 1.5x first).
@@ -80,7 +81,7 @@ RENEW_LEASES=${RENEW_LEASES:-1000}
 RENEWALS=${RENEWALS:-1000000}
 RETENTION=${RETENTION:-10}
 CHURN_KEYS=${CHURN_KEYS:-100}
-CHURN_SECONDS=${CHURN_SECONDS:-60}
+CHURN_SECONDS=${CHURN_SECONDS:-120}
 JOBS=${JOBS:-2}
 SHARED_BUFFERS=${SHARED_BUFFERS:-1GB}
 start=$SECONDS
@@ -184,6 +185,14 @@ if has leases; then
                             || pg_total_relation_size('le_lease') / count(*) || ' bytes per lease), le_lease_history '
                             || pg_size_pretty(pg_total_relation_size('le_lease_history')) FROM le_lease")"
     done
+    # Block accesses of the lease tables and their indexes: hits, and reads
+    # that missed shared buffers.
+    blocks() {
+        q "$1" -F ' ' -c "SELECT sum(heap_blks_hit + idx_blks_hit), sum(heap_blks_read + idx_blks_read)
+                          FROM pg_statio_user_tables WHERE relname IN ('le_lease', 'le_lease_history')"
+    }
+    declare -A blk0
+    for size in "$SMALL_LEASES" "$SCALE_LEASES"; do blk0[$size]=$(blocks "s$size"); done
     for pass in $(seq "$LAT_PASSES"); do
         for size in "$SMALL_LEASES" "$SCALE_LEASES"; do
             db=s$size
@@ -213,6 +222,12 @@ if has leases; then
     done
     echo "  (select: baseline, a plain SELECT of a random held key's row in le_lease: what the bigger table"
     echo "  costs any indexed read on this machine; no target of its own)"
+    for size in "$SMALL_LEASES" "$SCALE_LEASES"; do
+        read -r h0 r0 <<<"${blk0[$size]}"
+        read -r h1 r1 <<<"$(blocks "s$size")"
+        echo "  s$size: $(( h1 - h0 )) block hits and $(( r1 - r0 )) reads outside shared buffers" \
+            "(lease tables and indexes, all passes; shared_buffers $SHARED_BUFFERS)"
+    done
     rm -f "$dir"/lat.*
 fi
 
@@ -299,16 +314,18 @@ if has churn; then
                       WHERE o.ended_at IS NOT NULL AND EXISTS (
                             SELECT FROM le_lease_history AS g WHERE g.lease_id = o.lease_id
                                AND g.acquired_at > o.ended_at + make_interval(secs => $RETENTION))),
-                    (SELECT sum(transitions) FROM le_lease)
+                    (SELECT sum(transitions) FROM le_lease),
+                    (SELECT autovacuum_count FROM pg_stat_user_tables WHERE relname = 'le_lease_history')
                FROM le_lease_history AS h"
     }
-    echo "  after   grants  history rows  oldest ended_at  history size  overdue rows"
-    chunk=$(( CHURN_SECONDS / 3 ))
-    for s in 1 2 3; do
+    echo "  after   grants  history rows  oldest ended_at  history size (autovacuums)  overdue rows"
+    chunk=$(( CHURN_SECONDS / 4 ))
+    for s in 1 2 3 4; do
         pgb churn -c "$JOBS" -j "$JOBS" -T "$chunk" -D nkeys="$CHURN_KEYS" -f "$dir/scale_churn.pgb" >/dev/null
-        read -r rows oldest hsize overdue grants <<<"$(sample)"
+        read -r rows oldest hsize overdue grants avac <<<"$(sample)"
         [ "$s" = 1 ] && rows1=$rows
-        printf '  %4s s %8s %13s %14s s %10s bytes %12s\n' "$(( s * chunk ))" "$grants" "$rows" "$oldest" "$hsize" "$overdue"
+        printf '  %4s s %8s %13s %14s s %10s bytes (%s) %13s\n' "$(( s * chunk ))" "$grants" "$rows" "$oldest" "$hsize" \
+            "$avac" "$overdue"
         overdue_total=$(( ${overdue_total:-0} + overdue ))
     done
     # One transaction: now() (its start) is before the prune's cutoff time.
