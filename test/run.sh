@@ -12,7 +12,7 @@
 #                                assertion, prints a table; not part of "everything")
 #   test/run.sh bench-scale      the scale benchmark of issue 9 (test/bench/scale.sh:
 #                                1M leases, 200 candidates on one key, constant renewal,
-#                                history churn; ~6 min; no timing assertion, not part of
+#                                history churn; ~7 min; no timing assertion, not part of
 #                                "everything"; SCALE_LEASES, RENEWALS, ... shrink it)
 #   test/run.sh ha               Patroni + etcd cluster with failovers (test/ha/;
 #                                not part of "everything": needs patroni, etcd-server)
