@@ -10,6 +10,10 @@
 #   test/run.sh tap [FILES...]   only TAP tests (test/t/), or the ones named
 #   test/run.sh bench            the benchmark of issue 9 (test/bench/run.sh; no timing
 #                                assertion, prints a table; not part of "everything")
+#   test/run.sh bench-scale      the scale benchmark of issue 9 (test/bench/scale.sh:
+#                                1M leases, 200 candidates on one key, constant renewal,
+#                                history churn; ~7 min; no timing assertion, not part of
+#                                "everything"; SCALE_LEASES, RENEWALS, ... shrink it)
 #   test/run.sh ha               Patroni + etcd cluster with failovers (test/ha/;
 #                                not part of "everything"; installs patroni and
 #                                etcd-server when missing)
@@ -57,6 +61,8 @@ case "$what" in
     tap) run_target installcheck-tap PROVE_FLAGS=-v ${1:+PROVE_TESTS="$*"} || rc=1 ;;
     bench) PG_CONFIG="$PG_CONFIG" "$here/test/bench/run.sh" 2>&1 | tee -a "$log"
         [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
+    bench-scale) PG_CONFIG="$PG_CONFIG" "$here/test/bench/scale.sh" 2>&1 | tee -a "$log"
+        [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
     ha) le_as_pg env PG_CONFIG="$PG_CONFIG" "$work/test/ha/run.sh" 2>&1 | tee -a "$log"
         [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
     chaos)
@@ -73,7 +79,7 @@ case "$what" in
             /usr/bin/python3 "$work/test/chaos/chaos.py" --bindir "$("$PG_CONFIG" --bindir)" \
             --dir "$work/tmp_chaos" --port 58250 --seconds "$seconds" --mode "$mode" 2>&1 | tee -a "$log"
         [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
-    *) echo "usage: test/run.sh [all|regress|isolation|tap [FILES...]|bench|ha|chaos [--minutes N]]" >&2; exit 2 ;;
+    *) echo "usage: test/run.sh [all|regress|isolation|tap [FILES...]|bench|bench-scale|ha|chaos [--minutes N]]" >&2; exit 2 ;;
 esac
 
 # Show what failed, from the copy the tests ran in.
