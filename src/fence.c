@@ -194,6 +194,20 @@ typedef struct FenceTriggerInfo
 
 static HTAB *trigger_infos = NULL;
 static bool trigger_infos_stale = false;
+static uint64 trigger_infos_generation = 0;	/* bumped when the hash is rebuilt */
+
+/*
+ * The entry of trigger_infos a trigger call found, kept in the call's
+ * fn_extra (one FmgrInfo per trigger and statement execution) so that the
+ * rows after the first skip the hash lookup; valid while the hash it points
+ * into has not been rebuilt.
+ */
+typedef struct FenceTriggerMemo
+{
+	uint64		generation;
+	Oid			tgoid;
+	FenceTriggerInfo *info;
+} FenceTriggerMemo;
 
 static void le_fence_cache_prepare(Oid nsp);
 
@@ -642,16 +656,40 @@ le_fence_validate(Relation rel, const char *key, const char *column, Oid *atttyp
 	return InvalidAttrNumber;	/* keep the compiler quiet */
 }
 
-/* Parse and check the trigger's arguments, once per trigger (see above). */
+/* Keep in memo where the trigger's entry is, and return the entry. */
+static FenceTriggerInfo *
+le_fence_trigger_memo(FenceTriggerMemo *memo, Oid tgoid, FenceTriggerInfo *info)
+{
+	memo->generation = trigger_infos_generation;
+	memo->tgoid = tgoid;
+	memo->info = info;
+	return info;
+}
+
+/*
+ * Parse and check the trigger's arguments, once per trigger (see above);
+ * the rows after the first of a statement find the entry through fn_extra.
+ */
 static FenceTriggerInfo *
 le_fence_trigger_info(FunctionCallInfo fcinfo, TriggerData *trigdata)
 {
 	Trigger    *trigger = trigdata->tg_trigger;
+	FenceTriggerMemo *memo = (FenceTriggerMemo *) fcinfo->flinfo->fn_extra;
 	FenceTriggerInfo *info;
 	FenceTriggerInfo checked;
 	bool		found;
 
+	if (memo != NULL && !trigger_infos_stale &&
+		memo->generation == trigger_infos_generation && memo->tgoid == trigger->tgoid)
+		return memo->info;
+
 	le_fence_register_callbacks();
+	if (memo == NULL)
+	{
+		memo = MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(FenceTriggerMemo));
+		fcinfo->flinfo->fn_extra = memo;
+	}
+	memo->info = NULL;
 	if (trigger_infos == NULL || trigger_infos_stale)
 	{
 		HASHCTL		ctl;
@@ -659,6 +697,7 @@ le_fence_trigger_info(FunctionCallInfo fcinfo, TriggerData *trigdata)
 		if (trigger_infos != NULL)
 			hash_destroy(trigger_infos);
 		trigger_infos_stale = false;
+		trigger_infos_generation++;
 		memset(&ctl, 0, sizeof(ctl));
 		ctl.keysize = sizeof(Oid);
 		ctl.entrysize = sizeof(FenceTriggerInfo);
@@ -668,7 +707,7 @@ le_fence_trigger_info(FunctionCallInfo fcinfo, TriggerData *trigdata)
 	}
 	info = (FenceTriggerInfo *) hash_search(trigger_infos, &trigger->tgoid, HASH_FIND, NULL);
 	if (info != NULL)
-		return info;
+		return le_fence_trigger_memo(memo, trigger->tgoid, info);
 
 	if (trigger->tgnargs < 2 || trigger->tgnargs > 3)
 		ereport(ERROR,
@@ -691,7 +730,7 @@ le_fence_trigger_info(FunctionCallInfo fcinfo, TriggerData *trigdata)
 	info->attnum = checked.attnum;
 	info->atttypid = checked.atttypid;
 	info->strict = checked.strict;
-	return info;
+	return le_fence_trigger_memo(memo, trigger->tgoid, info);
 }
 
 /* The token in the row's token column; errors when it is NULL or not positive. */

@@ -84,6 +84,7 @@
 #include "storage/lmgr.h"
 #include "storage/lock.h"
 #include "storage/proc.h"
+#include "storage/smgr.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
 #include "utils/fmgroids.h"
@@ -1066,6 +1067,43 @@ le_store_slot_row(TupleTableSlot *slot, LeaseRow *row)
 	row->token_system_id = DatumGetInt64(slot->tts_values[Anum_le_lease_token_system_id - 1]);
 }
 
+/* Does the text datum d equal the C string key?  (No copy: runs per fenced write.) */
+static bool
+le_store_text_equals(Datum d, const char *key)
+{
+	text	   *t = DatumGetTextPP(d);
+	size_t		len = VARSIZE_ANY_EXHDR(t);
+	bool		equal;
+
+	equal = (len == strlen(key) && memcmp(VARDATA_ANY(t), key, len) == 0);
+	if ((Pointer) t != DatumGetPointer(d))
+		pfree(t);
+	return equal;
+}
+
+/*
+ * Can block blkno of rel be read?  For the fence's TID hint, which may point
+ * past the end of le_lease after another backend's VACUUM truncated it.
+ * smgrnblocks() is an lseek() outside recovery, and perf showed it on every
+ * fenced write, so the size this backend last saw is used when the block
+ * lies below it.  That size only errs low while our smgr handle lives: the
+ * table grows only (a block below it still exists), and whatever shrinks
+ * it (smgrtruncate, under AccessExclusiveLock) sends a shared invalidation
+ * that closes every backend's handle, size included, which we have
+ * processed once our AccessShareLock was granted (the caller holds it).  A
+ * block at or past it asks the file again, which also refreshes the size.
+ */
+static bool
+le_store_block_exists(Relation rel, BlockNumber blkno)
+{
+	SMgrRelation smgr = RelationGetSmgr(rel);
+	BlockNumber known = smgr->smgr_cached_nblocks[MAIN_FORKNUM];
+
+	if (known != InvalidBlockNumber && blkno < known)
+		return true;
+	return blkno < smgrnblocks(smgr, MAIN_FORKNUM);
+}
+
 /*
  * Read the latest committed version of the lease row of key into *row
  * (strings in the current memory context); false when the key has no row.
@@ -1113,7 +1151,7 @@ le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
 	 * truncation while we read.
 	 */
 	if (hint != NULL && ItemPointerIsValid(hint) &&
-		ItemPointerGetBlockNumber(hint) >= RelationGetNumberOfBlocks(rel))
+		!le_store_block_exists(rel, ItemPointerGetBlockNumber(hint)))
 		ItemPointerSetInvalid(hint);
 
 	if (hint != NULL && ItemPointerIsValid(hint))
@@ -1127,10 +1165,8 @@ le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
 		{
 			bool		isnull;
 			Datum		d = slot_getattr(slot, Anum_le_lease_lease_key, &isnull);
-			char	   *stored = TextDatumGetCString(d);
 
-			found = (strcmp(stored, key) == 0);
-			pfree(stored);
+			found = !isnull && le_store_text_equals(d, key);
 		}
 		table_index_fetch_end(fetch);
 	}
