@@ -1125,34 +1125,16 @@ le_store_block_exists(Relation rel, BlockNumber blkno)
  * When the chain yields nothing visible, or a row of another key (the line
  * pointer was pruned and reused), the index is scanned and *hint updated.
  */
-bool
-le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
-					 ItemPointer hint, LeaseRow *row, bool *written_by_us)
+/*
+ * Look key up in rel under snapshot snap: first on the HOT chain at *hint
+ * (when valid), then through the unique index (updating *hint).  The row
+ * found is left in slot.
+ */
+static bool
+le_store_fetch_key(Relation rel, Oid key_indexid, const char *key,
+				   ItemPointer hint, Snapshot snap, TupleTableSlot *slot)
 {
-	Relation	rel;
-	Snapshot	snap;
-	TupleTableSlot *slot;
 	bool		found = false;
-
-	rel = table_open(lease_relid, AccessShareLock);
-	if (RelationGetDescr(rel)->natts < Anum_le_lease_token_system_id ||
-		TupleDescAttr(RelationGetDescr(rel), Anum_le_lease_lease_key - 1)->atttypid != TEXTOID ||
-		TupleDescAttr(RelationGetDescr(rel), Anum_le_lease_fencing_token - 1)->atttypid != INT8OID ||
-		TupleDescAttr(RelationGetDescr(rel), Anum_le_lease_expires_at - 1)->atttypid != TIMESTAMPTZOID)
-		elog(ERROR, "leader_election: unexpected layout of table le_lease");
-
-	snap = RegisterSnapshot(GetLatestSnapshot());
-	slot = table_slot_create(rel, NULL);
-
-	/*
-	 * A hint may point past the end of the table: VACUUM can truncate
-	 * trailing pages (other hints are dropped on relcache invalidation, but
-	 * that may arrive only with this very table_open).  Our lock excludes
-	 * truncation while we read.
-	 */
-	if (hint != NULL && ItemPointerIsValid(hint) &&
-		!le_store_block_exists(rel, ItemPointerGetBlockNumber(hint)))
-		ItemPointerSetInvalid(hint);
 
 	if (hint != NULL && ItemPointerIsValid(hint))
 	{
@@ -1198,6 +1180,54 @@ le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
 		index_endscan(scan);
 		index_close(idx, AccessShareLock);
 	}
+	return found;
+}
+
+bool
+le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
+					 ItemPointer hint, LeaseRow *row, bool *written_by_us)
+{
+	Relation	rel;
+	TupleTableSlot *slot;
+	bool		found;
+
+	rel = table_open(lease_relid, AccessShareLock);
+	if (RelationGetDescr(rel)->natts < Anum_le_lease_token_system_id ||
+		TupleDescAttr(RelationGetDescr(rel), Anum_le_lease_lease_key - 1)->atttypid != TEXTOID ||
+		TupleDescAttr(RelationGetDescr(rel), Anum_le_lease_fencing_token - 1)->atttypid != INT8OID ||
+		TupleDescAttr(RelationGetDescr(rel), Anum_le_lease_expires_at - 1)->atttypid != TIMESTAMPTZOID)
+		elog(ERROR, "leader_election: unexpected layout of table le_lease");
+
+	slot = table_slot_create(rel, NULL);
+
+	/*
+	 * A hint may point past the end of the table: VACUUM can truncate
+	 * trailing pages (other hints are dropped on relcache invalidation, but
+	 * that may arrive only with this very table_open).  Our lock excludes
+	 * truncation while we read.
+	 */
+	if (hint != NULL && ItemPointerIsValid(hint) &&
+		!le_store_block_exists(rel, ItemPointerGetBlockNumber(hint)))
+		ItemPointerSetInvalid(hint);
+
+	/*
+	 * SnapshotSelf judges each version when it is looked at: committed (by
+	 * the commit log, after the writer left the proc array) or ours.  No
+	 * snapshot to build (perf: GetSnapshotData and its registration were a
+	 * fifth of the fence's cost).  On one HOT chain the versions are looked
+	 * at in order, so exactly one is seen even while a renewal commits.  Only
+	 * across two index entries (a non-HOT update or a row deleted and
+	 * created again, committing while we look) can it see none: then look
+	 * again with an MVCC snapshot taken now.
+	 */
+	found = le_store_fetch_key(rel, key_indexid, key, hint, SnapshotSelf, slot);
+	if (!found)
+	{
+		Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
+
+		found = le_store_fetch_key(rel, key_indexid, key, hint, snap, slot);
+		UnregisterSnapshot(snap);
+	}
 
 	if (found)
 	{
@@ -1212,7 +1242,6 @@ le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
 		}
 	}
 	ExecDropSingleTupleTableSlot(slot);
-	UnregisterSnapshot(snap);
 	table_close(rel, AccessShareLock);
 	return found;
 }
