@@ -108,6 +108,7 @@ static Oid	cache_nsp = InvalidOid;
 static Oid	cache_lease_relid = InvalidOid;
 static Oid	cache_key_indexid = InvalidOid;
 static HTAB *cache_lease_ids = NULL;
+static LeaseIdEntry *cache_last_entry = NULL;	/* entry used last, in cache_lease_ids */
 static bool cache_stale = false;
 
 /*
@@ -197,17 +198,17 @@ static bool trigger_infos_stale = false;
 static uint64 trigger_infos_generation = 0;	/* bumped when the hash is rebuilt */
 
 /*
- * The entry of trigger_infos a trigger call found, kept in the call's
- * fn_extra (one FmgrInfo per trigger and statement execution) so that the
- * rows after the first skip the hash lookup; valid while the hash it points
- * into has not been rebuilt.
+ * The entry of trigger_infos the last trigger call used, so that the next
+ * call of the same trigger (the next row, or the next one-row statement)
+ * skips the hash lookup; valid while the hash it points into has not been
+ * rebuilt (same generation).
  */
-typedef struct FenceTriggerMemo
+static struct
 {
-	uint64		generation;
+	uint64		generation;		/* 0: empty */
 	Oid			tgoid;
 	FenceTriggerInfo *info;
-} FenceTriggerMemo;
+}			trigger_memo;
 
 static void le_fence_cache_prepare(Oid nsp);
 
@@ -475,6 +476,7 @@ le_fence_cache_prepare(Oid nsp)
 	if (cache_lease_ids != NULL)
 		hash_destroy(cache_lease_ids);
 	cache_lease_ids = NULL;
+	cache_last_entry = NULL;
 	if (cache_nsp != nsp || lease_relid != cache_lease_relid)
 		verified.valid = false;
 	memset(&ctl, 0, sizeof(ctl));
@@ -537,9 +539,14 @@ le_fence_check_lease(Oid nsp, const char *key, int64 token, bool strict)
 	verified.valid = false;
 	le_fence_cache_prepare(nsp);
 
-	entry = (LeaseIdEntry *) hash_search(cache_lease_ids, key, HASH_ENTER, &found);
-	if (!found)
-		ItemPointerSetInvalid(&entry->tid);
+	entry = cache_last_entry;
+	if (entry == NULL || strcmp(entry->key, key) != 0)
+	{
+		entry = (LeaseIdEntry *) hash_search(cache_lease_ids, key, HASH_ENTER, &found);
+		if (!found)
+			ItemPointerSetInvalid(&entry->tid);
+		cache_last_entry = entry;
+	}
 
 	/* The latest committed row (and this transaction's own changes). */
 	if (!le_store_read_latest(cache_lease_relid, cache_key_indexid, key, &entry->tid, &row, NULL))
@@ -659,40 +666,33 @@ le_fence_validate(Relation rel, const char *key, const char *column, Oid *atttyp
 	return InvalidAttrNumber;	/* keep the compiler quiet */
 }
 
-/* Keep in memo where the trigger's entry is, and return the entry. */
+/* Remember the trigger's entry in trigger_memo, and return it. */
 static FenceTriggerInfo *
-le_fence_trigger_memo(FenceTriggerMemo *memo, Oid tgoid, FenceTriggerInfo *info)
+le_fence_trigger_memo(Oid tgoid, FenceTriggerInfo *info)
 {
-	memo->generation = trigger_infos_generation;
-	memo->tgoid = tgoid;
-	memo->info = info;
+	trigger_memo.generation = trigger_infos_generation;
+	trigger_memo.tgoid = tgoid;
+	trigger_memo.info = info;
 	return info;
 }
 
 /*
  * Parse and check the trigger's arguments, once per trigger (see above);
- * the rows after the first of a statement find the entry through fn_extra.
+ * calls of the trigger used last find its entry through trigger_memo.
  */
 static FenceTriggerInfo *
 le_fence_trigger_info(FunctionCallInfo fcinfo, TriggerData *trigdata)
 {
 	Trigger    *trigger = trigdata->tg_trigger;
-	FenceTriggerMemo *memo = (FenceTriggerMemo *) fcinfo->flinfo->fn_extra;
 	FenceTriggerInfo *info;
 	FenceTriggerInfo checked;
 	bool		found;
 
-	if (memo != NULL && !trigger_infos_stale &&
-		memo->generation == trigger_infos_generation && memo->tgoid == trigger->tgoid)
-		return memo->info;
+	if (!trigger_infos_stale && trigger_memo.tgoid == trigger->tgoid &&
+		trigger_memo.generation == trigger_infos_generation && trigger_memo.generation != 0)
+		return trigger_memo.info;
 
 	le_fence_register_callbacks();
-	if (memo == NULL)
-	{
-		memo = MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(FenceTriggerMemo));
-		fcinfo->flinfo->fn_extra = memo;
-	}
-	memo->info = NULL;
 	if (trigger_infos == NULL || trigger_infos_stale)
 	{
 		HASHCTL		ctl;
@@ -710,7 +710,7 @@ le_fence_trigger_info(FunctionCallInfo fcinfo, TriggerData *trigdata)
 	}
 	info = (FenceTriggerInfo *) hash_search(trigger_infos, &trigger->tgoid, HASH_FIND, NULL);
 	if (info != NULL)
-		return le_fence_trigger_memo(memo, trigger->tgoid, info);
+		return le_fence_trigger_memo(trigger->tgoid, info);
 
 	if (trigger->tgnargs < 2 || trigger->tgnargs > 3)
 		ereport(ERROR,
@@ -733,7 +733,7 @@ le_fence_trigger_info(FunctionCallInfo fcinfo, TriggerData *trigdata)
 	info->attnum = checked.attnum;
 	info->atttypid = checked.atttypid;
 	info->strict = checked.strict;
-	return le_fence_trigger_memo(memo, trigger->tgoid, info);
+	return le_fence_trigger_memo(trigger->tgoid, info);
 }
 
 /*
