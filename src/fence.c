@@ -39,14 +39,21 @@
  *
  * Speed.  A fenced INSERT must cost little more than an unfenced one, so the
  * trigger uses no SPI, no user switch and no setting changes on its normal
- * path.  Per backend we cache the oids of le_lease and its key index, and
- * per key the heap TID where the row was last found, a hint only (checked
- * against the key and the table's size when used; all hints are dropped on
- * any relcache invalidation of le_lease or its index, e.g. VACUUM FULL,
- * CLUSTER, TRUNCATE, DROP and CREATE EXTENSION).  No lease id is cached.
- * Within one command, the rows after the first for the same lease and token
- * only compare the clock with the expiry read for the first; the next
- * command reads the row again.  Subtransactions that roll back drop what
+ * path, and reads the lease row directly (le_store_read_latest: a HOT-chain
+ * fetch from the hint, no snapshot built, no lseek).  Per backend we cache
+ * the oids of le_lease and its key index, and per key the heap TID where
+ * the row was last found, a hint only (checked against the key and the
+ * table's size when used; all hints are dropped on any relcache
+ * invalidation of le_lease or its index, e.g. VACUUM FULL, CLUSTER,
+ * TRUNCATE, DROP and CREATE EXTENSION).  No lease id is cached, and no row
+ * read: every check reads the row again.  Each trigger's parsed arguments
+ * are cached by trigger oid until any relcache or pg_proc invalidation;
+ * the last trigger's and the last key's entries are remembered, so a
+ * statement of one row makes no hash lookup.  Within one command, the rows
+ * after the first for the same lease and token only compare the clock with
+ * the expiry read for the first; the next command reads the row again.  The
+ * commit-time check reads once per (lease, token) recorded, however many
+ * writes the transaction made.  Subtransactions that roll back drop what
  * they recorded.
  *
  * Unknown lease keys: a fence on a key that has never been acquired rejects

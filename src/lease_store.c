@@ -1113,9 +1113,10 @@ le_store_block_exists(Relation rel, BlockNumber blkno)
  * For the fence, which runs for every protected row written: direct access
  * with no SPI, no user switch and no privilege check (the caller never sees
  * more than the row's token, holder role and expiry, which le_leases shows
- * to everyone anyway).  The snapshot is taken here, so a caller that holds
- * the fence lock sees every token change committed before the lock was
- * granted, whatever its own transaction snapshot or isolation level.
+ * to everyone anyway).  Visibility is judged here, at the time of the read
+ * (SnapshotSelf, see below), so a caller that holds the fence lock sees
+ * every token change committed before the lock was granted, whatever its
+ * own transaction snapshot or isolation level.
  *
  * *hint, when valid, is the heap TID the unique index on lease_key gave for
  * this key last time (the root of the row's HOT chain): renewals and grants
