@@ -5,11 +5,14 @@
 #
 #   test/bench/run.sh            # as root or as postgres, after make install
 #   T=3 test/bench/run.sh        # seconds per pgbench run (default 5)
+#   PASSES=5 test/bench/run.sh   # runs per script, alternated (default 2)
+#   ONLY=fence test/bench/run.sh # only the fenced INSERT rows (their phase
+#                                # and table rows; for work on the fence)
 #   test/run.sh bench            # the same, after building and installing
 #
 # pgbench -M prepared, 2 clients unless said otherwise.  Every script runs
-# twice, variants alternating (A B C .. A B C ..) so that background load on
-# a shared machine hits them alike; a row shows the mean tps of the two runs
+# PASSES times, variants alternating (A B C .. A B C ..) so that background load on
+# a shared machine hits them alike; a row shows the mean tps of those runs
 # and le_'s ratio to the baseline of the same run.  Only ratios mean
 # anything on a loaded machine.  Rows:
 #   - acquire + release over 1,000 keys: le_acquire/le_release vs the
@@ -26,13 +29,20 @@
 #   - the cycle with leader_election.notify = all (grants notify too) and
 #     none, 2 and 16 clients, next to the default (releases): a NOTIFY makes
 #     PostgreSQL serialise notifying committers cluster-wide.
-# Runtime: 26 scripts x 2 runs x T s + ~30 s (about 5 minutes at T=5).
+# Runtime: 26 scripts x PASSES runs x T s + ~30 s (about 5 minutes at T=5);
+# ONLY=fence: 4 scripts x PASSES runs x T s + ~10 s.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 bench=$here/test/bench
 . "$here/test/lib/prereq.sh"
 . "$here/test/lib/cluster.sh"
 T=${T:-5}
+PASSES=${PASSES:-2}
+ONLY=${ONLY:-}
+case "$ONLY" in
+    ''|fence) ;;
+    *) echo "ONLY must be empty or 'fence', not '$ONLY'" >&2; exit 2 ;;
+esac
 start=$SECONDS
 le_bench_cluster "checkpoint_timeout = 30min" "max_connections = 60"
 psql() { le_bench_psql -At "$@"; }
@@ -78,11 +88,11 @@ run() {
 }
 mean() { tr ' ' '\n' <<<"${TPS[$1]}" | awk 'NF { s += $1; n++ } END { printf "%.0f", n ? s / n : 0 }'; }
 
-# Each phase: (name clients script [PGOPTIONS]) lines, run twice alternated.
+# Each phase: (name clients script [PGOPTIONS]) lines, run PASSES times alternated.
 phase() {
     local cfg=$1 spec=$2 pass name clients script opts
     psql -c "CHECKPOINT" >/dev/null
-    for pass in 1 2; do
+    for pass in $(seq "$PASSES"); do
         while read -r name clients script opts; do
             [ -n "$name" ] && run "$cfg" "$name" "$clients" "$script" "${opts:-}"
         done <<<"$spec"
@@ -107,7 +117,30 @@ ins_fenced 2 ins_fenced.pgb -c synchronous_commit=off
 ins100_plain 2 ins100_plain.pgb -c synchronous_commit=off
 ins100_fenced 2 ins100_fenced.pgb -c synchronous_commit=off"
 
-echo "pgbench -M prepared, T=${T}s per run, every script twice (alternated); $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+echo "pgbench -M prepared, T=${T}s per run, every script ${PASSES} times (alternated); $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+row() {   # label cfg le base target
+    local l b
+    l=$(mean "$2/$3"); b=$(mean "$2/$4")
+    printf '| %s | %s | %s | %s | %s | %s |\n' "$1" "$b" "$l" "$(le_ratio "$l" "$b")" "$5" "$6"
+}
+fence_rows() {
+    row "fenced INSERT, 1 row, \`synchronous_commit = off\`" sc_off ins_fenced ins_plain "≥ 0.95" "INSERT without trigger"
+    row "fenced INSERT, 100 rows, \`synchronous_commit = off\`" sc_off ins100_fenced ins100_plain "≥ 0.99" "INSERT without trigger"
+}
+table_head() {
+    echo
+    echo "| operation | baseline tps | le_ tps | le_ / baseline | target | baseline is |"
+    echo "| --- | --- | --- | --- | --- | --- |"
+}
+
+if [ "$ONLY" = fence ]; then
+    phase sc_off "$FENCE_OPS"
+    table_head
+    fence_rows
+    echo "elapsed: $(( SECONDS - start ))s"
+    exit 0
+fi
+
 phase default "$LEASE_OPS
 $CLIENT_OPS"
 phase sc_off "$FENCE_OPS"
@@ -130,27 +163,19 @@ sleep 1
 phase fsyncoff "$LEASE_OPS"
 
 # --- report ------------------------------------------------------------------
-row() {   # label cfg le base target
-    local l b
-    l=$(mean "$2/$3"); b=$(mean "$2/$4")
-    printf '| %s | %s | %s | %s | %s | %s |\n' "$1" "$b" "$l" "$(le_ratio "$l" "$b")" "$5" "$6"
-}
 scale() {   # label cfg name1 name16
     local a b
     a=$(mean "$2/$3"); b=$(mean "$2/$4")
     printf '%s %s %s' "$a" "$b" "$(le_ratio "$b" "$a")"
 }
-echo
-echo "| operation | baseline tps | le_ tps | le_ / baseline | target | baseline is |"
-echo "| --- | --- | --- | --- | --- | --- |"
+table_head
 row "acquire + release, 1,000 keys, default durability" default le_cycle pglock_cycle "≥ 1.0" "pglock's cycle"
 row "acquire + release, 1,000 keys, \`fsync = off\`" fsyncoff le_cycle pglock_cycle "≥ 1.0" "pglock's cycle"
 row "renew a held lease, default durability" default le_renew raw_update "–" "single-row UPDATE"
 row "renew a held lease, \`fsync = off\`" fsyncoff le_renew raw_update "≥ 0.9" "single-row UPDATE"
 row "refused acquire, default durability" default le_refused adv_refused "≥ 0.6" "refused pg_try_advisory_lock"
 row "refused acquire, \`fsync = off\`" fsyncoff le_refused adv_refused "≥ 0.6" "refused pg_try_advisory_lock"
-row "fenced INSERT, 1 row, \`synchronous_commit = off\`" sc_off ins_fenced ins_plain "≥ 0.95" "INSERT without trigger"
-row "fenced INSERT, 100 rows, \`synchronous_commit = off\`" sc_off ins100_fenced ins100_plain "≥ 0.99" "INSERT without trigger"
+fence_rows
 row "acquire + release, 2 clients, \`leader_election.notify = all\`" default le_all_cycle pglock_cycle "–" "pglock's cycle"
 row "acquire + release, 2 clients, \`leader_election.notify = none\`" default le_none_cycle pglock_cycle "–" "pglock's cycle"
 row "acquire + release, 16 clients, default (\`notify = releases\`)" default le_c16 pglock_c16 "–" "pglock's cycle, 16 clients"
