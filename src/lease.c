@@ -93,6 +93,19 @@ le_close_period(LeaseStoreState *st, const LeaseRow *row, TimestampTz now,
 		le_store_history_close(st, row->lease_id, row->fencing_token, now, reason);
 }
 
+/*
+ * A call that locked the lease row and then changed nothing (it lost a race
+ * decided on the version locked) keeps that lock, and the fence lock, until
+ * its transaction ends, blocking the holder's renewals and fenced commits:
+ * inside a transaction block, bound how long that transaction may then stay
+ * idle by leader_election.lock_timeout (see le_bound_idle_holder).
+ */
+static void
+le_bound_refusal(LeaseStoreState *st)
+{
+	st->idle_bound_us = (int64) le_lock_timeout_ms * 1000;
+}
+
 /* What le_acquire asks of the lease row after it waited for the fence lock. */
 typedef struct AcquireCheck
 {
@@ -192,6 +205,7 @@ le_acquire(PG_FUNCTION_ARGS)
 		if (!le_is_ours(&row, owner, &st))
 		{
 			/* Lost a race to another candidate. */
+			le_bound_refusal(&st);
 			le_store_end(&st);
 			PG_RETURN_DATUM(le_acquire_result(fcinfo, false, false, &row));
 		}
@@ -216,6 +230,7 @@ le_acquire(PG_FUNCTION_ARGS)
 			 */
 			if (!le_fence_trylock(row.lease_id, LE_FENCE_CHANGE_LOCKMODE))
 			{
+				le_bound_refusal(&st);
 				le_store_end(&st);
 				PG_RETURN_DATUM(le_acquire_result(fcinfo, false, false, &row));
 			}
@@ -308,6 +323,7 @@ le_renew(PG_FUNCTION_ARGS)
 	if (!le_is_ours(&row, owner, &st) || row.fencing_token != token ||
 		!le_lease_is_valid(&row, now))
 	{
+		le_bound_refusal(&st);
 		le_store_end(&st);
 		PG_RETURN_NULL();
 	}
@@ -319,6 +335,24 @@ le_renew(PG_FUNCTION_ARGS)
 	st.idle_bound_us = ttl;
 	le_store_end(&st);
 	PG_RETURN_TIMESTAMPTZ(row.expires_at);
+}
+
+/* What le_free_lease asks of the lease row. */
+typedef struct FreeCheck
+{
+	const char *owner;			/* NULL: whoever holds it */
+	int64		token;
+	const LeaseStoreState *st;
+} FreeCheck;
+
+/* Is the row held, and by this owner and token when one is given? */
+static bool
+le_free_applies(const LeaseRow *row, void *arg)
+{
+	const FreeCheck *fc = (const FreeCheck *) arg;
+
+	return row->holder != NULL &&
+		(fc->owner == NULL || (le_is_ours(row, fc->owner, fc->st) && row->fencing_token == fc->token));
 }
 
 /*
@@ -333,23 +367,37 @@ le_free_lease(FunctionCallInfo fcinfo, const char *key, const char *owner,
 	LeaseRow	row;
 	TimestampTz now;
 	int64		locked_id;
+	FreeCheck	fc;
 
 	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
+	fc.owner = owner;
+	fc.token = token;
+	fc.st = &st;
 
 	/* Not ours (or nothing to free): answer from a plain read. */
-	if (!le_store_peek(&st, key, &row) || row.holder == NULL ||
-		(owner != NULL && (!le_is_ours(&row, owner, &st) || row.fencing_token != token)))
+	if (!le_store_peek(&st, key, &row) || !le_free_applies(&row, &fc))
 	{
 		le_store_end(&st);
 		return false;
 	}
 
-	/* Freeing ends the token's validity: exclude fenced writers first. */
+	/*
+	 * Freeing ends the token's validity: exclude fenced writers first.  A
+	 * takeover we waited for there makes the release refuse on the version
+	 * then found, without locking the row, and give the fence lock back.
+	 */
 	locked_id = row.lease_id;
 	le_fence_lock(locked_id, LE_FENCE_CHANGE_LOCKMODE);
-	if (!le_store_lock(&st, key, &row, NULL, NULL) || row.holder == NULL ||
-		(owner != NULL && (!le_is_ours(&row, owner, &st) || row.fencing_token != token)))
+	if (!le_store_lock(&st, key, &row, le_free_applies, &fc))
 	{
+		if (!st.locked)
+			le_fence_unlock(locked_id, LE_FENCE_CHANGE_LOCKMODE);
+		le_store_end(&st);
+		return false;
+	}
+	if (!le_free_applies(&row, &fc))
+	{
+		le_bound_refusal(&st);
 		le_store_end(&st);
 		return false;
 	}
