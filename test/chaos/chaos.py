@@ -486,9 +486,12 @@ def main():
     ap.add_argument('--seconds', type=float, default=60)
     ap.add_argument('--mode', choices=['cli', 'sql', 'mixed'], default='mixed')
     ap.add_argument('--ttl', type=float, default=2.0)
+    ap.add_argument('--liveness-bound', type=float, default=LIVENESS_BOUND,
+                    help='slack in seconds of the liveness checks (default %(default)s)')
     ap.add_argument('--seed', type=int, default=int(os.environ.get('CHAOS_SEED', '0')) or None)
     ap.add_argument('--break', dest='brk', default=os.environ.get('CHAOS_BREAK', ''), choices=['', 'nofence'])
     a = ap.parse_args()
+    globals()['LIVENESS_BOUND'] = a.liveness_bound
     if a.seed is None:
         a.seed = random.SystemRandom().randrange(1, 2 ** 31)
     os.makedirs(a.dir, exist_ok=True)
