@@ -75,7 +75,10 @@ sub first_event_after
 	note(sprintf('wrapper frozen %.1f s (ttl %d s); resumed -> noticed the deadline after %.0f ms',
 		$t_cont - $t_stop, $ttl_s, $ev ? 1000 * ($ev->[0] - $t_cont) : -1));
 	cmp_ok($ev->[0] - $t_cont, '<', 2, 'right after the resume');
-	ok(log_has($a, qr/stopped_leading .*reason=deadline_passed/), 'stop reason deadline_passed logged');
+	# the elector thread logs the period's end; the main thread may reap the
+	# command before that line is written
+	ok(wait_for(sub { log_has($a, qr/stopped_leading .*reason=deadline_passed/) }, 5),
+		'stop reason deadline_passed logged');
 	ok(wait_for(sub { defined reap($a) }, 10), 'the old leader exits (no --loop)');
 	is($a->{status}, 79, 'with status 79 (leadership lost)');
 	is((split /\|/, lease_state($node, 'wrapper'))[0], 'wrapperB', 'the follower still leads');
@@ -148,7 +151,8 @@ sub first_event_after
 	is($held, "lone|$tok|t", 'while frozen the server still counts the lease as held');
 	ok(wait_for(sub { grep({ $_->[0] eq 'start' && $_->[1] > $tok } read_events($events)) }, 20),
 		'after the resume the command is restarted with a new token');
-	ok(log_has($a, qr/stopped_leading .*token=$tok .*reason=deadline_passed/), 'the old period ended at the local deadline');
+	ok(wait_for(sub { log_has($a, qr/stopped_leading .*token=$tok .*reason=deadline_passed/) }, 5),
+		'the old period ended at the local deadline');
 	my @h = history_rows($node, 'lone');
 	is("$h[0][1]:$h[0][4]", "$tok:released", 'the old token was released');
 	ok(@h >= 2 && $h[1][1] > $tok && $h[1][4] eq '', 'not reused: the new period has a higher token');

@@ -57,7 +57,8 @@ my $t_camp = time();
 $node->safe_psql('postgres', "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'pg_leader campaign'");
 ok(wait_for(sub { my @n = backends('campaign'); @n == 2 && !grep({ my $p = $_; grep { $_ == $p } @camp } @n) }, 20),
 	'both campaign connections are re-established');
-ok(log_has($b, qr/campaign connection established/), 'the follower logs its reconnection');
+# the backend shows up in pg_stat_activity before the client logs it
+ok(wait_for(sub { log_has($b, qr/campaign connection established/) }, 10), 'the follower logs its reconnection');
 # a notification can only reach tB if it LISTENs again: the handover must not wait for polling
 usleep(300_000);
 my $t0 = time();

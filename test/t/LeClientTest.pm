@@ -140,12 +140,14 @@ sub wait_for
 {
 	my ($cond, $timeout) = @_;
 	my $t0 = time();
+	# the elapsed time, never 0 (true even when the condition held at once)
+	my $took = sub { my $d = time() - $t0; $d > 0 ? $d : 1e-6 };
 	while (time() - $t0 < $timeout)
 	{
-		return time() - $t0 if $cond->();
+		return $took->() if $cond->();
 		usleep(20_000);
 	}
-	return $cond->() ? time() - $t0 : undef;
+	return $cond->() ? $took->() : undef;
 }
 
 # A job for pg_leader: logs "start" and "stop" lines with its token, owner
