@@ -99,6 +99,19 @@ EXECUTE ins(:a);
 EXECUTE ins(:b);
 SELECT count(*) AS ta_rows FROM ta;
 
-DROP TABLE ta, tb, tp;
+-- A command that outlives its lease is refused before it ends, by the
+-- early check ("is not held"), not only at COMMIT ("ended before this
+-- transaction committed"), although the rows after the first compare the
+-- clock with the expiry only every 32 rows.  Row 10 waits past the expiry.
+SELECT acquired FROM le_acquire('memo-short', 'c', '1 second');
+SELECT fencing_token AS c FROM le_leases WHERE lease_key = 'memo-short' \gset
+CREATE TABLE tc (k int, fencing_token bigint NOT NULL);
+SELECT le_protect('tc', 'memo-short');
+\set VERBOSITY terse
+INSERT INTO tc SELECT g, :c FROM generate_series(1, 200) AS g WHERE g <> 10 OR pg_sleep(1.2) IS NOT NULL;
+\set VERBOSITY sqlstate
+SELECT count(*) AS tc_rows FROM tc;
+
+DROP TABLE ta, tb, tp, tc;
 DROP FUNCTION set_token();
 DROP EXTENSION leader_election;
