@@ -41,12 +41,14 @@ INSERT INTO tb VALUES ('b filler', :b, :a);
 SELECT count(*) AS ta_rows FROM ta;
 SELECT note, tok FROM tb ORDER BY note;
 
--- Both tables in one command (a data-modifying CTE): two triggers, two
--- leases, rows judged each by its own.
+-- Both tables in one command (a data-modifying CTE read by the outer
+-- INSERT, so that rows alternate: ta, tb, ta, tb ...): two triggers, two
+-- leases, rows judged each by its own, although the same token just passed
+-- ta's check in the same command.
 WITH w AS (INSERT INTO ta (fencing_token) SELECT :a FROM generate_series(1, 3) RETURNING id)
-INSERT INTO tb SELECT 'cte', g, :b FROM generate_series(1, 3) AS g;
+INSERT INTO tb SELECT 'cte', w.id, :b FROM w;
 WITH w AS (INSERT INTO ta (fencing_token) SELECT :a FROM generate_series(1, 3) RETURNING id)
-INSERT INTO tb SELECT 'cte stale', g, :a FROM generate_series(1, 3) AS g;
+INSERT INTO tb SELECT 'cte stale', w.id, :a FROM w;
 \echo :LAST_ERROR_SQLSTATE
 SELECT count(*) AS ta_rows FROM ta;
 SELECT note, count(*) FROM tb GROUP BY note ORDER BY note;
