@@ -30,7 +30,7 @@ int			le_max_ttl_s = 3600;
 int			le_history_retention_s = 7 * 24 * 3600;
 
 /* Which lease changes are announced with NOTIFY (LE_NOTIFY_*). */
-int			le_notify_events = LE_NOTIFY_ALL;
+int			le_notify_events = LE_NOTIFY_RELEASES;
 
 static const struct config_enum_entry le_notify_options[] = {
 	{"all", LE_NOTIFY_ALL, false},
@@ -110,11 +110,12 @@ _PG_init(void)
 
 	DefineCustomEnumVariable("leader_election.notify",
 							 "Which lease changes are announced on channel leader_election.",
-							 "all: grants and releases; releases: releases and force releases "
-							 "only (grants commit without the notification queue's lock, which "
-							 "serialises committers); none: nothing, followers poll.",
+							 "releases (default): releases and force releases, so followers "
+							 "campaign at once, while grants commit without the notification "
+							 "queue's lock, which serialises committers; all: grants too; "
+							 "none: nothing, followers poll.",
 							 &le_notify_events,
-							 LE_NOTIFY_ALL,
+							 LE_NOTIFY_RELEASES,
 							 le_notify_options,
 							 PGC_SUSET,
 							 0,

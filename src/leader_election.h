@@ -3,9 +3,9 @@
  * leader_election.h
  *		Declarations shared by the C files of the leader_election extension.
  *
- * lease_store.c owns the lease row format, the token rules and the fence
- * lock; every other file goes through the functions declared here instead
- * of touching the tables or the lock tag itself.
+ * lease_rows.c owns the lease row format, lease_store.c the token rules and
+ * the fence lock; every other file goes through the functions declared here
+ * instead of touching the tables or the lock tag itself.
  *
  *-------------------------------------------------------------------------
  */
@@ -16,9 +16,11 @@
 
 #include "datatype/timestamp.h"
 #include "fmgr.h"
+#include "access/htup.h"
 #include "storage/itemptr.h"
 #include "storage/lockdefs.h"
 #include "utils/elog.h"
+#include "utils/snapshot.h"
 
 /*
  * SQLSTATEs of our own, in class "LE" so they never collide with
@@ -86,11 +88,14 @@ extern char *le_show_input(const char *value);
 
 /* Commit of a lease change: flushed, and waited for by synchronous standbys. */
 extern void le_commit_durably(void);
+extern void le_lease_locks_taken(void);
 
 /*
- * Access to the lease tables.  le_store_begin() connects SPI as the
- * extension owner and bounds lock waits by leader_election.lock_timeout;
- * le_store_end() undoes both.  Everything in between may raise ERROR.
+ * Access to the lease tables.  le_store_begin() switches to the extension
+ * owner and bounds lock waits by leader_election.lock_timeout;
+ * le_store_end() undoes both, releases what lease_rows.c kept for the call
+ * and disconnects SPI if a rare statement connected it.  Everything in
+ * between may raise ERROR.
  */
 typedef struct LeaseStoreState
 {
@@ -103,6 +108,11 @@ typedef struct LeaseStoreState
 	MemoryContext caller_cxt;	/* where rows read are allocated */
 	Oid			nsp;			/* schema of the extension */
 	Oid			lease_relid;	/* its table le_lease */
+	Oid			key_indexid;	/* le_lease's unique index on lease_key */
+	Snapshot	snap;			/* registered by the last peek or lock of this call */
+	ItemPointerData tid;		/* lease row version that le_store_lock locked */
+	HeapTuple	locked_tuple;	/* copy of the version locked, for le_store_write */
+	bool		spi_connected;	/* le_store_exec connected SPI in this call */
 	bool		locked;			/* this call locked the lease row (and maybe its fence) */
 	int64		idle_bound_us;	/* how long the transaction may then idle; 0: unbounded */
 	ErrorContextCallback errcallback;
@@ -111,24 +121,32 @@ typedef struct LeaseStoreState
 extern void le_store_begin(LeaseStoreState *st, Oid fn_oid, const char *lease_key);
 extern void le_store_end(LeaseStoreState *st);
 extern void le_bound_idle_holder(int64 bound_us);
-extern bool le_store_read(LeaseStoreState *st, const char *key, bool for_update, LeaseRow *row);
-extern bool le_store_peek(LeaseStoreState *st, const char *key, LeaseRow *row);
 extern void le_store_create(LeaseStoreState *st, const char *key);
+extern int64 le_store_prune_history(LeaseStoreState *st, int64 lease_id);
+
+/* Rows of le_lease and le_lease_history, by direct access (lease_rows.c). */
+extern bool le_store_peek(LeaseStoreState *st, const char *key, LeaseRow *row);
+typedef bool (*LeaseRowCheck) (const LeaseRow *row, void *arg);
+extern bool le_store_lock(LeaseStoreState *st, const char *key, LeaseRow *row,
+						  LeaseRowCheck check, void *arg);
 extern void le_store_write(LeaseStoreState *st, const LeaseRow *row);
 extern void le_store_history_open(LeaseStoreState *st, const LeaseRow *row);
 extern void le_store_history_close(LeaseStoreState *st, int64 lease_id, int64 token,
 								   TimestampTz ended_at, const char *reason);
-extern int64 le_store_prune_history(LeaseStoreState *st, int64 lease_id);
+extern int64 le_store_prune_lease_history(LeaseStoreState *st, int64 lease_id,
+										  TimestampTz cutoff);
+extern void le_rows_end(LeaseStoreState *st);
 
 /* Token rule and fence lock (lease_store.c). */
 extern int64 le_next_token(LeaseStoreState *st, const LeaseRow *row, int32 *timeline,
 						   int64 *system_id);
 extern void le_fence_lock(int64 lease_id, LOCKMODE mode);
 extern bool le_fence_trylock(int64 lease_id, LOCKMODE mode);
+extern void le_fence_unlock(int64 lease_id, LOCKMODE mode);
 extern bool le_lease_is_valid(const LeaseRow *row, TimestampTz now);
 extern void le_notify(const char *event, const LeaseRow *row);
 
-/* Direct reads and the writer's side of the fence lock (lease_store.c). */
+/* Direct reads for the fence (lease_rows.c) and its side of the fence lock (lease_store.c). */
 extern void le_store_relids(Oid nsp, Oid *lease_relid, Oid *key_indexid);
 extern bool le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
 								 ItemPointer hint, LeaseRow *row, bool *written_by_us);

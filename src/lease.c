@@ -94,6 +94,37 @@ le_close_period(LeaseStoreState *st, const LeaseRow *row, TimestampTz now,
 }
 
 /*
+ * A call that locked the lease row and then changed nothing (it lost a race
+ * decided on the version locked) keeps that lock, and the fence lock, until
+ * its transaction ends, blocking the holder's renewals and fenced commits:
+ * inside a transaction block, bound how long that transaction may then stay
+ * idle by leader_election.lock_timeout (see le_bound_idle_holder).
+ */
+static void
+le_bound_refusal(LeaseStoreState *st)
+{
+	st->idle_bound_us = (int64) le_lock_timeout_ms * 1000;
+}
+
+/* What le_acquire asks of the lease row after it waited for the fence lock. */
+typedef struct AcquireCheck
+{
+	const char *owner;
+	const LeaseStoreState *st;
+	bool		lost;			/* someone else holds it validly now */
+} AcquireCheck;
+
+/* Is the row not validly held by someone else (worth locking)? */
+static bool
+le_acquire_not_lost(const LeaseRow *row, void *arg)
+{
+	AcquireCheck *ac = (AcquireCheck *) arg;
+
+	ac->lost = le_lease_is_valid(row, GetCurrentTimestamp()) && !le_is_ours(row, ac->owner, ac->st);
+	return !ac->lost;
+}
+
+/*
  * le_acquire(lease_key, owner_id, ttl) -> (acquired, fencing_token, holder,
  * expires_at, new_period).  Grants a free or expired lease with a new,
  * higher token (new_period true); extends a lease this owner and role
@@ -113,6 +144,7 @@ le_acquire(PG_FUNCTION_ARGS)
 	bool		fenced = false;
 	bool		new_period = false;
 	int64		fenced_id = 0;
+	AcquireCheck ac;
 
 	le_check_writable("acquire");
 	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
@@ -141,8 +173,23 @@ le_acquire(PG_FUNCTION_ARGS)
 		fenced_id = row.lease_id;
 	}
 
-	if (!le_store_read(&st, key, true, &row))
-		elog(ERROR, "leader_election: lease row \"%s\" vanished", key);
+	/*
+	 * After a wait for the fence lock, a competitor has often won meanwhile
+	 * (many candidates on one key queue there): refuse on the version found,
+	 * without locking the row (no transaction id, no WAL, no flush), and give
+	 * the fence lock back at once, since nothing was changed under it.
+	 */
+	ac.owner = owner;
+	ac.st = &st;
+	ac.lost = false;
+	if (!le_store_lock(&st, key, &row, fenced ? le_acquire_not_lost : NULL, &ac))
+	{
+		if (!ac.lost)
+			elog(ERROR, "leader_election: lease row \"%s\" vanished", key);
+		le_fence_unlock(fenced_id, LE_FENCE_CHANGE_LOCKMODE);
+		le_store_end(&st);
+		PG_RETURN_DATUM(le_acquire_result(fcinfo, false, false, &row));
+	}
 	now = GetCurrentTimestamp();
 
 	/*
@@ -158,6 +205,7 @@ le_acquire(PG_FUNCTION_ARGS)
 		if (!le_is_ours(&row, owner, &st))
 		{
 			/* Lost a race to another candidate. */
+			le_bound_refusal(&st);
 			le_store_end(&st);
 			PG_RETURN_DATUM(le_acquire_result(fcinfo, false, false, &row));
 		}
@@ -182,6 +230,7 @@ le_acquire(PG_FUNCTION_ARGS)
 			 */
 			if (!le_fence_trylock(row.lease_id, LE_FENCE_CHANGE_LOCKMODE))
 			{
+				le_bound_refusal(&st);
 				le_store_end(&st);
 				PG_RETURN_DATUM(le_acquire_result(fcinfo, false, false, &row));
 			}
@@ -213,9 +262,27 @@ le_acquire(PG_FUNCTION_ARGS)
 	 * Only now, after SPI_finish: a tuple built while SPI is connected lives
 	 * in SPI's procedure context, which SPI_finish frees.  The strings of row
 	 * are the caller's (owner, st.caller_name) or were copied into the
-	 * caller's context by le_store_read.
+	 * caller's context by le_store_lock.
 	 */
 	PG_RETURN_DATUM(le_acquire_result(fcinfo, true, new_period, &row));
+}
+
+/* What le_renew asks of the lease row before it locks it. */
+typedef struct RenewCheck
+{
+	const char *owner;
+	int64		token;
+	const LeaseStoreState *st;
+} RenewCheck;
+
+/* Does the row look like the caller's valid lease with its token? */
+static bool
+le_renew_looks_ours(const LeaseRow *row, void *arg)
+{
+	const RenewCheck *rc = (const RenewCheck *) arg;
+
+	return le_is_ours(row, rc->owner, rc->st) && row->fencing_token == rc->token &&
+		le_lease_is_valid(row, GetCurrentTimestamp());
 }
 
 /*
@@ -232,26 +299,22 @@ le_renew(PG_FUNCTION_ARGS)
 	LeaseStoreState st;
 	LeaseRow	row;
 	TimestampTz now;
+	RenewCheck	rc;
 
 	le_check_writable("renew");
 	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
+	rc.owner = owner;
+	rc.token = token;
+	rc.st = &st;
 
 	/*
-	 * Not ours, another token or lapsed: answer from a plain read, so that a
-	 * failed renew locks nothing (a caller's open transaction would otherwise
-	 * keep the holder's row locked and block its renewals and every
-	 * takeover).
+	 * Not ours, another token or lapsed: refused on the version found,
+	 * before any lock, so that a failed renew locks nothing (a caller's open
+	 * transaction would otherwise keep the holder's row locked and block its
+	 * renewals and every takeover).  Looks like ours: locked, and decided
+	 * again on what the row holds now.
 	 */
-	if (!le_store_read(&st, key, false, &row) ||
-		!le_is_ours(&row, owner, &st) || row.fencing_token != token ||
-		!le_lease_is_valid(&row, GetCurrentTimestamp()))
-	{
-		le_store_end(&st);
-		PG_RETURN_NULL();
-	}
-
-	/* Looks like ours: lock the row and decide again on what it holds now. */
-	if (!le_store_read(&st, key, true, &row))
+	if (!le_store_lock(&st, key, &row, le_renew_looks_ours, &rc))
 	{
 		le_store_end(&st);
 		PG_RETURN_NULL();
@@ -260,6 +323,7 @@ le_renew(PG_FUNCTION_ARGS)
 	if (!le_is_ours(&row, owner, &st) || row.fencing_token != token ||
 		!le_lease_is_valid(&row, now))
 	{
+		le_bound_refusal(&st);
 		le_store_end(&st);
 		PG_RETURN_NULL();
 	}
@@ -271,6 +335,24 @@ le_renew(PG_FUNCTION_ARGS)
 	st.idle_bound_us = ttl;
 	le_store_end(&st);
 	PG_RETURN_TIMESTAMPTZ(row.expires_at);
+}
+
+/* What le_free_lease asks of the lease row. */
+typedef struct FreeCheck
+{
+	const char *owner;			/* NULL: whoever holds it */
+	int64		token;
+	const LeaseStoreState *st;
+} FreeCheck;
+
+/* Is the row held, and by this owner and token when one is given? */
+static bool
+le_free_applies(const LeaseRow *row, void *arg)
+{
+	const FreeCheck *fc = (const FreeCheck *) arg;
+
+	return row->holder != NULL &&
+		(fc->owner == NULL || (le_is_ours(row, fc->owner, fc->st) && row->fencing_token == fc->token));
 }
 
 /*
@@ -285,23 +367,37 @@ le_free_lease(FunctionCallInfo fcinfo, const char *key, const char *owner,
 	LeaseRow	row;
 	TimestampTz now;
 	int64		locked_id;
+	FreeCheck	fc;
 
 	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
+	fc.owner = owner;
+	fc.token = token;
+	fc.st = &st;
 
 	/* Not ours (or nothing to free): answer from a plain read. */
-	if (!le_store_peek(&st, key, &row) || row.holder == NULL ||
-		(owner != NULL && (!le_is_ours(&row, owner, &st) || row.fencing_token != token)))
+	if (!le_store_peek(&st, key, &row) || !le_free_applies(&row, &fc))
 	{
 		le_store_end(&st);
 		return false;
 	}
 
-	/* Freeing ends the token's validity: exclude fenced writers first. */
+	/*
+	 * Freeing ends the token's validity: exclude fenced writers first.  A
+	 * takeover we waited for there makes the release refuse on the version
+	 * then found, without locking the row, and give the fence lock back.
+	 */
 	locked_id = row.lease_id;
 	le_fence_lock(locked_id, LE_FENCE_CHANGE_LOCKMODE);
-	if (!le_store_read(&st, key, true, &row) || row.holder == NULL ||
-		(owner != NULL && (!le_is_ours(&row, owner, &st) || row.fencing_token != token)))
+	if (!le_store_lock(&st, key, &row, le_free_applies, &fc))
 	{
+		if (!st.locked)
+			le_fence_unlock(locked_id, LE_FENCE_CHANGE_LOCKMODE);
+		le_store_end(&st);
+		return false;
+	}
+	if (!le_free_applies(&row, &fc))
+	{
+		le_bound_refusal(&st);
 		le_store_end(&st);
 		return false;
 	}

@@ -1,19 +1,21 @@
 /*-------------------------------------------------------------------------
  *
  * lease_store.c
- *		The one owner of the lease row format, the token rules and the
- *		fence lock of the leader_election extension.
+ *		The token rules, the fence lock, durability and notifications of
+ *		the leader_election extension, and the frame of every lease call
+ *		(le_store_begin/le_store_end).
  *
  * State lives in ordinary tables (le_lease, le_lease_history) so that it is
  * WAL-logged, replicated, dumped and restored with the data it protects.
- * Callers reach the tables only through the le_store_* functions, which run
- * parameterised, kept SPI plans as the extension owner: ordinary roles have
- * no privileges on the tables, and the caller's role is recorded in the row
- * instead.
+ * Callers reach the tables only through the le_store_* functions, run as
+ * the extension owner: ordinary roles have no privileges on the tables, and
+ * the caller's role is recorded in the row instead.  The rows are read and
+ * written by direct access (lease_rows.c); two rare statements, the
+ * creation of a key's row and le_prune_history(), run as kept SPI plans.
  *
  * Locking rules.  Two locks protect a lease:
  *
- *	- the row lock of its le_lease row (SELECT ... FOR UPDATE), taken by
+ *	- the row lock of its le_lease row (as SELECT ... FOR UPDATE), taken by
  *	  every call that writes the row (acquire, renew, release), so that the
  *	  decision "free / expired / ours" and the write based on it are atomic
  *	  and judged on the latest committed version of the row;
@@ -84,7 +86,6 @@
 #include "storage/lmgr.h"
 #include "storage/lock.h"
 #include "storage/proc.h"
-#include "storage/smgr.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
 #include "utils/fmgroids.h"
@@ -106,16 +107,14 @@
 /* Bits below the timeline in a token: 2^40 grants per key per timeline. */
 #define LE_TIMELINE_SHIFT		40
 
-/* The kept plans; prepared on first use, again if the extension moves. */
+/*
+ * The kept plans of the two statements still run through SPI, both rare: the
+ * creation of a key's row (INSERT ... ON CONFLICT) and le_prune_history().
+ * Prepared on first use, again if the extension moves.
+ */
 typedef enum LeasePlan
 {
-	PLAN_READ,
-	PLAN_READ_FOR_UPDATE,
 	PLAN_CREATE,
-	PLAN_WRITE,
-	PLAN_HISTORY_OPEN,
-	PLAN_HISTORY_CLOSE,
-	PLAN_HISTORY_PRUNE_ONE,
 	PLAN_HISTORY_PRUNE_ALL,
 	NUM_PLANS
 } LeasePlan;
@@ -123,57 +122,19 @@ typedef enum LeasePlan
 static SPIPlanPtr plans[NUM_PLANS];
 static Oid	plans_namespace = InvalidOid;
 
-#define LEASE_COLUMNS \
-	"lease_id, lease_key, holder, holder_role, fencing_token, token_timeline, " \
-	"acquired_at, renewed_at, expires_at, transitions, token_system_id"
-
 /* Text, argument count and argument types of one plan. */
 typedef struct PlanSpec
 {
 	const char *sql;			/* %s is the quoted extension schema */
 	int			nargs;
-	Oid			argtypes[10];
+	Oid			argtypes[1];
 } PlanSpec;
 
 static const PlanSpec plan_specs[NUM_PLANS] = {
-	[PLAN_READ] = {
-		"SELECT " LEASE_COLUMNS " FROM %s.le_lease"
-		" WHERE lease_key OPERATOR(pg_catalog.=) $1",
-		1, {TEXTOID}
-	},
-	[PLAN_READ_FOR_UPDATE] = {
-		"SELECT " LEASE_COLUMNS " FROM %s.le_lease"
-		" WHERE lease_key OPERATOR(pg_catalog.=) $1 FOR UPDATE",
-		1, {TEXTOID}
-	},
 	[PLAN_CREATE] = {
 		"INSERT INTO %s.le_lease (lease_key) VALUES ($1)"
 		" ON CONFLICT (lease_key) DO NOTHING",
 		1, {TEXTOID}
-	},
-	[PLAN_WRITE] = {
-		"UPDATE %s.le_lease SET holder = $2, holder_role = $3,"
-		" fencing_token = $4, token_timeline = $5, acquired_at = $6,"
-		" renewed_at = $7, expires_at = $8, transitions = $9, token_system_id = $10"
-		" WHERE lease_id OPERATOR(pg_catalog.=) $1",
-		10, {INT8OID, TEXTOID, NAMEOID, INT8OID, INT4OID, TIMESTAMPTZOID,
-		TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, INT8OID}
-	},
-	[PLAN_HISTORY_OPEN] = {
-		"INSERT INTO %s.le_lease_history (lease_id, lease_key, holder,"
-		" holder_role, fencing_token, acquired_at) VALUES ($1, $2, $3, $4, $5, $6)",
-		6, {INT8OID, TEXTOID, TEXTOID, NAMEOID, INT8OID, TIMESTAMPTZOID}
-	},
-	[PLAN_HISTORY_CLOSE] = {
-		"UPDATE %s.le_lease_history SET ended_at = $3, end_reason = $4"
-		" WHERE lease_id OPERATOR(pg_catalog.=) $1"
-		" AND fencing_token OPERATOR(pg_catalog.=) $2 AND ended_at IS NULL",
-		4, {INT8OID, INT8OID, TIMESTAMPTZOID, TEXTOID}
-	},
-	[PLAN_HISTORY_PRUNE_ONE] = {
-		"DELETE FROM %s.le_lease_history WHERE lease_id OPERATOR(pg_catalog.=) $1"
-		" AND ended_at OPERATOR(pg_catalog.<) $2",
-		2, {INT8OID, TIMESTAMPTZOID}
 	},
 	[PLAN_HISTORY_PRUNE_ALL] = {
 		"DELETE FROM %s.le_lease_history WHERE ended_at OPERATOR(pg_catalog.<) $1",
@@ -331,6 +292,12 @@ le_check_writable(const char *action)
 static bool le_durable_pending = false;
 
 /*
+ * Set by le_lease_locks_taken: this transaction locked a lease row or took a
+ * fence lock to change a lease, whether or not it then changed it.
+ */
+static bool le_lease_locked = false;
+
+/*
  * Before commit of a transaction that changed a lease, raise
  * synchronous_commit to on if the caller runs with less (checked then, so a
  * SET LOCAL after the lease call cannot lower it again).  The commit then
@@ -352,11 +319,11 @@ le_durable_xact_callback(XactEvent event, void *arg)
 			 * COMMIT PREPARED, blocking the holder's renewals and every
 			 * takeover (grants and releases are refused anyway: they NOTIFY).
 			 */
-			if (le_durable_pending)
+			if (le_durable_pending || le_lease_locked)
 				ereport(ERROR,
 						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						 errmsg("cannot PREPARE a transaction that changed a lease"),
-						 errdetail("A prepared transaction would keep the lease row locked until COMMIT PREPARED; the transaction is rolled back."),
+						 errmsg("cannot PREPARE a transaction that changed or locked a lease"),
+						 errdetail("A prepared transaction would keep the lease row or its fence lock locked until COMMIT PREPARED; the transaction is rolled back."),
 						 errhint("Call le_renew(), le_acquire() and le_release() in transactions committed without two-phase commit.")));
 			break;
 		case XACT_EVENT_PRE_COMMIT:
@@ -369,8 +336,36 @@ le_durable_xact_callback(XactEvent event, void *arg)
 			break;
 		default:
 			le_durable_pending = false;
+			le_lease_locked = false;
 			break;
 	}
+}
+
+/* Register le_durable_xact_callback once per backend. */
+static void
+le_register_durable_callback(void)
+{
+	static bool registered = false;
+
+	if (!registered)
+	{
+		RegisterXactCallback(le_durable_xact_callback, NULL);
+		registered = true;
+	}
+}
+
+/*
+ * Note that the current transaction holds a lease's row lock or its fence
+ * lock in the mode that changes it: such a transaction cannot be prepared
+ * (0A000), even when the call then changed nothing (an acquire that lost the
+ * race after it waited for the locks keeps them): prepared, it would block
+ * the holder's renewals and every takeover until COMMIT PREPARED.
+ */
+void
+le_lease_locks_taken(void)
+{
+	le_register_durable_callback();
+	le_lease_locked = true;
 }
 
 /*
@@ -381,14 +376,8 @@ le_durable_xact_callback(XactEvent event, void *arg)
 void
 le_commit_durably(void)
 {
-	static bool registered = false;
-
 	ForceSyncCommit();
-	if (!registered)
-	{
-		RegisterXactCallback(le_durable_xact_callback, NULL);
-		registered = true;
-	}
+	le_register_durable_callback();
 	le_durable_pending = true;
 }
 
@@ -417,29 +406,18 @@ le_store_prepare(Oid nsp)
 	plans_namespace = nsp;
 }
 
-/*
- * The owner of our le_lease table in namespace nsp (the extension owner),
- * and the table's oid in *lease_relid.
- */
+/* The owner of our le_lease table (the extension owner). */
 static Oid
-le_store_owner(Oid nsp, Oid *lease_relid)
+le_store_owner(Oid lease_relid)
 {
-	Oid			relid = get_relname_relid("le_lease", nsp);
 	HeapTuple	tup;
 	Oid			owner;
 
-	if (!OidIsValid(relid))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("table le_lease of extension leader_election is missing from schema \"%s\"",
-						get_namespace_name(nsp)),
-				 errhint("Reinstall the extension with DROP EXTENSION and CREATE EXTENSION.")));
-	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(lease_relid));
 	if (!HeapTupleIsValid(tup))
-		elog(ERROR, "cache lookup failed for relation %u", relid);
+		elog(ERROR, "cache lookup failed for relation %u", lease_relid);
 	owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
 	ReleaseSysCache(tup);
-	*lease_relid = relid;
 	return owner;
 }
 
@@ -482,7 +460,13 @@ le_store_begin(LeaseStoreState *st, Oid fn_oid, const char *lease_key)
 	st->locked = false;
 	st->idle_bound_us = 0;
 
-	owner = le_store_owner(nsp, &st->lease_relid);
+	st->snap = NULL;
+	ItemPointerSetInvalid(&st->tid);
+	st->locked_tuple = NULL;
+	st->spi_connected = false;
+
+	le_store_relids(nsp, &st->lease_relid, &st->key_indexid);
+	owner = le_store_owner(st->lease_relid);
 
 	st->errcallback.callback = le_store_error_context;
 	st->errcallback.arg = st;
@@ -499,18 +483,15 @@ le_store_begin(LeaseStoreState *st, Oid fn_oid, const char *lease_key)
 	/* Abort restores the user id too, should anything below fail. */
 	GetUserIdAndSecContext(&st->save_userid, &st->save_sec_context);
 	SetUserIdAndSecContext(owner, st->save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	if (plans_namespace != nsp)
-		le_store_prepare(nsp);
 }
 
 /* Finish the work begun by le_store_begin. */
 void
 le_store_end(LeaseStoreState *st)
 {
-	SPI_finish();
+	le_rows_end(st);
+	if (st->spi_connected)
+		SPI_finish();
 	SetUserIdAndSecContext(st->save_userid, st->save_sec_context);
 	AtEOXact_GUC(true, st->save_nestlevel);
 	error_context_stack = st->errcallback.previous;
@@ -554,110 +535,29 @@ le_bound_idle_holder(int64 bound_us)
 							 true, 0, false);
 }
 
-/* Run a kept plan and check its result code. */
+/*
+ * Run a kept plan and check its result code; connects SPI on first use in
+ * a call (le_store_end disconnects).
+ */
 static void
-le_store_exec(LeasePlan which, Datum *values, const char *nulls, int expected)
+le_store_exec(LeaseStoreState *st, LeasePlan which, Datum *values, const char *nulls,
+			  int expected)
 {
-	int			rc = SPI_execute_plan(plans[which], values, nulls, false, 0);
+	int			rc;
+
+	if (!st->spi_connected)
+	{
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "SPI_connect failed");
+		st->spi_connected = true;
+		if (plans_namespace != st->nsp)
+			le_store_prepare(st->nsp);
+	}
+	rc = SPI_execute_plan(plans[which], values, nulls, false, 0);
 
 	if (rc != expected)
 		elog(ERROR, "leader_election: plan %d returned %s", (int) which,
 			 SPI_result_code_string(rc));
-}
-
-/* Copy a text or name column of the current SPI row into the caller's context. */
-static char *
-le_store_getstring(LeaseStoreState *st, HeapTuple tup, TupleDesc desc, int col)
-{
-	bool		isnull;
-	Datum		d = SPI_getbinval(tup, desc, col, &isnull);
-	char	   *s;
-
-	if (isnull)
-		return NULL;
-	if (TupleDescAttr(desc, col - 1)->atttypid == NAMEOID)
-		s = NameStr(*DatumGetName(d));
-	else
-		s = TextDatumGetCString(d);
-	return MemoryContextStrdup(st->caller_cxt, s);
-}
-
-/* Read a timestamptz column, 0 when NULL. */
-static TimestampTz
-le_store_gettime(HeapTuple tup, TupleDesc desc, int col)
-{
-	bool		isnull;
-	Datum		d = SPI_getbinval(tup, desc, col, &isnull);
-
-	return isnull ? 0 : DatumGetTimestampTz(d);
-}
-
-/*
- * Read the row of a lease into *row; false when the key has no row.  With
- * for_update the row is locked and the latest committed version returned.
- */
-bool
-le_store_read(LeaseStoreState *st, const char *key, bool for_update, LeaseRow *row)
-{
-	Datum		values[1];
-	HeapTuple	tup;
-	TupleDesc	desc;
-	bool		isnull;
-
-	values[0] = CStringGetTextDatum(key);
-	le_store_exec(for_update ? PLAN_READ_FOR_UPDATE : PLAN_READ, values, NULL, SPI_OK_SELECT);
-	if (for_update)
-		st->locked = true;
-	if (SPI_processed == 0)
-		return false;
-
-	tup = SPI_tuptable->vals[0];
-	desc = SPI_tuptable->tupdesc;
-	row->lease_id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
-	row->lease_key = le_store_getstring(st, tup, desc, 2);
-	row->holder = le_store_getstring(st, tup, desc, 3);
-	row->holder_role = le_store_getstring(st, tup, desc, 4);
-	row->fencing_token = DatumGetInt64(SPI_getbinval(tup, desc, 5, &isnull));
-	row->token_timeline = DatumGetInt32(SPI_getbinval(tup, desc, 6, &isnull));
-	row->acquired_at = le_store_gettime(tup, desc, 7);
-	row->renewed_at = le_store_gettime(tup, desc, 8);
-	row->expires_at = le_store_gettime(tup, desc, 9);
-	row->transitions = DatumGetInt64(SPI_getbinval(tup, desc, 10, &isnull));
-	row->token_system_id = DatumGetInt64(SPI_getbinval(tup, desc, 11, &isnull));
-	SPI_freetuptable(SPI_tuptable);
-	return true;
-}
-
-/*
- * Read the row of a lease into *row without locking it, for a decision that
- * a locked read confirms before anything is written (or that only refuses);
- * false when the key has no row.  At READ COMMITTED this is a direct read of
- * the latest committed version (le_store_read_latest: no executor start,
- * plan check or portal, which perf showed as most of a refusal's cost); at
- * REPEATABLE READ and SERIALIZABLE it stays an SPI read in the transaction
- * snapshot, so that what a caller is told agrees with its snapshot.  A
- * transaction that has written already (it has a transaction id) reads
- * through SPI too: its own latest change may not be visible to a snapshot
- * taken before the next command counter increment, which SPI does.
- */
-bool
-le_store_peek(LeaseStoreState *st, const char *key, LeaseRow *row)
-{
-	MemoryContext old;
-	Oid			key_indexid;
-	bool		found;
-
-	if (IsolationUsesXactSnapshot() ||
-		TransactionIdIsValid(GetTopTransactionIdIfAny()))
-		return le_store_read(st, key, false, row);
-
-	key_indexid = get_relname_relid("le_lease_key_unique", st->nsp);
-	if (!OidIsValid(key_indexid))
-		le_store_relids(st->nsp, &st->lease_relid, &key_indexid);	/* raises the error */
-	old = MemoryContextSwitchTo(st->caller_cxt);
-	found = le_store_read_latest(st->lease_relid, key_indexid, key, NULL, row, NULL);
-	MemoryContextSwitchTo(old);
-	return found;
 }
 
 /* Create the (free) row of a lease key unless it exists already. */
@@ -667,80 +567,7 @@ le_store_create(LeaseStoreState *st, const char *key)
 	Datum		values[1];
 
 	values[0] = CStringGetTextDatum(key);
-	le_store_exec(PLAN_CREATE, values, NULL, SPI_OK_INSERT);
-}
-
-/* Datum of a timestamp that is 0 when the column should be NULL. */
-static Datum
-le_time_datum(TimestampTz t, char *null)
-{
-	*null = (t == 0) ? 'n' : ' ';
-	return TimestampTzGetDatum(t);
-}
-
-/* Datum of a name column from a C string (NULL stays NULL). */
-static Datum
-le_name_datum(const char *s, char *null)
-{
-	Name		n = (Name) palloc0(NAMEDATALEN);
-
-	*null = (s == NULL) ? 'n' : ' ';
-	if (s)
-		namestrcpy(n, s);
-	return NameGetDatum(n);
-}
-
-/* Write every mutable column of a lease row. */
-void
-le_store_write(LeaseStoreState *st, const LeaseRow *row)
-{
-	Datum		values[10];
-	char		nulls[11] = "          ";
-
-	values[0] = Int64GetDatum(row->lease_id);
-	values[1] = row->holder ? CStringGetTextDatum(row->holder) : (Datum) 0;
-	nulls[1] = row->holder ? ' ' : 'n';
-	values[2] = le_name_datum(row->holder_role, &nulls[2]);
-	values[3] = Int64GetDatum(row->fencing_token);
-	values[4] = Int32GetDatum(row->token_timeline);
-	values[5] = le_time_datum(row->acquired_at, &nulls[5]);
-	values[6] = le_time_datum(row->renewed_at, &nulls[6]);
-	values[7] = le_time_datum(row->holder ? row->expires_at : 0, &nulls[7]);
-	values[8] = Int64GetDatum(row->transitions);
-	values[9] = Int64GetDatum(row->token_system_id);
-	le_store_exec(PLAN_WRITE, values, nulls, SPI_OK_UPDATE);
-	if (SPI_processed != 1)
-		elog(ERROR, "leader_election: lease row " INT64_FORMAT " vanished", row->lease_id);
-}
-
-/* Record the start of an ownership period in the history. */
-void
-le_store_history_open(LeaseStoreState *st, const LeaseRow *row)
-{
-	Datum		values[6];
-	char		nulls[7] = "      ";
-
-	values[0] = Int64GetDatum(row->lease_id);
-	values[1] = CStringGetTextDatum(row->lease_key);
-	values[2] = CStringGetTextDatum(row->holder);
-	values[3] = le_name_datum(row->holder_role, &nulls[3]);
-	values[4] = Int64GetDatum(row->fencing_token);
-	values[5] = TimestampTzGetDatum(row->acquired_at);
-	le_store_exec(PLAN_HISTORY_OPEN, values, nulls, SPI_OK_INSERT);
-}
-
-/* Record the end of the ownership period that had the given token. */
-void
-le_store_history_close(LeaseStoreState *st, int64 lease_id, int64 token,
-					   TimestampTz ended_at, const char *reason)
-{
-	Datum		values[4];
-
-	values[0] = Int64GetDatum(lease_id);
-	values[1] = Int64GetDatum(token);
-	values[2] = TimestampTzGetDatum(ended_at);
-	values[3] = CStringGetTextDatum(reason);
-	le_store_exec(PLAN_HISTORY_CLOSE, values, NULL, SPI_OK_UPDATE);
+	le_store_exec(st, PLAN_CREATE, values, NULL, SPI_OK_INSERT);
 }
 
 /*
@@ -751,20 +578,13 @@ int64
 le_store_prune_history(LeaseStoreState *st, int64 lease_id)
 {
 	TimestampTz cutoff;
-	Datum		values[2];
+	Datum		values[1];
 
 	cutoff = GetCurrentTimestamp() - (int64) le_history_retention_s * USECS_PER_SEC;
 	if (lease_id > 0)
-	{
-		values[0] = Int64GetDatum(lease_id);
-		values[1] = TimestampTzGetDatum(cutoff);
-		le_store_exec(PLAN_HISTORY_PRUNE_ONE, values, NULL, SPI_OK_DELETE);
-	}
-	else
-	{
-		values[0] = TimestampTzGetDatum(cutoff);
-		le_store_exec(PLAN_HISTORY_PRUNE_ALL, values, NULL, SPI_OK_DELETE);
-	}
+		return le_store_prune_lease_history(st, lease_id, cutoff);
+	values[0] = TimestampTzGetDatum(cutoff);
+	le_store_exec(st, PLAN_HISTORY_PRUNE_ALL, values, NULL, SPI_OK_DELETE);
 	return (int64) SPI_processed;
 }
 
@@ -926,6 +746,8 @@ le_fence_lock(int64 lease_id, LOCKMODE mode)
 
 	le_fence_locktag(&tag, lease_id);
 	(void) LockAcquire(&tag, mode, false, false);
+	if (mode == LE_FENCE_CHANGE_LOCKMODE)
+		le_lease_locks_taken();
 }
 
 /*
@@ -940,7 +762,26 @@ le_fence_trylock(int64 lease_id, LOCKMODE mode)
 	LOCKTAG		tag;
 
 	le_fence_locktag(&tag, lease_id);
-	return LockAcquire(&tag, mode, false, true) != LOCKACQUIRE_NOT_AVAIL;
+	if (LockAcquire(&tag, mode, false, true) == LOCKACQUIRE_NOT_AVAIL)
+		return false;
+	if (mode == LE_FENCE_CHANGE_LOCKMODE)
+		le_lease_locks_taken();
+	return true;
+}
+
+/*
+ * Give back a fence lock taken by le_fence_lock in this call before the
+ * transaction ends: only for a call that then changed nothing (an acquire
+ * that lost the race while it waited).  A lock the transaction took before
+ * stays held.
+ */
+void
+le_fence_unlock(int64 lease_id, LOCKMODE mode)
+{
+	LOCKTAG		tag;
+
+	le_fence_locktag(&tag, lease_id);
+	(void) LockRelease(&tag, mode, false);
 }
 
 /* Is the lease held and unexpired at server time now? */
@@ -994,259 +835,6 @@ le_notify(const char *event, const LeaseRow *row)
 	appendStringInfoChar(&buf, '}');
 	Async_Notify(LE_NOTIFY_CHANNEL, buf.data);
 	pfree(buf.data);
-}
-
-/*
- * Column numbers of le_lease, for the direct reads below (in the order of
- * CREATE TABLE in src/sql/10_lease.sql; columns are only ever appended).
- */
-#define Anum_le_lease_lease_id			1
-#define Anum_le_lease_lease_key			2
-#define Anum_le_lease_holder			3
-#define Anum_le_lease_holder_role		4
-#define Anum_le_lease_fencing_token		5
-#define Anum_le_lease_token_timeline	6
-#define Anum_le_lease_acquired_at		7
-#define Anum_le_lease_renewed_at		8
-#define Anum_le_lease_expires_at		9
-#define Anum_le_lease_transitions		10
-#define Anum_le_lease_token_system_id	12
-
-/*
- * The oids of le_lease and of its unique index on lease_key in the
- * extension schema nsp; raises an error when the extension is broken.
- */
-void
-le_store_relids(Oid nsp, Oid *lease_relid, Oid *key_indexid)
-{
-	*lease_relid = get_relname_relid("le_lease", nsp);
-	*key_indexid = get_relname_relid("le_lease_key_unique", nsp);
-	if (!OidIsValid(*lease_relid) || !OidIsValid(*key_indexid))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("table le_lease of extension leader_election or its index is missing from schema \"%s\"",
-						get_namespace_name(nsp)),
-				 errhint("Reinstall the extension with DROP EXTENSION and CREATE EXTENSION.")));
-}
-
-/* A text or name column of a deformed le_lease tuple as a C string, NULL when NULL. */
-static char *
-le_store_slot_string(TupleTableSlot *slot, int attnum)
-{
-	if (slot->tts_isnull[attnum - 1])
-		return NULL;
-	if (TupleDescAttr(slot->tts_tupleDescriptor, attnum - 1)->atttypid == NAMEOID)
-		return pstrdup(NameStr(*DatumGetName(slot->tts_values[attnum - 1])));
-	return TextDatumGetCString(slot->tts_values[attnum - 1]);
-}
-
-/* A timestamptz column of a deformed le_lease tuple, 0 when NULL. */
-static TimestampTz
-le_store_slot_time(TupleTableSlot *slot, int attnum)
-{
-	if (slot->tts_isnull[attnum - 1])
-		return 0;
-	return DatumGetTimestampTz(slot->tts_values[attnum - 1]);
-}
-
-/* Copy the deformed le_lease tuple in slot into *row. */
-static void
-le_store_slot_row(TupleTableSlot *slot, LeaseRow *row)
-{
-	slot_getallattrs(slot);
-	row->lease_id = DatumGetInt64(slot->tts_values[Anum_le_lease_lease_id - 1]);
-	row->lease_key = le_store_slot_string(slot, Anum_le_lease_lease_key);
-	row->holder = le_store_slot_string(slot, Anum_le_lease_holder);
-	row->holder_role = le_store_slot_string(slot, Anum_le_lease_holder_role);
-	row->fencing_token = DatumGetInt64(slot->tts_values[Anum_le_lease_fencing_token - 1]);
-	row->token_timeline = DatumGetInt32(slot->tts_values[Anum_le_lease_token_timeline - 1]);
-	row->acquired_at = le_store_slot_time(slot, Anum_le_lease_acquired_at);
-	row->renewed_at = le_store_slot_time(slot, Anum_le_lease_renewed_at);
-	row->expires_at = le_store_slot_time(slot, Anum_le_lease_expires_at);
-	row->transitions = DatumGetInt64(slot->tts_values[Anum_le_lease_transitions - 1]);
-	row->token_system_id = DatumGetInt64(slot->tts_values[Anum_le_lease_token_system_id - 1]);
-}
-
-/* Does the text datum d equal the C string key?  (No copy: runs per fenced write.) */
-static bool
-le_store_text_equals(Datum d, const char *key)
-{
-	text	   *t = DatumGetTextPP(d);
-	size_t		len = VARSIZE_ANY_EXHDR(t);
-	bool		equal;
-
-	equal = (len == strlen(key) && memcmp(VARDATA_ANY(t), key, len) == 0);
-	if ((Pointer) t != DatumGetPointer(d))
-		pfree(t);
-	return equal;
-}
-
-/*
- * Can block blkno of rel be read?  For the fence's TID hint, which may point
- * past the end of le_lease after another backend's VACUUM truncated it.
- * smgrnblocks() is an lseek() outside recovery, and perf showed it on every
- * fenced write, so the size this backend last saw is used when the block
- * lies below it.  That size only errs low while our smgr handle lives: the
- * table grows only (a block below it still exists), and whatever shrinks
- * it (smgrtruncate, under AccessExclusiveLock) sends a shared invalidation
- * that closes every backend's handle, size included, which we have
- * processed once our AccessShareLock was granted (the caller holds it).  A
- * block at or past it asks the file again, which also refreshes the size.
- */
-static bool
-le_store_block_exists(Relation rel, BlockNumber blkno)
-{
-	SMgrRelation smgr = RelationGetSmgr(rel);
-	BlockNumber known = smgr->smgr_cached_nblocks[MAIN_FORKNUM];
-
-	if (known != InvalidBlockNumber && blkno < known)
-		return true;
-	return blkno < smgrnblocks(smgr, MAIN_FORKNUM);
-}
-
-/*
- * Read the latest committed version of the lease row of key into *row
- * (strings in the current memory context); false when the key has no row.
- * *written_by_us, when not NULL, tells whether the version read was written
- * by the current transaction (which then holds the row's lock to its end).
- *
- * For the fence, which runs for every protected row written: direct access
- * with no SPI, no user switch and no privilege check (the caller never sees
- * more than the row's token, holder role and expiry, which le_leases shows
- * to everyone anyway).  Visibility is judged here, at the time of the read
- * (SnapshotSelf, see below), so a caller that holds the fence lock sees
- * every token change committed before the lock was granted, whatever its
- * own transaction snapshot or isolation level.
- *
- * *hint, when valid, is the heap TID the unique index on lease_key gave for
- * this key last time (the root of the row's HOT chain): renewals and grants
- * change no indexed column, so their versions stay on that chain and a
- * HOT-chain fetch from it finds the latest version without an index scan
- * (perf showed the index scan and index open as half of the fence's cost).
- * When the chain yields nothing visible, or a row of another key (the line
- * pointer was pruned and reused), the index is scanned and *hint updated.
- */
-/*
- * Look key up in rel under snapshot snap: first on the HOT chain at *hint
- * (when valid), then through the unique index (updating *hint).  The row
- * found is left in slot.
- */
-static bool
-le_store_fetch_key(Relation rel, Oid key_indexid, const char *key,
-				   ItemPointer hint, Snapshot snap, TupleTableSlot *slot)
-{
-	bool		found = false;
-
-	if (hint != NULL && ItemPointerIsValid(hint))
-	{
-		IndexFetchTableData *fetch = table_index_fetch_begin(rel);
-		ItemPointerData tid = *hint;
-		bool		call_again = false;
-		bool		all_dead = false;
-
-		if (table_index_fetch_tuple(fetch, &tid, snap, slot, &call_again, &all_dead))
-		{
-			bool		isnull;
-			Datum		d = slot_getattr(slot, Anum_le_lease_lease_key, &isnull);
-
-			found = !isnull && le_store_text_equals(d, key);
-		}
-		table_index_fetch_end(fetch);
-	}
-
-	if (!found)
-	{
-		Relation	idx = index_open(key_indexid, AccessShareLock);
-		IndexScanDesc scan;
-		ScanKeyData skey;
-		ItemPointer tid;
-
-		ScanKeyEntryInitialize(&skey, 0, 1, BTEqualStrategyNumber, InvalidOid,
-							   idx->rd_indcollation[0], F_TEXTEQ,
-							   CStringGetTextDatum(key));
-		scan = index_beginscan(rel, idx, snap, 1, 0);
-		index_rescan(scan, &skey, 1, NULL, 0);
-		while ((tid = index_getnext_tid(scan, ForwardScanDirection)) != NULL)
-		{
-			ItemPointerData root = *tid;
-
-			if (index_fetch_heap(scan, slot))
-			{
-				found = true;
-				if (hint != NULL)
-					*hint = root;
-				break;
-			}
-		}
-		index_endscan(scan);
-		index_close(idx, AccessShareLock);
-	}
-	return found;
-}
-
-bool
-le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
-					 ItemPointer hint, LeaseRow *row, bool *written_by_us)
-{
-	Relation	rel;
-	TupleTableSlot *slot;
-	bool		found;
-
-	rel = table_open(lease_relid, AccessShareLock);
-	if (RelationGetDescr(rel)->natts < Anum_le_lease_token_system_id ||
-		TupleDescAttr(RelationGetDescr(rel), Anum_le_lease_lease_key - 1)->atttypid != TEXTOID ||
-		TupleDescAttr(RelationGetDescr(rel), Anum_le_lease_fencing_token - 1)->atttypid != INT8OID ||
-		TupleDescAttr(RelationGetDescr(rel), Anum_le_lease_expires_at - 1)->atttypid != TIMESTAMPTZOID)
-		elog(ERROR, "leader_election: unexpected layout of table le_lease");
-
-	slot = table_slot_create(rel, NULL);
-
-	/*
-	 * A hint may point past the end of the table: VACUUM can truncate
-	 * trailing pages (other hints are dropped on relcache invalidation, but
-	 * that may arrive only with this very table_open).  Our lock excludes
-	 * truncation while we read.
-	 */
-	if (hint != NULL && ItemPointerIsValid(hint) &&
-		!le_store_block_exists(rel, ItemPointerGetBlockNumber(hint)))
-		ItemPointerSetInvalid(hint);
-
-	/*
-	 * SnapshotSelf judges each version when it is looked at: committed (by
-	 * the commit log, once the writer has left the proc array, which it does
-	 * before releasing its locks) or ours.  That is what a snapshot taken at
-	 * that moment would show, without building and registering one
-	 * (callgrind: about 700 instructions per read, and ProcArrayLock taken
-	 * shared each time).  On one HOT chain the versions are looked at in
-	 * order, so exactly one is seen even while a renewal commits.  Only
-	 * across two index entries (a non-HOT update, or a row deleted and
-	 * created again, committing while we look) can it see none: then look
-	 * again with an MVCC snapshot taken now.
-	 */
-	found = le_store_fetch_key(rel, key_indexid, key, hint, SnapshotSelf, slot);
-	if (!found)
-	{
-		Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
-
-		found = le_store_fetch_key(rel, key_indexid, key, hint, snap, slot);
-		UnregisterSnapshot(snap);
-	}
-
-	if (found)
-	{
-		le_store_slot_row(slot, row);
-		if (written_by_us != NULL)
-		{
-			bool		isnull;
-			Datum		xmin = slot_getsysattr(slot, MinTransactionIdAttributeNumber, &isnull);
-
-			*written_by_us = !isnull &&
-				TransactionIdIsCurrentTransactionId(DatumGetTransactionId(xmin));
-		}
-	}
-	ExecDropSingleTupleTableSlot(slot);
-	table_close(rel, AccessShareLock);
-	return found;
 }
 
 /* Names the lease whose fence lock a writer is waiting for. */

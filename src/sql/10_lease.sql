@@ -66,16 +66,22 @@ CREATE TABLE @extschema@.le_lease_history (
     acquired_at     timestamptz NOT NULL,
     ended_at        timestamptz,
     end_reason      text,
-    CONSTRAINT le_lease_history_pkey PRIMARY KEY (history_id),
+    -- Tokens never repeat within a lease: the key of a period, and the index
+    -- both per-grant steps use (src/lease_rows.c): closing the open period
+    -- (lease_id, fencing_token), and pruning a lease's periods older than
+    -- the retention from its lowest token up (a lease's periods follow each
+    -- other, so their ended_at rise with the token); each touches only the
+    -- rows it changes however long the history is.  No column that closing a
+    -- period changes is indexed, and fillfactor 80 leaves room on the page:
+    -- the close is a HOT update.
+    CONSTRAINT le_lease_history_pkey PRIMARY KEY (lease_id, fencing_token),
     CONSTRAINT le_lease_history_reason CHECK (end_reason IN ('released', 'expired', 'force_released'))
-);
+) WITH (fillfactor = 80);
 ALTER SEQUENCE @extschema@.le_lease_history_id_seq OWNED BY @extschema@.le_lease_history.history_id;
--- Serves both per-grant statements: closing the open period (ended_at IS NULL)
--- and pruning a lease's periods older than the retention (ended_at < cutoff),
--- each touching only the rows it changes however long the history is.
-CREATE INDEX le_lease_history_lease ON @extschema@.le_lease_history (lease_id, ended_at);
 COMMENT ON TABLE @extschema@.le_lease_history IS
     'one row per grant of a new fencing token: who held the lease, from when to when, and why it ended; rows whose period ended longer ago than leader_election.history_retention are pruned on the next grant of the same key';
+COMMENT ON COLUMN @extschema@.le_lease_history.history_id IS
+    'number of the grant across all leases, rising in the order grants were made (not indexed: the key of a period is lease_id and fencing_token)';
 COMMENT ON COLUMN @extschema@.le_lease_history.end_reason IS
     'released (by its holder), expired (lapsed and then taken over by a new grant), force_released (le_force_release); NULL while the period lasts';
 COMMENT ON COLUMN @extschema@.le_lease_history.ended_at IS

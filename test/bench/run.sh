@@ -28,8 +28,9 @@
 #     off, 1 row and 100 rows per transaction;
 #   - 16 clients vs 1 cycling over 1,000 keys, le_ and pglock (default
 #     durability): le_'s 16/1 ratio should be at least pglock's;
-#   - the cycle with leader_election.notify = releases and none, 2 and 16
-#     clients (NOTIFY serialises committers cluster-wide).
+#   - the cycle with leader_election.notify = all (grants notify too) and
+#     none, 2 and 16 clients, next to the default (releases): a NOTIFY makes
+#     PostgreSQL serialise notifying committers cluster-wide.
 # Runtime: 26 scripts x PASSES runs x T s + ~30 s (about 5 minutes at T=5);
 # ONLY=fence: 4 scripts x PASSES runs x T s + ~10 s.
 set -euo pipefail
@@ -110,8 +111,8 @@ CLIENT_OPS="le_c1 1 le_cycle.pgb
 pglock_c1 1 pglock_cycle.pgb
 le_c16 16 le_cycle.pgb
 pglock_c16 16 pglock_cycle.pgb
-le_rel_cycle 2 le_cycle.pgb -c leader_election.notify=releases
-le_rel_c16 16 le_cycle.pgb -c leader_election.notify=releases
+le_all_cycle 2 le_cycle.pgb -c leader_election.notify=all
+le_all_c16 16 le_cycle.pgb -c leader_election.notify=all
 le_none_cycle 2 le_cycle.pgb -c leader_election.notify=none
 le_none_c16 16 le_cycle.pgb -c leader_election.notify=none"
 FENCE_OPS="ins_plain 2 ins_plain.pgb -c synchronous_commit=off
@@ -178,9 +179,10 @@ row "renew a held lease, \`fsync = off\`" fsyncoff le_renew raw_update "≥ 0.9"
 row "refused acquire, default durability" default le_refused adv_refused "≥ 0.6" "refused pg_try_advisory_lock"
 row "refused acquire, \`fsync = off\`" fsyncoff le_refused adv_refused "≥ 0.6" "refused pg_try_advisory_lock"
 fence_rows
-row "acquire + release, 2 clients, \`leader_election.notify = releases\`" default le_rel_cycle pglock_cycle "–" "pglock's cycle"
+row "acquire + release, 2 clients, \`leader_election.notify = all\`" default le_all_cycle pglock_cycle "–" "pglock's cycle"
 row "acquire + release, 2 clients, \`leader_election.notify = none\`" default le_none_cycle pglock_cycle "–" "pglock's cycle"
-row "acquire + release, 16 clients, \`notify = releases\`" default le_rel_c16 pglock_c16 "–" "pglock's cycle, 16 clients"
+row "acquire + release, 16 clients, default (\`notify = releases\`)" default le_c16 pglock_c16 "–" "pglock's cycle, 16 clients"
+row "acquire + release, 16 clients, \`notify = all\`" default le_all_c16 pglock_c16 "–" "pglock's cycle, 16 clients"
 row "acquire + release, 16 clients, \`notify = none\`" default le_none_c16 pglock_c16 "–" "pglock's cycle, 16 clients"
 read -r l1 l16 lr <<<"$(scale x default le_c1 le_c16)"
 read -r p1 p16 pr <<<"$(scale x default pglock_c1 pglock_c16)"

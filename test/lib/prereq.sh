@@ -4,9 +4,9 @@
 
 LE_PACKAGES="make gcc postgresql-15 postgresql-server-dev-15 libpq-dev libipc-run-perl pgbouncer python3-psycopg2 spin"
 
-le_ensure_packages() {
+le_ensure_packages() {   # [EXTRA_PACKAGE...]: also needed by this run
     local missing=() p
-    for p in $LE_PACKAGES; do
+    for p in $LE_PACKAGES "$@"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
     done
     if [ ${#missing[@]} -gt 0 ]; then

@@ -1,7 +1,8 @@
 # Issue 2, notifications of lease changes: a session listening on channel
 # leader_election receives exactly one notification per grant (event
 # "acquired") and per release ("released", "force_released"), delivered at
-# commit, whose payload is valid JSON with event, lease_key, holder,
+# commit (with leader_election.notify = all; the default, releases, leaves
+# grants out), whose payload is valid JSON with event, lease_key, holder,
 # fencing_token and expires_at, with quotes, backslashes, control characters
 # and non-ASCII text in the key and owner escaped correctly; renewals,
 # repeated acquires by the holder, refusals and rolled-back acquires send
@@ -20,6 +21,13 @@ my $node = PostgreSQL::Test::Cluster->new('notify');
 $node->init(extra => [ '--encoding=UTF8', '--locale=C' ]);
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION leader_election');
+
+# The default is releases; grants are announced with all, set for this test.
+is($node->safe_psql('postgres',
+		"LOAD 'leader_election'; SELECT boot_val FROM pg_settings WHERE name = 'leader_election.notify'"),
+	'releases', 'leader_election.notify is releases by default');
+$node->append_conf('postgresql.conf', 'leader_election.notify = all');
+$node->reload;
 
 # Run SQL (a perl character string) in a fresh session.
 sub sql
@@ -114,7 +122,10 @@ step_sends('acquire rolled back');
 
 # A grant inside an open transaction is announced only at its commit.
 my $tx = $node->background_psql('postgres');
-$tx->query_safe("BEGIN; SELECT le_acquire('k', 'D', '100 milliseconds')");
+# (ttl 2 s: a grant in a transaction block bounds that transaction's idle
+# time by its ttl, so a shorter one could end the session on a loaded machine
+# before the COMMIT below.)
+$tx->query_safe("BEGIN; SELECT le_acquire('k', 'D', '2 seconds')");
 step_sends('acquire in a transaction not yet committed');
 $tx->query_safe('COMMIT');
 $tx->quit;

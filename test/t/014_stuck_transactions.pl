@@ -54,12 +54,12 @@ $node->poll_query_until('postgres', "SELECT NOT is_valid FROM le_leases WHERE le
   or die 'lease lapsed did not expire';
 
 # The API refuses to prepare what would hold a lease row or fence lock: a
-# renewal (grants and releases send a NOTIFY and cannot be prepared either)
-# and a transaction that passed the fence.  Nothing is prepared, nothing
+# renewal (grants and releases, and calls that locked a lease to change it,
+# are refused the same way) and a transaction that passed the fence.  Nothing is prepared, nothing
 # applied.
 my $fenced = $node->safe_psql('postgres', "SELECT fencing_token FROM le_acquire('fenced', 'f', '30 minutes')");
 for my $case (
-	[ 'a renewal', "SELECT le_renew('valid', 'a', $valid, '50 minutes')", 'changed a lease' ],
+	[ 'a renewal', "SELECT le_renew('valid', 'a', $valid, '50 minutes')", 'changed or locked a lease' ],
 	[ 'a fenced transaction', "SELECT le_fence_check('fenced', $fenced)", 'passed the fence of lease "fenced"' ])
 {
 	my ($what, $sql, $msg) = @$case;

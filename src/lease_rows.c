@@ -1,0 +1,820 @@
+/*-------------------------------------------------------------------------
+ *
+ * lease_rows.c
+ *		Direct access to the rows of le_lease and le_lease_history: find,
+ *		lock and update a lease row, open, close and prune its periods.
+ *
+ * Every grant, renewal and release goes through here, so these paths use
+ * the table and index access methods directly instead of SQL through SPI
+ * (perf put SPI's plan checks, executor start-up and CHECK constraint
+ * parsing at half of a full ownership period's backend time).  What the
+ * executor would add and we do not need: no triggers fire on the
+ * extension's tables (nobody may create them: the tables belong to the
+ * extension), and the CHECK constraints of le_lease are verified here in
+ * C (le_rows_check) instead of by evaluating their expressions.
+ *
+ * Visibility and locking.  Each operation first makes this transaction's
+ * earlier changes visible (CommandCounterIncrement, as SPI does before
+ * every statement), then:
+ *	- le_store_peek reads without any lock: at READ COMMITTED the latest
+ *	  committed version, at REPEATABLE READ and SERIALIZABLE the version of
+ *	  the transaction snapshot (what the caller is told agrees with its
+ *	  snapshot);
+ *	- le_store_lock locks the row as SELECT ... FOR UPDATE does: it finds
+ *	  the row by index with a new snapshot and locks that version with the
+ *	  same command id; at READ COMMITTED it then follows the update chain to
+ *	  the latest version (waiting for an updater in progress), at the
+ *	  stricter levels a row updated since the snapshot is a serialization
+ *	  failure (40001).  It never starts from a TID found earlier in the
+ *	  call: a wait in between (for the fence lock) may see that TID given
+ *	  to another row;
+ *	- le_store_write updates exactly the version le_store_lock locked.
+ * Lock waits are bounded by the lock_timeout le_store_begin put in force.
+ * History rows of a lease are written only by whoever holds that lease's
+ * row lock, so they need no row locks of their own; a concurrent
+ * le_prune_history() may delete the same ended rows, which we then skip.
+ *
+ * Index entries are made only when an update is not HOT (le_lease: no
+ * indexed column ever changes, fillfactor 50; le_lease_history: closing a
+ * period changes no indexed column, fillfactor 80) and for history inserts,
+ * through the executor's index insertion (unique checks included).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/skey.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "commands/sequence.h"
+#include "executor/executor.h"
+#include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "storage/bufmgr.h"
+#include "storage/smgr.h"
+#include "storage/lmgr.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "leader_election.h"
+
+/*
+ * Column numbers of le_lease and le_lease_history (in the order of CREATE
+ * TABLE in src/sql/10_lease.sql; columns are only ever appended).
+ */
+#define Anum_le_lease_lease_id			1
+#define Anum_le_lease_lease_key			2
+#define Anum_le_lease_holder			3
+#define Anum_le_lease_holder_role		4
+#define Anum_le_lease_fencing_token		5
+#define Anum_le_lease_token_timeline	6
+#define Anum_le_lease_acquired_at		7
+#define Anum_le_lease_renewed_at		8
+#define Anum_le_lease_expires_at		9
+#define Anum_le_lease_transitions		10
+#define Anum_le_lease_created_at		11
+#define Anum_le_lease_token_system_id	12
+#define Natts_le_lease					12
+
+#define Anum_le_history_history_id		1
+#define Anum_le_history_lease_id		2
+#define Anum_le_history_lease_key		3
+#define Anum_le_history_holder			4
+#define Anum_le_history_holder_role		5
+#define Anum_le_history_fencing_token	6
+#define Anum_le_history_acquired_at		7
+#define Anum_le_history_ended_at		8
+#define Anum_le_history_end_reason		9
+#define Natts_le_history				9
+
+/* Expected type of each column, to refuse a table that is not ours. */
+static const Oid le_lease_types[Natts_le_lease] = {
+	INT8OID, TEXTOID, TEXTOID, NAMEOID, INT8OID, INT4OID,
+	TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID, INT8OID
+};
+static const Oid le_history_types[Natts_le_history] = {
+	INT8OID, INT8OID, TEXTOID, TEXTOID, NAMEOID, INT8OID,
+	TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID
+};
+
+/* The error for a relation of ours that is missing (dropped). */
+static void
+le_rows_missing(const char *what)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("%s of extension leader_election is missing", what),
+			 errdetail("The extension was dropped, or is being dropped by another session."),
+			 errhint("Reinstall the extension with DROP EXTENSION and CREATE EXTENSION.")));
+}
+
+/* The oid of relation name in the extension schema, or an error naming it. */
+static Oid
+le_rows_relid(Oid nsp, const char *name)
+{
+	Oid			relid = get_relname_relid(name, nsp);
+
+	if (!OidIsValid(relid))
+		le_rows_missing(name);
+	return relid;
+}
+
+/*
+ * Open an index of ours; a clean error if it was dropped meanwhile (by a
+ * DROP EXTENSION that committed while we waited for the lock).
+ */
+static Relation
+le_rows_open_index(Oid indexid, LOCKMODE mode)
+{
+	Relation	idx = try_index_open(indexid, mode);
+
+	if (idx == NULL)
+		le_rows_missing("an index");
+	return idx;
+}
+
+/*
+ * The oids of le_lease and of its unique index on lease_key in the
+ * extension schema nsp; raises an error when the extension is broken.
+ */
+void
+le_store_relids(Oid nsp, Oid *lease_relid, Oid *key_indexid)
+{
+	*lease_relid = le_rows_relid(nsp, "le_lease");
+	*key_indexid = le_rows_relid(nsp, "le_lease_key_unique");
+}
+
+/* Open a table of ours and check that its columns are the ones we write. */
+static Relation
+le_rows_open(Oid relid, LOCKMODE mode, const Oid *types, int natts)
+{
+	Relation	rel = try_table_open(relid, mode);
+	TupleDesc	desc;
+	int			i;
+
+	/* Dropped by a DROP EXTENSION that committed while we waited for the lock. */
+	if (rel == NULL)
+		le_rows_missing("a table");
+	desc = RelationGetDescr(rel);
+
+	if (desc->natts != natts)
+		elog(ERROR, "leader_election: unexpected layout of table %s", RelationGetRelationName(rel));
+	for (i = 0; i < natts; i++)
+		if (TupleDescAttr(desc, i)->attisdropped ||
+			TupleDescAttr(desc, i)->atttypid != types[i])
+			elog(ERROR, "leader_election: unexpected layout of table %s", RelationGetRelationName(rel));
+	return rel;
+}
+
+/* A text or name column of a slot as a C string, NULL when NULL. */
+static char *
+le_rows_slot_string(TupleTableSlot *slot, int attnum)
+{
+	if (slot->tts_isnull[attnum - 1])
+		return NULL;
+	if (TupleDescAttr(slot->tts_tupleDescriptor, attnum - 1)->atttypid == NAMEOID)
+		return pstrdup(NameStr(*DatumGetName(slot->tts_values[attnum - 1])));
+	return TextDatumGetCString(slot->tts_values[attnum - 1]);
+}
+
+/* A timestamptz column of a slot, 0 when NULL. */
+static TimestampTz
+le_rows_slot_time(TupleTableSlot *slot, int attnum)
+{
+	if (slot->tts_isnull[attnum - 1])
+		return 0;
+	return DatumGetTimestampTz(slot->tts_values[attnum - 1]);
+}
+
+/* Copy the le_lease tuple in slot into *row (strings in the current context). */
+static void
+le_rows_slot_row(TupleTableSlot *slot, LeaseRow *row)
+{
+	slot_getallattrs(slot);
+	row->lease_id = DatumGetInt64(slot->tts_values[Anum_le_lease_lease_id - 1]);
+	row->lease_key = le_rows_slot_string(slot, Anum_le_lease_lease_key);
+	row->holder = le_rows_slot_string(slot, Anum_le_lease_holder);
+	row->holder_role = le_rows_slot_string(slot, Anum_le_lease_holder_role);
+	row->fencing_token = DatumGetInt64(slot->tts_values[Anum_le_lease_fencing_token - 1]);
+	row->token_timeline = DatumGetInt32(slot->tts_values[Anum_le_lease_token_timeline - 1]);
+	row->acquired_at = le_rows_slot_time(slot, Anum_le_lease_acquired_at);
+	row->renewed_at = le_rows_slot_time(slot, Anum_le_lease_renewed_at);
+	row->expires_at = le_rows_slot_time(slot, Anum_le_lease_expires_at);
+	row->transitions = DatumGetInt64(slot->tts_values[Anum_le_lease_transitions - 1]);
+	row->token_system_id = DatumGetInt64(slot->tts_values[Anum_le_lease_token_system_id - 1]);
+}
+
+/* Does the text datum d equal the C string key?  (No copy: runs per fenced write.) */
+static bool
+le_rows_text_equals(Datum d, const char *key)
+{
+	text	   *t = DatumGetTextPP(d);
+	size_t		len = VARSIZE_ANY_EXHDR(t);
+	bool		equal;
+
+	equal = (len == strlen(key) && memcmp(VARDATA_ANY(t), key, len) == 0);
+	if ((Pointer) t != DatumGetPointer(d))
+		pfree(t);
+	return equal;
+}
+
+/*
+ * Can block blkno of rel be read?  For the fence's TID hint, which may point
+ * past the end of le_lease after another backend's VACUUM truncated it.
+ * smgrnblocks() is an lseek() outside recovery, and perf showed it on every
+ * fenced write, so the size this backend last saw is used when the block
+ * lies below it.  That size only errs low while our smgr handle lives: the
+ * table grows only (a block below it still exists), and whatever shrinks
+ * it (smgrtruncate, under AccessExclusiveLock) sends a shared invalidation
+ * that closes every backend's handle, size included, which we have
+ * processed once our lock on rel was granted (the caller holds it).  A
+ * block at or past it asks the file again, which also refreshes the size.
+ */
+static bool
+le_rows_block_exists(Relation rel, BlockNumber blkno)
+{
+	SMgrRelation smgr = RelationGetSmgr(rel);
+	BlockNumber known = smgr->smgr_cached_nblocks[MAIN_FORKNUM];
+
+	if (known != InvalidBlockNumber && blkno < known)
+		return true;
+	return blkno < smgrnblocks(smgr, MAIN_FORKNUM);
+}
+
+/*
+ * Find the version of key's le_lease row that snap sees and store it in
+ * slot; false when there is none.
+ *
+ * *hint, when not NULL and valid, is the heap TID the unique index on
+ * lease_key gave for this key last time (the root of the row's HOT chain):
+ * renewals and grants change no indexed column, so their versions stay on
+ * that chain and a HOT-chain fetch from it finds the visible version
+ * without an index scan.  A hint past the end of the table (VACUUM can
+ * truncate trailing pages; the caller's lock on rel excludes truncation
+ * while we read) is dropped; a chain that yields nothing visible, or a row
+ * of another key (the line pointer was pruned and reused), falls back to
+ * the index, which then updates *hint.
+ */
+static bool
+le_rows_find(Relation rel, Oid key_indexid, const char *key, Snapshot snap,
+			 TupleTableSlot *slot, ItemPointer hint)
+{
+	bool		found = false;
+
+	if (hint != NULL && ItemPointerIsValid(hint) &&
+		!le_rows_block_exists(rel, ItemPointerGetBlockNumber(hint)))
+		ItemPointerSetInvalid(hint);
+
+	if (hint != NULL && ItemPointerIsValid(hint))
+	{
+		IndexFetchTableData *fetch = table_index_fetch_begin(rel);
+		ItemPointerData tid = *hint;
+		bool		call_again = false;
+		bool		all_dead = false;
+
+		if (table_index_fetch_tuple(fetch, &tid, snap, slot, &call_again, &all_dead))
+		{
+			bool		isnull;
+			Datum		d = slot_getattr(slot, Anum_le_lease_lease_key, &isnull);
+
+			found = !isnull && le_rows_text_equals(d, key);
+		}
+		table_index_fetch_end(fetch);
+	}
+
+	if (!found)
+	{
+		Relation	idx = le_rows_open_index(key_indexid, AccessShareLock);
+		IndexScanDesc scan;
+		ScanKeyData skey;
+		ItemPointer tid;
+
+		ScanKeyEntryInitialize(&skey, 0, 1, BTEqualStrategyNumber, InvalidOid,
+							   idx->rd_indcollation[0], F_TEXTEQ,
+							   CStringGetTextDatum(key));
+		scan = index_beginscan(rel, idx, snap, 1, 0);
+		index_rescan(scan, &skey, 1, NULL, 0);
+		while ((tid = index_getnext_tid(scan, ForwardScanDirection)) != NULL)
+		{
+			ItemPointerData root = *tid;
+
+			if (index_fetch_heap(scan, slot))
+			{
+				found = true;
+				if (hint != NULL)
+					*hint = root;
+				break;
+			}
+		}
+		index_endscan(scan);
+		index_close(idx, AccessShareLock);
+	}
+	return found;
+}
+
+/*
+ * Read the latest committed version of the lease row of key into *row
+ * (strings in the current memory context); false when the key has no row.
+ * *written_by_us, when not NULL, tells whether the version read was written
+ * by the current transaction (which then holds the row's lock to its end).
+ *
+ * For the fence, which runs for every protected row written: no SPI, no
+ * user switch and no privilege check (the caller never sees more than the
+ * row's token, holder role and expiry, which le_leases shows to everyone
+ * anyway).  Visibility is judged here, at the time of the read
+ * (SnapshotSelf, see below), so a caller that holds the fence lock sees
+ * every token change committed before the lock was granted, whatever its
+ * own transaction snapshot or isolation level.  hint: see le_rows_find.
+ */
+bool
+le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
+					 ItemPointer hint, LeaseRow *row, bool *written_by_us)
+{
+	Relation	rel;
+	Snapshot	snap;
+	TupleTableSlot *slot;
+	bool		found;
+
+	rel = le_rows_open(lease_relid, AccessShareLock, le_lease_types, Natts_le_lease);
+	slot = table_slot_create(rel, NULL);
+
+	/*
+	 * SnapshotSelf judges each version when it is looked at: committed (by
+	 * the commit log, once the writer has left the proc array, which it does
+	 * before releasing its locks) or ours.  That is what a snapshot taken at
+	 * that moment would show, without building and registering one
+	 * (callgrind: about 700 instructions per read, and ProcArrayLock taken
+	 * shared each time).  On one HOT chain the versions are looked at in
+	 * order, so exactly one is seen even while a renewal commits.  Only
+	 * across two index entries (a non-HOT update, or a row deleted and
+	 * created again, committing while we look) can it see none: then look
+	 * again with an MVCC snapshot taken now.
+	 */
+	found = le_rows_find(rel, key_indexid, key, SnapshotSelf, slot, hint);
+	if (!found)
+	{
+		snap = RegisterSnapshot(GetLatestSnapshot());
+		found = le_rows_find(rel, key_indexid, key, snap, slot, hint);
+		UnregisterSnapshot(snap);
+	}
+	if (found)
+	{
+		le_rows_slot_row(slot, row);
+		if (written_by_us != NULL)
+		{
+			bool		isnull;
+			Datum		xmin = slot_getsysattr(slot, MinTransactionIdAttributeNumber, &isnull);
+
+			*written_by_us = !isnull &&
+				TransactionIdIsCurrentTransactionId(DatumGetTransactionId(xmin));
+		}
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	table_close(rel, AccessShareLock);
+	return found;
+}
+
+/*
+ * Replace the snapshot this call keeps registered by a new one: the
+ * transaction snapshot at REPEATABLE READ and SERIALIZABLE, else a fresh
+ * one.  Taken after CommandCounterIncrement, it sees this transaction's
+ * earlier changes.
+ */
+static Snapshot
+le_rows_new_snapshot(LeaseStoreState *st)
+{
+	if (st->snap != NULL)
+		UnregisterSnapshot(st->snap);
+	st->snap = NULL;
+	st->snap = RegisterSnapshot(IsolationUsesXactSnapshot() ? GetTransactionSnapshot()
+								: GetLatestSnapshot());
+	return st->snap;
+}
+
+/* Release what le_store_peek and le_store_lock kept for the rest of the call. */
+void
+le_rows_end(LeaseStoreState *st)
+{
+	if (st->snap != NULL)
+		UnregisterSnapshot(st->snap);
+	st->snap = NULL;
+	ItemPointerSetInvalid(&st->tid);
+	st->locked_tuple = NULL;
+}
+
+/*
+ * Read the row of a lease into *row without locking it, for a decision that
+ * le_store_lock confirms before anything is written (or that only
+ * refuses); false when the key has no row.  Writes nothing, takes no
+ * transaction id.
+ */
+bool
+le_store_peek(LeaseStoreState *st, const char *key, LeaseRow *row)
+{
+	Relation	rel;
+	TupleTableSlot *slot;
+	bool		found;
+
+	CommandCounterIncrement();
+	rel = le_rows_open(st->lease_relid, AccessShareLock, le_lease_types, Natts_le_lease);
+	slot = table_slot_create(rel, NULL);
+	found = le_rows_find(rel, st->key_indexid, key, le_rows_new_snapshot(st), slot, NULL);
+	if (found)
+	{
+		MemoryContext old = MemoryContextSwitchTo(st->caller_cxt);
+
+		le_rows_slot_row(slot, row);
+		MemoryContextSwitchTo(old);
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	/* A refusal leaves no lock behind (sql/lease_cheap.sql). */
+	table_close(rel, AccessShareLock);
+	return found;
+}
+
+/* The standard error of a row changed under a transaction-snapshot lock. */
+static void
+le_rows_serialization_failure(void)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+			 errmsg("could not serialize access due to concurrent update"),
+			 errhint("The lease changed after this transaction's snapshot was taken; retry the transaction.")));
+}
+
+/*
+ * Lock the row of a lease (as SELECT ... FOR UPDATE) and read the locked
+ * version into *row; false when the key has no row.  See the header
+ * comment for the version locked at each isolation level.
+ *
+ * check, when not NULL, is first asked about the version found (in *row):
+ * if it says no, the row is not locked, the call returns false and leaves
+ * no lock behind at all (a failed renewal must not block the holder or a
+ * takeover), saving a separate unlocked read for callers that only go on
+ * when the row looks right.  The caller decides again on the version
+ * locked, which at READ COMMITTED may be a later one.
+ */
+bool
+le_store_lock(LeaseStoreState *st, const char *key, LeaseRow *row,
+			  LeaseRowCheck check, void *arg)
+{
+	Relation	rel;
+	TupleTableSlot *slot;
+	bool		found = false;
+	bool		writing = false;
+	int			attempt;
+
+	CommandCounterIncrement();
+	rel = le_rows_open(st->lease_relid, AccessShareLock, le_lease_types, Natts_le_lease);
+	slot = table_slot_create(rel, NULL);
+
+	/*
+	 * At READ COMMITTED a version whose row was deleted since it was found
+	 * (only a superuser can delete lease rows) is looked up once more.
+	 */
+	for (attempt = 0; attempt < 2 && !found; attempt++)
+	{
+		ItemPointerData tid;
+		TM_FailureData tmfd;
+		TM_Result	res;
+
+		if (!le_rows_find(rel, st->key_indexid, key, le_rows_new_snapshot(st), slot, NULL))
+			break;
+		if (check != NULL && attempt == 0)
+		{
+			MemoryContext old = MemoryContextSwitchTo(st->caller_cxt);
+			bool		go;
+
+			le_rows_slot_row(slot, row);
+			MemoryContextSwitchTo(old);
+			go = check(row, arg);
+			if (!go)
+				break;
+		}
+		if (!writing)
+		{
+			/* What SELECT ... FOR UPDATE says, as SPI did before. */
+			PreventCommandIfReadOnly("SELECT FOR UPDATE");
+			LockRelationOid(st->lease_relid, RowExclusiveLock);
+			le_lease_locks_taken();
+			writing = true;
+		}
+		tid = slot->tts_tid;
+		res = table_tuple_lock(rel, &tid, st->snap, slot, GetCurrentCommandId(true),
+							   LockTupleExclusive, LockWaitBlock,
+							   IsolationUsesXactSnapshot() ? 0 : TUPLE_LOCK_FLAG_FIND_LAST_VERSION,
+							   &tmfd);
+		switch (res)
+		{
+			case TM_Ok:
+				found = true;
+				break;
+			case TM_Updated:
+			case TM_Deleted:
+				if (IsolationUsesXactSnapshot())
+					le_rows_serialization_failure();
+				break;
+			default:
+				elog(ERROR, "leader_election: unexpected result %d locking the row of lease \"%s\"",
+					 (int) res, key);
+		}
+	}
+
+	if (found)
+	{
+		MemoryContext old = MemoryContextSwitchTo(st->caller_cxt);
+
+		st->tid = slot->tts_tid;
+		st->locked_tuple = ExecCopySlotHeapTuple(slot);
+		le_rows_slot_row(slot, row);
+		MemoryContextSwitchTo(old);
+		if (strcmp(row->lease_key, key) != 0)
+			elog(ERROR, "leader_election: locked the row of lease \"%s\" while looking for \"%s\"",
+				 row->lease_key, key);
+		st->locked = true;
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	/* Nothing locked: leave no table lock behind either. */
+	table_close(rel, writing ? NoLock : AccessShareLock);
+	return found;
+}
+
+/*
+ * Make index entries for a tuple just inserted into rel, or for the new
+ * version of a non-HOT update, through the executor's index insertion.
+ */
+static void
+le_rows_index_tuple(Relation rel, HeapTuple tup)
+{
+	EState	   *estate = CreateExecutorState();
+	ResultRelInfo *rri = makeNode(ResultRelInfo);
+	TupleTableSlot *slot = ExecInitExtraTupleSlot(estate, RelationGetDescr(rel),
+												  &TTSOpsHeapTuple);
+
+	InitResultRelInfo(rri, rel, 1, NULL, 0);
+	ExecOpenIndices(rri, false);
+	ExecStoreHeapTuple(tup, slot, false);
+	list_free(ExecInsertIndexTuples(rri, slot, estate, false, false, NULL, NIL));
+	ExecCloseIndices(rri);
+	ExecResetTupleTable(estate->es_tupleTable, false);
+	FreeExecutorState(estate);
+}
+
+/* Update a tuple of ours that no one else can be changing, plus its index entries. */
+static void
+le_rows_update(Relation rel, ItemPointer otid, HeapTuple newtup)
+{
+	simple_heap_update(rel, otid, newtup);
+	if (!HeapTupleIsHeapOnly(newtup))
+		le_rows_index_tuple(rel, newtup);
+}
+
+/* The rules of le_lease's CHECK constraints, which we do not evaluate as SQL. */
+static void
+le_rows_check(const LeaseRow *row)
+{
+	if (row->fencing_token < 0 ||
+		(row->holder == NULL) != (row->holder_role == NULL) ||
+		(row->holder != NULL && row->expires_at == 0))
+		elog(ERROR, "leader_election: refusing to write an inconsistent row for lease \"%s\"",
+			 row->lease_key);
+}
+
+/* Datum and null flag of a timestamp that is 0 when the column should be NULL. */
+static Datum
+le_rows_time_datum(TimestampTz t, bool *isnull)
+{
+	*isnull = (t == 0);
+	return TimestampTzGetDatum(t);
+}
+
+/* Datum and null flag of a text column (NULL stays NULL). */
+static Datum
+le_rows_text_datum(const char *s, bool *isnull)
+{
+	*isnull = (s == NULL);
+	return s ? CStringGetTextDatum(s) : (Datum) 0;
+}
+
+/* Datum and null flag of a name column (NULL stays NULL). */
+static Datum
+le_rows_name_datum(const char *s, bool *isnull)
+{
+	Name		n = (Name) palloc0(NAMEDATALEN);
+
+	*isnull = (s == NULL);
+	if (s)
+		namestrcpy(n, s);
+	return NameGetDatum(n);
+}
+
+/*
+ * Write every mutable column of the lease row that le_store_lock locked in
+ * this call (its id and key must be the row's).
+ */
+void
+le_store_write(LeaseStoreState *st, const LeaseRow *row)
+{
+	Datum		values[Natts_le_lease];
+	bool		nulls[Natts_le_lease];
+	bool		replace[Natts_le_lease];
+	Relation	rel;
+	HeapTuple	newtup;
+
+	if (st->locked_tuple == NULL)
+		elog(ERROR, "leader_election: writing lease \"%s\" without its row lock", row->lease_key);
+	le_rows_check(row);
+	memset(replace, true, sizeof(replace));
+	memset(nulls, false, sizeof(nulls));
+	replace[Anum_le_lease_lease_id - 1] = false;
+	replace[Anum_le_lease_lease_key - 1] = false;
+	replace[Anum_le_lease_created_at - 1] = false;
+	values[Anum_le_lease_holder - 1] = le_rows_text_datum(row->holder, &nulls[Anum_le_lease_holder - 1]);
+	values[Anum_le_lease_holder_role - 1] =
+		le_rows_name_datum(row->holder_role, &nulls[Anum_le_lease_holder_role - 1]);
+	values[Anum_le_lease_fencing_token - 1] = Int64GetDatum(row->fencing_token);
+	values[Anum_le_lease_token_timeline - 1] = Int32GetDatum(row->token_timeline);
+	values[Anum_le_lease_acquired_at - 1] =
+		le_rows_time_datum(row->acquired_at, &nulls[Anum_le_lease_acquired_at - 1]);
+	values[Anum_le_lease_renewed_at - 1] =
+		le_rows_time_datum(row->renewed_at, &nulls[Anum_le_lease_renewed_at - 1]);
+	values[Anum_le_lease_expires_at - 1] =
+		le_rows_time_datum(row->holder ? row->expires_at : 0, &nulls[Anum_le_lease_expires_at - 1]);
+	values[Anum_le_lease_transitions - 1] = Int64GetDatum(row->transitions);
+	values[Anum_le_lease_token_system_id - 1] = Int64GetDatum(row->token_system_id);
+
+	rel = le_rows_open(st->lease_relid, RowExclusiveLock, le_lease_types, Natts_le_lease);
+	newtup = heap_modify_tuple(st->locked_tuple, RelationGetDescr(rel), values, nulls, replace);
+	if (DatumGetInt64(heap_getattr(newtup, Anum_le_lease_lease_id, RelationGetDescr(rel), &nulls[0])) !=
+		row->lease_id)
+		elog(ERROR, "leader_election: lease row " INT64_FORMAT " is not the row locked", row->lease_id);
+	le_rows_update(rel, &st->tid, newtup);
+	st->tid = newtup->t_self;
+	st->locked_tuple = newtup;
+	table_close(rel, NoLock);
+}
+
+/* Open le_lease_history for writing. */
+static Relation
+le_rows_open_history(LeaseStoreState *st)
+{
+	return le_rows_open(le_rows_relid(st->nsp, "le_lease_history"), RowExclusiveLock,
+						le_history_types, Natts_le_history);
+}
+
+/* Record the start of an ownership period in the history. */
+void
+le_store_history_open(LeaseStoreState *st, const LeaseRow *row)
+{
+	Datum		values[Natts_le_history];
+	bool		nulls[Natts_le_history];
+	Relation	rel;
+	HeapTuple	tup;
+
+	memset(nulls, false, sizeof(nulls));
+	/* We run as the extension owner, who owns the sequence. */
+	values[Anum_le_history_history_id - 1] =
+		Int64GetDatum(nextval_internal(le_rows_relid(st->nsp, "le_lease_history_id_seq"), true));
+	values[Anum_le_history_lease_id - 1] = Int64GetDatum(row->lease_id);
+	values[Anum_le_history_lease_key - 1] = CStringGetTextDatum(row->lease_key);
+	values[Anum_le_history_holder - 1] = CStringGetTextDatum(row->holder);
+	values[Anum_le_history_holder_role - 1] =
+		le_rows_name_datum(row->holder_role, &nulls[Anum_le_history_holder_role - 1]);
+	values[Anum_le_history_fencing_token - 1] = Int64GetDatum(row->fencing_token);
+	values[Anum_le_history_acquired_at - 1] = TimestampTzGetDatum(row->acquired_at);
+	nulls[Anum_le_history_ended_at - 1] = true;
+	nulls[Anum_le_history_end_reason - 1] = true;
+	values[Anum_le_history_ended_at - 1] = values[Anum_le_history_end_reason - 1] = (Datum) 0;
+
+	rel = le_rows_open_history(st);
+	tup = heap_form_tuple(RelationGetDescr(rel), values, nulls);
+	simple_heap_insert(rel, tup);
+	le_rows_index_tuple(rel, tup);
+	table_close(rel, NoLock);
+}
+
+/*
+ * Scan the history of one lease in token order, from the lowest token, or
+ * from token when it is positive.  The caller fetches rows with
+ * index_getnext_slot and ends with le_rows_history_scan_end.
+ */
+static IndexScanDesc
+le_rows_history_scan(LeaseStoreState *st, Relation rel, Relation *idx, Snapshot snap,
+					 int64 lease_id, int64 token)
+{
+	ScanKeyData skey[2];
+	IndexScanDesc scan;
+	int			nkeys = (token > 0) ? 2 : 1;
+
+	*idx = le_rows_open_index(le_rows_relid(st->nsp, "le_lease_history_pkey"), AccessShareLock);
+	ScanKeyInit(&skey[0], 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(lease_id));
+	ScanKeyInit(&skey[1], 2, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(token));
+	scan = index_beginscan(rel, *idx, snap, nkeys, 0);
+	index_rescan(scan, skey, nkeys, NULL, 0);
+	return scan;
+}
+
+static void
+le_rows_history_scan_end(IndexScanDesc scan, Relation idx)
+{
+	index_endscan(scan);
+	index_close(idx, NoLock);
+}
+
+/* Record the end of the ownership period that had the given token. */
+void
+le_store_history_close(LeaseStoreState *st, int64 lease_id, int64 token,
+					   TimestampTz ended_at, const char *reason)
+{
+	Relation	rel;
+	Relation	idx;
+	Snapshot	snap;
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+
+	CommandCounterIncrement();
+	rel = le_rows_open_history(st);
+	snap = RegisterSnapshot(GetLatestSnapshot());
+	slot = table_slot_create(rel, NULL);
+	scan = le_rows_history_scan(st, rel, &idx, snap, lease_id, token);
+	while (index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		Datum		values[Natts_le_history];
+		bool		nulls[Natts_le_history];
+		bool		replace[Natts_le_history];
+		bool		isnull;
+		HeapTuple	oldtup;
+		HeapTuple	newtup;
+
+		(void) slot_getattr(slot, Anum_le_history_ended_at, &isnull);
+		if (!isnull)
+			continue;			/* already closed */
+		memset(replace, false, sizeof(replace));
+		memset(nulls, false, sizeof(nulls));
+		replace[Anum_le_history_ended_at - 1] = replace[Anum_le_history_end_reason - 1] = true;
+		values[Anum_le_history_ended_at - 1] = TimestampTzGetDatum(ended_at);
+		values[Anum_le_history_end_reason - 1] = CStringGetTextDatum(reason);
+		oldtup = ExecFetchSlotHeapTuple(slot, false, NULL);
+		newtup = heap_modify_tuple(oldtup, RelationGetDescr(rel), values, nulls, replace);
+		le_rows_update(rel, &slot->tts_tid, newtup);
+		break;
+	}
+	le_rows_history_scan_end(scan, idx);
+	ExecDropSingleTupleTableSlot(slot);
+	UnregisterSnapshot(snap);
+	table_close(rel, NoLock);
+}
+
+/*
+ * Delete the history rows of one lease whose period ended before cutoff;
+ * returns how many went.  Periods of a lease follow each other, so in token
+ * order the ended_at of its rows rise: the scan stops at the first row that
+ * is open or young enough, having touched only the rows it deletes and one
+ * more.  (A server clock set back can leave a few rows for
+ * le_prune_history() to take.)
+ */
+int64
+le_store_prune_lease_history(LeaseStoreState *st, int64 lease_id, TimestampTz cutoff)
+{
+	Relation	rel;
+	Relation	idx;
+	Snapshot	snap;
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+	int64		deleted = 0;
+
+	CommandCounterIncrement();
+	rel = le_rows_open_history(st);
+	snap = RegisterSnapshot(GetLatestSnapshot());
+	slot = table_slot_create(rel, NULL);
+	scan = le_rows_history_scan(st, rel, &idx, snap, lease_id, 0);
+	while (index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		bool		isnull;
+		Datum		ended = slot_getattr(slot, Anum_le_history_ended_at, &isnull);
+		TM_FailureData tmfd;
+
+		if (isnull || DatumGetTimestampTz(ended) >= cutoff)
+			break;
+
+		/* A concurrent le_prune_history() may have deleted it: skip it then. */
+		if (table_tuple_delete(rel, &slot->tts_tid, GetCurrentCommandId(true), snap,
+							   InvalidSnapshot, true, &tmfd, false) == TM_Ok)
+			deleted++;
+	}
+	le_rows_history_scan_end(scan, idx);
+	ExecDropSingleTupleTableSlot(slot);
+	UnregisterSnapshot(snap);
+	table_close(rel, NoLock);
+	return deleted;
+}
