@@ -41,12 +41,14 @@ INSERT INTO tb VALUES ('b filler', :b, :a);
 SELECT count(*) AS ta_rows FROM ta;
 SELECT note, tok FROM tb ORDER BY note;
 
--- Both tables in one command (a data-modifying CTE): two triggers, two
--- leases, rows judged each by its own.
+-- Both tables in one command (a data-modifying CTE read by the outer
+-- INSERT, so that rows alternate: ta, tb, ta, tb ...): two triggers, two
+-- leases, rows judged each by its own, although the same token just passed
+-- ta's check in the same command.
 WITH w AS (INSERT INTO ta (fencing_token) SELECT :a FROM generate_series(1, 3) RETURNING id)
-INSERT INTO tb SELECT 'cte', g, :b FROM generate_series(1, 3) AS g;
+INSERT INTO tb SELECT 'cte', w.id, :b FROM w;
 WITH w AS (INSERT INTO ta (fencing_token) SELECT :a FROM generate_series(1, 3) RETURNING id)
-INSERT INTO tb SELECT 'cte stale', g, :a FROM generate_series(1, 3) AS g;
+INSERT INTO tb SELECT 'cte stale', w.id, :a FROM w;
 \echo :LAST_ERROR_SQLSTATE
 SELECT count(*) AS ta_rows FROM ta;
 SELECT note, count(*) FROM tb GROUP BY note ORDER BY note;
@@ -99,6 +101,19 @@ EXECUTE ins(:a);
 EXECUTE ins(:b);
 SELECT count(*) AS ta_rows FROM ta;
 
-DROP TABLE ta, tb, tp;
+-- A command that outlives its lease is refused before it ends, by the
+-- early check ("is not held"), not only at COMMIT ("ended before this
+-- transaction committed"), although the rows after the first compare the
+-- clock with the expiry only every 32 rows.  Row 10 waits past the expiry.
+SELECT acquired FROM le_acquire('memo-short', 'c', '1 second');
+SELECT fencing_token AS c FROM le_leases WHERE lease_key = 'memo-short' \gset
+CREATE TABLE tc (k int, fencing_token bigint NOT NULL);
+SELECT le_protect('tc', 'memo-short');
+\set VERBOSITY terse
+INSERT INTO tc SELECT g, :c FROM generate_series(1, 200) AS g WHERE g <> 10 OR pg_sleep(1.2) IS NOT NULL;
+\set VERBOSITY sqlstate
+SELECT count(*) AS tc_rows FROM tc;
+
+DROP TABLE ta, tb, tp, tc;
 DROP FUNCTION set_token();
 DROP EXTENSION leader_election;

@@ -24,5 +24,9 @@ CREATE TABLE raw_lease (
 INSERT INTO raw_lease VALUES ('bench', 'me', now() + interval '1 hour');
 
 -- INSERT targets: the same table without and with the fence trigger.
-CREATE TABLE plain_t  (id bigserial PRIMARY KEY, payload text, fencing_token bigint NOT NULL);
-CREATE TABLE fenced_t (id bigserial PRIMARY KEY, payload text, fencing_token bigint NOT NULL);
+-- Autovacuum stays off for them: it would vacuum the rows one run inserted
+-- during the next run, which measures another script.
+CREATE TABLE plain_t  (id bigserial PRIMARY KEY, payload text, fencing_token bigint NOT NULL)
+    WITH (autovacuum_enabled = false);
+CREATE TABLE fenced_t (id bigserial PRIMARY KEY, payload text, fencing_token bigint NOT NULL)
+    WITH (autovacuum_enabled = false);

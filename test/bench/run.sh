@@ -11,8 +11,10 @@
 #   test/run.sh bench            # the same, after building and installing
 #
 # pgbench -M prepared, 2 clients unless said otherwise.  Every script runs
-# PASSES times, variants alternating (A B C .. A B C ..) so that background load on
-# a shared machine hits them alike; a row shows the mean tps of those runs
+# PASSES times, variants alternating, every other pass in reverse order
+# (A B C, C B A, A B C ..) so that background load on a shared machine, and
+# whatever a run leaves to the next (autovacuum of the rows it inserted),
+# hit them alike; a row shows the mean tps of those runs
 # and le_'s ratio to the baseline of the same run.  Only ratios mean
 # anything on a loaded machine.  Rows:
 #   - acquire + release over 1,000 keys: le_acquire/le_release vs the
@@ -88,14 +90,15 @@ run() {
 }
 mean() { tr ' ' '\n' <<<"${TPS[$1]}" | awk 'NF { s += $1; n++ } END { printf "%.0f", n ? s / n : 0 }'; }
 
-# Each phase: (name clients script [PGOPTIONS]) lines, run PASSES times alternated.
+# Each phase: (name clients script [PGOPTIONS]) lines, run PASSES times alternated
+# (odd passes in order, even passes in reverse).
 phase() {
     local cfg=$1 spec=$2 pass name clients script opts
     psql -c "CHECKPOINT" >/dev/null
     for pass in $(seq "$PASSES"); do
         while read -r name clients script opts; do
             [ -n "$name" ] && run "$cfg" "$name" "$clients" "$script" "${opts:-}"
-        done <<<"$spec"
+        done <<<"$([ $((pass % 2)) -eq 1 ] && echo "$spec" || tac <<<"$spec")"
     done
 }
 LEASE_OPS="le_cycle 2 le_cycle.pgb
