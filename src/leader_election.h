@@ -134,7 +134,8 @@ extern void le_store_history_open(LeaseStoreState *st, const LeaseRow *row);
 extern void le_store_history_close(LeaseStoreState *st, int64 lease_id, int64 token,
 								   TimestampTz ended_at, const char *reason);
 extern int64 le_store_prune_lease_history(LeaseStoreState *st, int64 lease_id,
-										  TimestampTz cutoff);
+										  TimestampTz cutoff, TimestampTz now,
+										  TimestampTz *earliest);
 extern void le_rows_end(LeaseStoreState *st);
 
 /* Token rule and fence lock (lease_store.c). */

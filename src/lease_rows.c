@@ -781,10 +781,13 @@ le_store_history_close(LeaseStoreState *st, int64 lease_id, int64 token,
  * order the ended_at of its rows rise: the scan stops at the first row that
  * is open or young enough, having touched only the rows it deletes and one
  * more.  (A server clock set back can leave a few rows for
- * le_prune_history() to take.)
+ * le_prune_history() to take.)  *earliest is set to a lower bound of the
+ * ended_at of the rows left: that first row's, or now when it is open or
+ * there is none (a period still open ends later).
  */
 int64
-le_store_prune_lease_history(LeaseStoreState *st, int64 lease_id, TimestampTz cutoff)
+le_store_prune_lease_history(LeaseStoreState *st, int64 lease_id, TimestampTz cutoff,
+							 TimestampTz now, TimestampTz *earliest)
 {
 	Relation	rel;
 	Relation	idx;
@@ -793,6 +796,7 @@ le_store_prune_lease_history(LeaseStoreState *st, int64 lease_id, TimestampTz cu
 	TupleTableSlot *slot;
 	int64		deleted = 0;
 
+	*earliest = now;
 	CommandCounterIncrement();
 	rel = le_rows_open_history(st);
 	snap = RegisterSnapshot(GetLatestSnapshot());
@@ -805,7 +809,11 @@ le_store_prune_lease_history(LeaseStoreState *st, int64 lease_id, TimestampTz cu
 		TM_FailureData tmfd;
 
 		if (isnull || DatumGetTimestampTz(ended) >= cutoff)
+		{
+			if (!isnull && DatumGetTimestampTz(ended) < now)
+				*earliest = DatumGetTimestampTz(ended);
 			break;
+		}
 
 		/* A concurrent le_prune_history() may have deleted it: skip it then. */
 		if (table_tuple_delete(rel, &slot->tts_tid, GetCurrentCommandId(true), snap,

@@ -571,18 +571,52 @@ le_store_create(LeaseStoreState *st, const char *key)
 }
 
 /*
+ * What a grant's prune of one lease's history last found, per backend: no
+ * row of that lease can be due before "earliest" + retention, so grants
+ * before then skip the index scan (it was 4% of a grant's instructions with
+ * nothing to delete).  Only a shortcut, bounded in size: a slot is
+ * overwritten by any other lease that hashes to it, and keyed by le_lease's
+ * oid too (a recreated extension reuses lease ids).  It is filled only by a
+ * prune that deleted nothing, so a rollback cannot bring back rows it did
+ * not see; rows of a lease are added only under its row lock and always
+ * end later than now.  Staleness can only delay a prune, never lose a row.
+ */
+#define LE_PRUNE_SLOTS 1024
+typedef struct PruneSlot
+{
+	Oid			lease_relid;
+	int64		lease_id;
+	TimestampTz earliest;		/* lower bound of the ended_at of any row left */
+} PruneSlot;
+static PruneSlot prune_slots[LE_PRUNE_SLOTS];
+
+/*
  * Delete history rows that ended longer ago than the retention setting,
  * for one lease (lease_id > 0) or for all; returns how many went.
  */
 int64
 le_store_prune_history(LeaseStoreState *st, int64 lease_id)
 {
+	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz cutoff;
 	Datum		values[1];
 
-	cutoff = GetCurrentTimestamp() - (int64) le_history_retention_s * USECS_PER_SEC;
+	cutoff = now - (int64) le_history_retention_s * USECS_PER_SEC;
 	if (lease_id > 0)
-		return le_store_prune_lease_history(st, lease_id, cutoff);
+	{
+		PruneSlot  *slot = &prune_slots[(uint64) lease_id % LE_PRUNE_SLOTS];
+		TimestampTz earliest;
+		int64		deleted;
+
+		if (slot->lease_relid == st->lease_relid && slot->lease_id == lease_id &&
+			cutoff <= slot->earliest)
+			return 0;
+		deleted = le_store_prune_lease_history(st, lease_id, cutoff, now, &earliest);
+		slot->lease_relid = deleted == 0 ? st->lease_relid : InvalidOid;
+		slot->lease_id = lease_id;
+		slot->earliest = earliest;
+		return deleted;
+	}
 	values[0] = TimestampTzGetDatum(cutoff);
 	le_store_exec(st, PLAN_HISTORY_PRUNE_ALL, values, NULL, SPI_OK_DELETE);
 	return (int64) SPI_processed;
