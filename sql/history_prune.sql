@@ -1,0 +1,73 @@
+-- A grant prunes its lease's history rows that ended longer ago than
+-- leader_election.history_retention.  Each backend remembers, per lease,
+-- when a row can next be due and skips the scan until then: these steps
+-- check that the shortcut never keeps a row past its due time, after a
+-- prune that deleted rows, after one that deleted nothing, when the
+-- retention is lowered, and after a rollback.
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS leader_election;
+RESET client_min_messages;
+\set VERBOSITY sqlstate
+
+CREATE FUNCTION hp_cycle(n int) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+  FOR i IN 1 .. n LOOP
+    PERFORM le_release('hp', 'o', (SELECT fencing_token FROM le_acquire('hp', 'o', '1 minute')));
+  END LOOP;
+END $$;
+CREATE FUNCTION hp_rows(OUT closed bigint, OUT open bigint) LANGUAGE sql AS $$
+  SELECT count(*) FILTER (WHERE ended_at IS NOT NULL), count(*) FILTER (WHERE ended_at IS NULL)
+    FROM le_lease_history WHERE lease_key = 'hp' $$;
+
+-- Three ended periods, all young: every grant keeps them.
+SELECT hp_cycle(3);
+SELECT * FROM hp_rows();
+
+-- Past a 1 s retention the next grant deletes all three.
+SET leader_election.history_retention = 1;
+SELECT pg_sleep(1.1);
+SELECT acquired FROM le_acquire('hp', 'o', '1 minute');
+SELECT * FROM hp_rows();
+
+-- That grant deleted rows, so the next one scans again: a young row stays
+-- (this grant deletes nothing and remembers when that row is due) ...
+SELECT le_release('hp', 'o', fencing_token) FROM le_leases WHERE lease_key = 'hp';
+SELECT acquired FROM le_acquire('hp', 'o', '1 minute');
+SELECT le_release('hp', 'o', fencing_token) FROM le_leases WHERE lease_key = 'hp';
+SELECT * FROM hp_rows();
+-- ... and is gone at the first grant after it is due.
+SELECT pg_sleep(1.1);
+SELECT acquired FROM le_acquire('hp', 'o', '1 minute');
+SELECT * FROM hp_rows();
+
+-- With a long retention a grant remembers "nothing due for an hour"; a
+-- lower retention set afterwards still applies at the next grant.
+SET leader_election.history_retention = 3600;
+SELECT le_release('hp', 'o', fencing_token) FROM le_leases WHERE lease_key = 'hp';
+SELECT hp_cycle(2);
+SELECT * FROM hp_rows();
+SET leader_election.history_retention = 0;
+SELECT pg_sleep(0.01);
+SELECT acquired FROM le_acquire('hp', 'o', '1 minute');
+SELECT * FROM hp_rows();
+
+-- A prune that rolls back: the rows it deleted come back, and the next
+-- grant, right after it (a prune that deleted rows remembers nothing),
+-- deletes them again.
+SELECT le_release('hp', 'o', fencing_token) FROM le_leases WHERE lease_key = 'hp';
+SET leader_election.history_retention = 3600;
+SELECT hp_cycle(2);
+SET leader_election.history_retention = 1;
+SELECT pg_sleep(1.1);
+BEGIN;
+SELECT acquired FROM le_acquire('hp', 'o', '1 minute');
+SELECT * FROM hp_rows();
+ROLLBACK;
+SELECT * FROM hp_rows();
+SELECT acquired FROM le_acquire('hp', 'o', '1 minute');
+SELECT * FROM hp_rows();
+
+RESET leader_election.history_retention;
+DROP FUNCTION hp_cycle(int);
+DROP FUNCTION hp_rows();
+DROP EXTENSION leader_election;
