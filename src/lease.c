@@ -2,7 +2,7 @@
  *
  * lease.c
  *		SQL-callable lease API: le_acquire, le_renew, le_release,
- *		le_force_release and le_prune_history.
+ *		le_force_release, le_prune_history, le_watch and le_unwatch.
  *
  * Every function judges expiry by the server clock at the moment of the
  * decision (GetCurrentTimestamp() after all lock waits, never the
@@ -40,6 +40,8 @@ PG_FUNCTION_INFO_V1(le_renew);
 PG_FUNCTION_INFO_V1(le_release);
 PG_FUNCTION_INFO_V1(le_force_release);
 PG_FUNCTION_INFO_V1(le_prune_history);
+PG_FUNCTION_INFO_V1(le_watch);
+PG_FUNCTION_INFO_V1(le_unwatch);
 
 /* Does the row's current period belong to this owner id and role? */
 static bool
@@ -503,4 +505,48 @@ le_prune_history(PG_FUNCTION_ARGS)
 	deleted = le_store_prune_history(&st, 0);
 	le_store_end(&st);
 	PG_RETURN_INT64(deleted);
+}
+
+/*
+ * le_watch(lease_key) -> true when this session starts watching the lease,
+ * false when it already did.  Releases (and, with leader_election.notify =
+ * all, grants) of a lease send their NOTIFY only while another session
+ * watches it (see lease_store.c).  Call it after LISTEN and before the next
+ * le_acquire.  Creates the key's (free) row when there is none yet.
+ */
+Datum
+le_watch(PG_FUNCTION_ARGS)
+{
+	char	   *key = le_check_key(fcinfo, 0);
+	LeaseStoreState st;
+	LeaseRow	row;
+	bool		started;
+
+	le_check_writable("watch");
+	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
+	if (!le_store_peek(&st, key, &row))
+	{
+		le_store_create(&st, key);
+		if (!le_store_peek(&st, key, &row))
+			elog(ERROR, "leader_election: lease row \"%s\" vanished", key);
+	}
+	started = le_watch_start(row.lease_id);
+	le_store_end(&st);
+	PG_RETURN_BOOL(started);
+}
+
+/* le_unwatch(lease_key) -> true when this session watched the lease. */
+Datum
+le_unwatch(PG_FUNCTION_ARGS)
+{
+	char	   *key = le_check_key(fcinfo, 0);
+	LeaseStoreState st;
+	LeaseRow	row;
+	bool		stopped = false;
+
+	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
+	if (le_store_peek(&st, key, &row))
+		stopped = le_watch_stop(row.lease_id);
+	le_store_end(&st);
+	PG_RETURN_BOOL(stopped);
 }

@@ -332,11 +332,16 @@ campaign_once(campaign *c)
 	count_attempt(e);
 }
 
-/* LISTEN on the extension's channel; false if the connection broke. */
+/*
+ * LISTEN on the extension's channel, then le_watch() the lease (releases
+ * notify only while someone watches; in this order no release between the
+ * two goes unheard); false if the connection broke.
+ */
 static bool
 listen_on(campaign *c)
 {
 	le_elector *e = c->e;
+	const char *v1[1] = {e->lease_key};
 	char		msg[256] = "";
 	bool		broken;
 	PGresult   *r;
@@ -346,6 +351,18 @@ listen_on(campaign *c)
 						&broken, NULL);
 	if (r == NULL || PQresultStatus(r) != PGRES_COMMAND_OK)
 		le_notice(e, "LISTEN failed, falling back to polling every retry interval: %s", msg);
+	PQclear(r);
+	if (broken)
+	{
+		drop_conn(c);
+		return false;
+	}
+	r = le_exec_bounded(c->conn, e->sql_watch, 1, v1,
+						le_monotonic_ms() + e->cfg.statement_timeout_ms, msg, sizeof(msg),
+						&broken, NULL);
+	if (r == NULL || PQresultStatus(r) != PGRES_TUPLES_OK)
+		le_notice(e, "le_watch failed, releases may not be announced to us (polling every retry interval): %s",
+				  msg);
 	PQclear(r);
 	if (broken)
 		drop_conn(c);

@@ -247,6 +247,9 @@ build_sql(le_elector *e, PGconn *c, const char *schema)
 						" FROM %s.le_leases WHERE lease_key OPERATOR(pg_catalog.=) $1 AND is_valid", q) >= 0;
 	if (!ok)
 		e->sql_observe = NULL;
+	ok = ok && asprintf(&e->sql_watch, "SELECT %s.le_watch($1)", q) >= 0;
+	if (!ok)
+		e->sql_watch = NULL;
 	PQfreemem(q);
 	return ok;
 }
@@ -565,6 +568,7 @@ le_elector_destroy(le_elector *e)
 	free(e->sql_renew);
 	free(e->sql_release);
 	free(e->sql_observe);
+	free(e->sql_watch);
 	free(e->conninfo);
 	free(e->lease_key);
 	free(e->owner_id);

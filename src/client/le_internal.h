@@ -98,6 +98,7 @@ struct le_elector
 	char	   *sql_renew;
 	char	   *sql_release;
 	char	   *sql_observe;
+	char	   *sql_watch;
 
 	pthread_mutex_t mu;
 	pthread_cond_t cv;

@@ -156,11 +156,29 @@ AS 'MODULE_PATHNAME', 'le_prune_history';
 COMMENT ON FUNCTION @extschema@.le_prune_history() IS
     'delete history rows of all leases that ended longer ago than leader_election.history_retention; returns the number deleted';
 
+CREATE FUNCTION @extschema@.le_watch(lease_key text)
+RETURNS boolean
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'le_watch';
+COMMENT ON FUNCTION @extschema@.le_watch(text) IS
+    'ask for notifications of this lease on channel leader_election for the rest of the session (call after LISTEN, then retry le_acquire): releases notify only while another session watches; true when it starts watching, false when this session already did';
+
+CREATE FUNCTION @extschema@.le_unwatch(lease_key text)
+RETURNS boolean
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'le_unwatch';
+COMMENT ON FUNCTION @extschema@.le_unwatch(text) IS
+    'stop watching a lease (see le_watch); true when this session watched it';
+
 REVOKE ALL ON FUNCTION @extschema@.le_acquire(text, text, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.le_renew(text, text, bigint, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.le_release(text, text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.le_force_release(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.le_prune_history() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.le_watch(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.le_unwatch(text) FROM PUBLIC;
 
 CREATE VIEW @extschema@.le_leases AS
 SELECT l.lease_key,

@@ -62,6 +62,8 @@ BEGIN
         ('campaign', 'function', 'le_acquire'::name),
         ('campaign', 'function', 'le_renew'),
         ('campaign', 'function', 'le_release'),
+        ('campaign', 'function', 'le_watch'),
+        ('campaign', 'function', 'le_unwatch'),
         ('fence',    'function', 'le_fence_check'),
         ('fence',    'function', 'le_fence_advance'),
         ('schedule', 'function', 'le_schedule_job'),
@@ -116,7 +118,7 @@ LANGUAGE sql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT @extschema@._le_grant_use(role, use, true) $$;
 COMMENT ON FUNCTION @extschema@.le_grant(regrole, text) IS
-    'administrators only: grant role what one use of the extension needs and return the GRANT statements run; use is campaign (le_acquire, le_renew, le_release), fence (le_fence_check, le_fence_advance), schedule (le_schedule_job, le_fence_check), work (le_claim_jobs, le_complete_job, le_fail_job, view le_jobs), monitor (view le_jobs) or protect (le_protect, le_unprotect and the trigger functions); runs as the caller';
+    'administrators only: grant role what one use of the extension needs and return the GRANT statements run; use is campaign (le_acquire, le_renew, le_release, le_watch, le_unwatch), fence (le_fence_check, le_fence_advance), schedule (le_schedule_job, le_fence_check), work (le_claim_jobs, le_complete_job, le_fail_job, view le_jobs), monitor (view le_jobs) or protect (le_protect, le_unprotect and the trigger functions); runs as the caller';
 REVOKE ALL ON FUNCTION @extschema@.le_grant(regrole, text) FROM PUBLIC;
 
 -- Revoke what le_grant(role, use) grants.

@@ -7,6 +7,7 @@
 # and non-ASCII text in the key and owner escaped correctly; renewals,
 # repeated acquires by the holder, refusals and rolled-back acquires send
 # none.  leader_election.notify = releases leaves grants out, none everything.
+# Only leases that another session watches (le_watch) are announced.
 use strict;
 use warnings;
 use utf8;
@@ -38,6 +39,8 @@ sub sql
 
 my $listener = $node->background_psql('postgres');
 $listener->query_safe('LISTEN leader_election; LISTEN le_test_sentinel');
+# Changes notify only while another session watches the lease (le_watch).
+$listener->query_safe(q{SELECT le_watch('k'), le_watch('m1'), le_watch('m2'), le_watch('r')});
 my $json = JSON::PP->new->utf8;
 my $sentinel = 0;
 
@@ -151,6 +154,7 @@ step_sends('force release of k (twice; the second finds it free)',
 # Escaping: quotes, backslashes, control characters and non-ASCII text.
 my $key = qq{quote" back\\slash \\"x\\u0041 ключ ✓ 🔒};
 my $owner = qq{own"er\\ tab\there\nnewline \x01 é};
+$listener->query_safe(encode_utf8("SELECT le_watch(\$k\$$key\$k\$)"));
 my $t_w = sql("SELECT fencing_token FROM le_acquire(\$k\$$key\$k\$, \$o\$$owner\$o\$, '1 minute')");
 my (undef, $exp_w) = lease_now($key);
 step_sends('grant of a lease whose key and owner need escaping',
@@ -188,6 +192,41 @@ $rk = sql(q{SET leader_election.notify = none;
 SELECT fencing_token FROM le_acquire('r', 'R', '1 minute');});
 sql("SET leader_election.notify = none; SELECT le_release('r', 'R', $rk)");
 step_sends('grant and release with leader_election.notify = none');
+# Nobody watches lease u: its grant and release send nothing (no queue lock
+# at their commits), even with leader_election.notify = all; nor do they
+# when the only watcher is the session that changes the lease.  Once the
+# listener watches, they are announced; after le_unwatch, and after its
+# session ended, nothing again.
+my $u = sql("SELECT fencing_token FROM le_acquire('u', 'U', '1 minute')");
+sql("SELECT le_release('u', 'U', $u)");
+step_sends('grant and release of a lease nobody watches');
+$u = sql(q{SELECT le_watch('u'); SELECT fencing_token FROM le_acquire('u', 'U', '1 minute')});
+$u = (split /\n/, $u)[-1];
+sql("SELECT le_watch('u'); SELECT le_release('u', 'U', $u)");
+step_sends('grant and release by sessions that watch it themselves');
+is($listener->query_safe(q{SELECT le_watch('u')}), 't', 'le_watch: true when the session starts watching');
+is($listener->query_safe(q{SELECT le_watch('u')}), 'f', 'le_watch again: false');
+$u = sql("SELECT fencing_token FROM le_acquire('u', 'U', '1 minute')");
+my (undef, $exp_u) = lease_now('u');
+sql("SELECT le_release('u', 'U', $u)");
+step_sends('grant and release of u while the listener watches',
+	{ event => 'acquired', lease_key => 'u', holder => 'U', fencing_token => $u, expires_at => $exp_u },
+	{ event => 'released', lease_key => 'u', holder => undef, fencing_token => $u, expires_at => undef });
+is($listener->query_safe(q{SELECT le_unwatch('u')}), 't', 'le_unwatch: true when the session watched');
+is($listener->query_safe(q{SELECT le_unwatch('u')}), 'f', 'le_unwatch again: false');
+$u = sql("SELECT fencing_token FROM le_acquire('u', 'U', '1 minute')");
+sql("SELECT le_release('u', 'U', $u)");
+step_sends('grant and release of u after le_unwatch');
+my $other = $node->background_psql('postgres');
+$other->query_safe(q{SELECT le_watch('u')});
+$other->quit;
+$node->poll_query_until('postgres', q{SELECT count(*) = 0 FROM pg_locks WHERE locktype = 'advisory'
+  AND objsubid = 19543 AND objid = (SELECT lease_id FROM le_lease WHERE lease_key = 'u')})
+  or die 'the watcher\'s session did not end';
+$u = sql("SELECT fencing_token FROM le_acquire('u', 'U', '1 minute')");
+sql("SELECT le_release('u', 'U', $u)");
+step_sends('grant and release of u after its watcher\'s session ended');
+
 my ($ok, $out, $err) = $node->psql('postgres', "LOAD 'leader_election'; SET leader_election.notify = sometimes");
 like($err, qr/invalid value for parameter "leader_election.notify"/, 'an unknown leader_election.notify value is refused');
 
