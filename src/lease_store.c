@@ -759,14 +759,25 @@ le_next_token(LeaseStoreState *st, const LeaseRow *row, int32 *timeline, int64 *
 	return next;
 }
 
-/* The lock tag of a lease's fence lock. */
+/*
+ * The lock tag of one of a lease's locks: advisory lock method, the lease
+ * id in the two key fields, and a class of ours in the last (user advisory
+ * locks use 1 and 2 there, so they never collide with ours).
+ */
 static void
-le_fence_locktag(LOCKTAG *tag, int64 lease_id)
+le_lease_locktag(LOCKTAG *tag, int64 lease_id, uint16 class)
 {
 	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId,
 						 (uint32) ((uint64) lease_id >> 32),
 						 (uint32) lease_id,
-						 LE_LOCKTAG_CLASS);
+						 class);
+}
+
+/* The lock tag of a lease's fence lock. */
+static void
+le_fence_locktag(LOCKTAG *tag, int64 lease_id)
+{
+	le_lease_locktag(tag, lease_id, LE_LOCKTAG_CLASS);
 }
 
 /*
@@ -848,10 +859,7 @@ le_lease_is_valid(const LeaseRow *row, TimestampTz now)
 static void
 le_watch_locktag(LOCKTAG *tag, int64 lease_id)
 {
-	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId,
-						 (uint32) ((uint64) lease_id >> 32),
-						 (uint32) lease_id,
-						 LE_WATCH_LOCKTAG_CLASS);
+	le_lease_locktag(tag, lease_id, LE_WATCH_LOCKTAG_CLASS);
 }
 
 /*

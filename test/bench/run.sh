@@ -29,9 +29,11 @@
 #   - 16 clients vs 1 cycling over 1,000 keys, le_ and pglock (default
 #     durability): le_'s 16/1 ratio should be at least pglock's;
 #   - the cycle with leader_election.notify = all (grants notify too) and
-#     none, 2 and 16 clients, next to the default (releases): a NOTIFY makes
-#     PostgreSQL serialise notifying committers cluster-wide.
-# Runtime: 26 scripts x PASSES runs x T s + ~30 s (about 5 minutes at T=5);
+#     none, 2 and 16 clients, next to the default (releases), and with every
+#     key watched by another session (le_watch), so that every release
+#     notifies: a NOTIFY makes PostgreSQL serialise notifying committers
+#     cluster-wide; the other runs have no watcher, so nothing is notified.
+# Runtime: 28 scripts x PASSES runs x T s + ~30 s (about 5 minutes at T=5);
 # ONLY=fence: 4 scripts x PASSES runs x T s + ~10 s.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -67,7 +69,11 @@ mkfifo "$dir/holder.fifo"
 [ "$(id -u)" -eq 0 ] && chown postgres: "$dir/holder.fifo"
 le_as_pg "$PG_BINDIR/psql" -X -q -h "$dir" -p "$port" -U postgres -d postgres <"$dir/holder.fifo" >/dev/null 2>&1 &
 exec 3>"$dir/holder.fifo"
-trap 'exec 3>&-; le_cluster_stop "$dir"' EXIT
+mkfifo "$dir/watcher.fifo"
+[ "$(id -u)" -eq 0 ] && chown postgres: "$dir/watcher.fifo"
+le_as_pg "$PG_BINDIR/psql" -X -q -h "$dir" -p "$port" -U postgres -d postgres <"$dir/watcher.fifo" >/dev/null 2>&1 &
+exec 4>"$dir/watcher.fifo"
+trap 'exec 3>&- 4>&-; le_cluster_stop "$dir"' EXIT
 echo "SELECT count(pg_advisory_lock(k)) FROM generate_series(1000001, 1001000) AS k;" >&3
 for _ in $(seq 100); do
     [ "$(psql -c "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objid > 1000000")" = 1000 ] && break
@@ -111,10 +117,14 @@ CLIENT_OPS="le_c1 1 le_cycle.pgb
 pglock_c1 1 pglock_cycle.pgb
 le_c16 16 le_cycle.pgb
 pglock_c16 16 pglock_cycle.pgb
-le_all_cycle 2 le_cycle.pgb -c leader_election.notify=all
-le_all_c16 16 le_cycle.pgb -c leader_election.notify=all
 le_none_cycle 2 le_cycle.pgb -c leader_election.notify=none
 le_none_c16 16 le_cycle.pgb -c leader_election.notify=none"
+# Runs while another session watches every key (le_watch): every release
+# then sends its NOTIFY, as it does when pg_leader followers wait for it.
+WATCHED_OPS="le_w_cycle 2 le_cycle.pgb
+le_w_c16 16 le_cycle.pgb
+le_all_cycle 2 le_cycle.pgb -c leader_election.notify=all
+le_all_c16 16 le_cycle.pgb -c leader_election.notify=all"
 FENCE_OPS="ins_plain 2 ins_plain.pgb -c synchronous_commit=off
 ins_fenced 2 ins_fenced.pgb -c synchronous_commit=off
 ins100_plain 2 ins100_plain.pgb -c synchronous_commit=off
@@ -146,6 +156,14 @@ fi
 
 phase default "$LEASE_OPS
 $CLIENT_OPS"
+# A second idle session watches k1..k1000 for the WATCHED_OPS runs.
+echo "SELECT count(le_watch('k' || i)) FROM generate_series(1, 1000) AS i;" >&4
+for _ in $(seq 100); do
+    [ "$(psql -c "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 19543")" = 1000 ] && break
+    sleep 0.1
+done
+phase default "$WATCHED_OPS"
+echo "SELECT pg_advisory_unlock_all();" >&4
 phase sc_off "$FENCE_OPS"
 
 # WAL written by refusals (pgbench -t: a fixed number of transactions).
@@ -179,11 +197,13 @@ row "renew a held lease, \`fsync = off\`" fsyncoff le_renew raw_update "≥ 0.9"
 row "refused acquire, default durability" default le_refused adv_refused "≥ 0.6" "refused pg_try_advisory_lock"
 row "refused acquire, \`fsync = off\`" fsyncoff le_refused adv_refused "≥ 0.6" "refused pg_try_advisory_lock"
 fence_rows
-row "acquire + release, 2 clients, \`leader_election.notify = all\`" default le_all_cycle pglock_cycle "–" "pglock's cycle"
+row "acquire + release, 2 clients, every key watched, \`notify = all\`" default le_all_cycle pglock_cycle "–" "pglock's cycle"
 row "acquire + release, 2 clients, \`leader_election.notify = none\`" default le_none_cycle pglock_cycle "–" "pglock's cycle"
-row "acquire + release, 16 clients, default (\`notify = releases\`)" default le_c16 pglock_c16 "–" "pglock's cycle, 16 clients"
-row "acquire + release, 16 clients, \`notify = all\`" default le_all_c16 pglock_c16 "–" "pglock's cycle, 16 clients"
+row "acquire + release, 16 clients, default (\`notify = releases\`, nobody watching)" default le_c16 pglock_c16 "–" "pglock's cycle, 16 clients"
+row "acquire + release, 16 clients, every key watched, \`notify = all\`" default le_all_c16 pglock_c16 "–" "pglock's cycle, 16 clients"
 row "acquire + release, 16 clients, \`notify = none\`" default le_none_c16 pglock_c16 "–" "pglock's cycle, 16 clients"
+row "acquire + release, 2 clients, every key watched (each release notifies)" default le_w_cycle pglock_cycle "–" "pglock's cycle"
+row "acquire + release, 16 clients, every key watched (each release notifies)" default le_w_c16 pglock_c16 "–" "pglock's cycle, 16 clients"
 read -r l1 l16 lr <<<"$(scale x default le_c1 le_c16)"
 read -r p1 p16 pr <<<"$(scale x default pglock_c1 pglock_c16)"
 printf '| cycle, 16 clients / 1 client, default durability | pglock %s → %s (%s×) | %s → %s (%s×) | %s | ≥ pglock'"'"'s | pglock |\n' \
