@@ -67,6 +67,35 @@ SELECT * FROM hp_rows();
 SELECT acquired FROM le_acquire('hp', 'o', '1 minute');
 SELECT * FROM hp_rows();
 
+-- A rolled-back transaction whose first prune deleted the due rows and
+-- whose later grant then found nothing due: after the rollback the rows are
+-- back and the next grant must not trust what that transaction saw (both
+-- with a grant's prune and with le_prune_history() doing the deleting).
+SELECT le_release('hp', 'o', fencing_token) FROM le_leases WHERE lease_key = 'hp';
+SET leader_election.history_retention = 3600;
+SELECT hp_cycle(2);
+SET leader_election.history_retention = 1;
+SELECT pg_sleep(1.1);
+BEGIN;
+SELECT acquired FROM le_acquire('hp', 'o', '1 minute');
+SELECT le_release('hp', 'o', fencing_token) FROM le_leases WHERE lease_key = 'hp';
+SELECT acquired FROM le_acquire('hp', 'o', '1 minute');
+ROLLBACK;
+SELECT * FROM hp_rows();
+SELECT le_release('hp', 'o', (SELECT fencing_token FROM le_acquire('hp', 'o', '1 minute')));
+SELECT * FROM hp_rows();
+SET leader_election.history_retention = 3600;
+SELECT hp_cycle(2);
+SET leader_election.history_retention = 1;
+SELECT pg_sleep(1.1);
+BEGIN;
+SELECT le_prune_history() > 0 AS pruned;
+SELECT acquired FROM le_acquire('hp', 'o', '1 minute');
+ROLLBACK;
+SELECT * FROM hp_rows();
+SELECT le_release('hp', 'o', (SELECT fencing_token FROM le_acquire('hp', 'o', '1 minute')));
+SELECT * FROM hp_rows();
+
 RESET leader_election.history_retention;
 DROP FUNCTION hp_cycle(int);
 DROP FUNCTION hp_rows();

@@ -93,8 +93,8 @@ extern void le_lease_locks_taken(void);
 /*
  * Access to the lease tables.  le_store_begin() switches to the extension
  * owner and bounds lock waits by leader_election.lock_timeout;
- * le_store_end() undoes both, releases what lease_rows.c kept for the call
- * and disconnects SPI if a rare statement connected it.  Everything in
+ * le_store_end() undoes both and releases what lease_rows.c kept for the
+ * call.  Everything in
  * between may raise ERROR.
  */
 typedef struct LeaseStoreState
@@ -112,7 +112,6 @@ typedef struct LeaseStoreState
 	Snapshot	snap;			/* registered by the last peek or lock of this call */
 	ItemPointerData tid;		/* lease row version that le_store_lock locked */
 	HeapTuple	locked_tuple;	/* copy of the version locked, for le_store_write */
-	bool		spi_connected;	/* le_store_exec connected SPI in this call */
 	bool		locked;			/* this call locked the lease row (and maybe its fence) */
 	int64		idle_bound_us;	/* how long the transaction may then idle; 0: unbounded */
 	ErrorContextCallback errcallback;
@@ -122,6 +121,7 @@ extern void le_store_begin(LeaseStoreState *st, Oid fn_oid, const char *lease_ke
 extern void le_store_end(LeaseStoreState *st);
 extern void le_bound_idle_holder(int64 bound_us);
 extern void le_store_create(LeaseStoreState *st, const char *key);
+extern int64 le_store_prune_all_history(LeaseStoreState *st, TimestampTz cutoff);
 extern int64 le_store_prune_history(LeaseStoreState *st, int64 lease_id);
 
 /* Rows of le_lease and le_lease_history, by direct access (lease_rows.c). */
@@ -145,9 +145,9 @@ extern void le_fence_lock(int64 lease_id, LOCKMODE mode);
 extern bool le_fence_trylock(int64 lease_id, LOCKMODE mode);
 extern void le_fence_unlock(int64 lease_id, LOCKMODE mode);
 extern bool le_lease_is_valid(const LeaseRow *row, TimestampTz now);
-extern void le_notify(const char *event, const LeaseRow *row);
-extern bool le_watch_start(int64 lease_id);
-extern bool le_watch_stop(int64 lease_id);
+extern void le_notify(const LeaseStoreState *st, const char *event, const LeaseRow *row);
+extern bool le_watch_start(Oid lease_relid, int64 lease_id);
+extern bool le_watch_stop(Oid lease_relid, int64 lease_id);
 
 /* Direct reads for the fence (lease_rows.c) and its side of the fence lock (lease_store.c). */
 extern void le_store_relids(Oid nsp, Oid *lease_relid, Oid *key_indexid);

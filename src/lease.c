@@ -94,11 +94,11 @@ le_acquire_result(FunctionCallInfo fcinfo, bool acquired, bool new_period,
 		if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 			elog(ERROR, "return type must be a row type");
 		old = MemoryContextSwitchTo(TopMemoryContext);
-		tupdesc = CreateTupleDescCopy(tupdesc);
+		tupdesc = BlessTupleDesc(CreateTupleDescCopy(tupdesc));
 		MemoryContextSwitchTo(old);
 		if (acquire_desc != NULL)
 			FreeTupleDesc(acquire_desc);
-		acquire_desc = BlessTupleDesc(tupdesc);
+		acquire_desc = tupdesc;
 		acquire_desc_fn = fcinfo->flinfo->fn_oid;
 	}
 	tupdesc = acquire_desc;
@@ -290,7 +290,7 @@ le_acquire(PG_FUNCTION_ARGS)
 		le_store_write(&st, &row);
 		le_store_history_open(&st, &row);
 		(void) le_store_prune_history(&st, row.lease_id);
-		le_notify("acquired", &row);
+		le_notify(&st, "acquired", &row);
 	}
 
 	le_commit_durably();
@@ -298,10 +298,9 @@ le_acquire(PG_FUNCTION_ARGS)
 	le_store_end(&st);
 
 	/*
-	 * Only now, after SPI_finish: a tuple built while SPI is connected lives
-	 * in SPI's procedure context, which SPI_finish frees.  The strings of row
-	 * are the caller's (owner, st.caller_name) or were copied into the
-	 * caller's context by le_store_lock.
+	 * Built in the caller's memory context, after le_store_end: the strings
+	 * of row are the caller's (owner, st.caller_name) or were copied into
+	 * the caller's context by le_store_lock.
 	 */
 	PG_RETURN_DATUM(le_acquire_result(fcinfo, true, new_period, &row));
 }
@@ -459,7 +458,7 @@ le_free_lease(FunctionCallInfo fcinfo, const char *key, const char *owner,
 	row.holder_role = NULL;
 	row.expires_at = 0;
 	le_store_write(&st, &row);
-	le_notify(reason, &row);
+	le_notify(&st, reason, &row);
 	le_commit_durably();
 	le_store_end(&st);
 	return true;
@@ -526,11 +525,19 @@ le_watch(PG_FUNCTION_ARGS)
 	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
 	if (!le_store_peek(&st, key, &row))
 	{
+		/*
+		 * The new row stays uncommitted, and every candidate for the key
+		 * waits for it, until this transaction ends: refuse PREPARE and
+		 * bound its idle time, as after a grant.
+		 */
 		le_store_create(&st, key);
+		le_lease_locks_taken();
+		st.locked = true;
+		le_bound_refusal(&st);
 		if (!le_store_peek(&st, key, &row))
 			elog(ERROR, "leader_election: lease row \"%s\" vanished", key);
 	}
-	started = le_watch_start(row.lease_id);
+	started = le_watch_start(st.lease_relid, row.lease_id);
 	le_store_end(&st);
 	PG_RETURN_BOOL(started);
 }
@@ -546,7 +553,7 @@ le_unwatch(PG_FUNCTION_ARGS)
 
 	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
 	if (le_store_peek(&st, key, &row))
-		stopped = le_watch_stop(row.lease_id);
+		stopped = le_watch_stop(st.lease_relid, row.lease_id);
 	le_store_end(&st);
 	PG_RETURN_BOOL(stopped);
 }

@@ -51,6 +51,7 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "access/relscan.h"
 #include "catalog/pg_type.h"
 #include "commands/sequence.h"
 #include "executor/executor.h"
@@ -821,6 +822,109 @@ le_store_prune_lease_history(LeaseStoreState *st, int64 lease_id, TimestampTz cu
 			deleted++;
 	}
 	le_rows_history_scan_end(scan, idx);
+	ExecDropSingleTupleTableSlot(slot);
+	UnregisterSnapshot(snap);
+	table_close(rel, NoLock);
+	return deleted;
+}
+
+/*
+ * Create the (free) row of a lease key unless it exists already: what
+ * INSERT ... ON CONFLICT (lease_key) DO NOTHING does, by direct access (no
+ * SQL, so no name is resolved as the extension owner).  The row is inserted
+ * in a subtransaction; when a concurrent call created the key first, the
+ * unique index makes ours wait for that transaction and then fail with
+ * 23505 if it committed, and the subtransaction is rolled back: the key
+ * exists, as wanted.  Any other error is raised again.  Rare: once per key.
+ */
+void
+le_store_create(LeaseStoreState *st, const char *key)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	Datum		values[Natts_le_lease];
+	bool		nulls[Natts_le_lease];
+
+	PreventCommandIfReadOnly("INSERT");
+	memset(nulls, true, sizeof(nulls));
+	values[Anum_le_lease_lease_id - 1] =
+		Int64GetDatum(nextval_internal(le_rows_relid(st->nsp, "le_lease_id_seq"), true));
+	values[Anum_le_lease_lease_key - 1] = CStringGetTextDatum(key);
+	values[Anum_le_lease_fencing_token - 1] = Int64GetDatum(0);
+	values[Anum_le_lease_token_timeline - 1] = Int32GetDatum(0);
+	values[Anum_le_lease_transitions - 1] = Int64GetDatum(0);
+	values[Anum_le_lease_created_at - 1] = TimestampTzGetDatum(GetCurrentTimestamp());
+	values[Anum_le_lease_token_system_id - 1] = Int64GetDatum(0);
+	nulls[Anum_le_lease_lease_id - 1] = nulls[Anum_le_lease_lease_key - 1] =
+		nulls[Anum_le_lease_fencing_token - 1] = nulls[Anum_le_lease_token_timeline - 1] =
+		nulls[Anum_le_lease_transitions - 1] = nulls[Anum_le_lease_created_at - 1] =
+		nulls[Anum_le_lease_token_system_id - 1] = false;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		Relation	rel = le_rows_open(st->lease_relid, RowExclusiveLock,
+									   le_lease_types, Natts_le_lease);
+		HeapTuple	tup = heap_form_tuple(RelationGetDescr(rel), values, nulls);
+
+		simple_heap_insert(rel, tup);
+		le_rows_index_tuple(rel, tup);
+		table_close(rel, NoLock);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		if (edata->sqlerrcode != ERRCODE_UNIQUE_VIOLATION)
+			ReThrowError(edata);
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+}
+
+/*
+ * Delete the history rows of every lease whose period ended before cutoff
+ * (le_prune_history()); returns how many went.  A row deleted or closed
+ * meanwhile by a concurrent call is skipped.
+ */
+int64
+le_store_prune_all_history(LeaseStoreState *st, TimestampTz cutoff)
+{
+	Relation	rel;
+	Snapshot	snap;
+	TableScanDesc scan;
+	TupleTableSlot *slot;
+	int64		deleted = 0;
+
+	PreventCommandIfReadOnly("DELETE");
+	CommandCounterIncrement();
+	rel = le_rows_open_history(st);
+	snap = RegisterSnapshot(GetLatestSnapshot());
+	slot = table_slot_create(rel, NULL);
+	scan = table_beginscan(rel, snap, 0, NULL);
+	while (table_scan_getnextslot(scan, ForwardScanDirection, slot))
+	{
+		bool		isnull;
+		Datum		ended = slot_getattr(slot, Anum_le_history_ended_at, &isnull);
+		TM_FailureData tmfd;
+
+		if (isnull || DatumGetTimestampTz(ended) >= cutoff)
+			continue;
+		if (table_tuple_delete(rel, &slot->tts_tid, GetCurrentCommandId(true), snap,
+							   InvalidSnapshot, true, &tmfd, false) == TM_Ok)
+			deleted++;
+	}
+	table_endscan(scan);
 	ExecDropSingleTupleTableSlot(slot);
 	UnregisterSnapshot(snap);
 	table_close(rel, NoLock);

@@ -10,8 +10,10 @@
  * Callers reach the tables only through the le_store_* functions, run as
  * the extension owner: ordinary roles have no privileges on the tables, and
  * the caller's role is recorded in the row instead.  The rows are read and
- * written by direct access (lease_rows.c); two rare statements, the
- * creation of a key's row and le_prune_history(), run as kept SPI plans.
+ * written by direct access (lease_rows.c), by oid: no SQL runs, so no name
+ * is resolved while we act as the extension owner (a kept SPI plan that
+ * named the schema would be re-analysed after ALTER SCHEMA ... RENAME and
+ * could then reach another role's table and its triggers).
  *
  * Locking rules.  Two locks protect a lease:
  *
@@ -78,7 +80,6 @@
 #include "commands/async.h"
 #include "commands/sequence.h"
 #include "common/int.h"
-#include "executor/spi.h"
 #include "lib/stringinfo.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
@@ -106,41 +107,6 @@
 
 /* Bits below the timeline in a token: 2^40 grants per key per timeline. */
 #define LE_TIMELINE_SHIFT		40
-
-/*
- * The kept plans of the two statements still run through SPI, both rare: the
- * creation of a key's row (INSERT ... ON CONFLICT) and le_prune_history().
- * Prepared on first use, again if the extension moves.
- */
-typedef enum LeasePlan
-{
-	PLAN_CREATE,
-	PLAN_HISTORY_PRUNE_ALL,
-	NUM_PLANS
-} LeasePlan;
-
-static SPIPlanPtr plans[NUM_PLANS];
-static Oid	plans_namespace = InvalidOid;
-
-/* Text, argument count and argument types of one plan. */
-typedef struct PlanSpec
-{
-	const char *sql;			/* %s is the quoted extension schema */
-	int			nargs;
-	Oid			argtypes[1];
-} PlanSpec;
-
-static const PlanSpec plan_specs[NUM_PLANS] = {
-	[PLAN_CREATE] = {
-		"INSERT INTO %s.le_lease (lease_key) VALUES ($1)"
-		" ON CONFLICT (lease_key) DO NOTHING",
-		1, {TEXTOID}
-	},
-	[PLAN_HISTORY_PRUNE_ALL] = {
-		"DELETE FROM %s.le_lease_history WHERE ended_at OPERATOR(pg_catalog.<) $1",
-		1, {TIMESTAMPTZOID}
-	},
-};
 
 /* Reports which lease we were working on when an error escapes. */
 static void
@@ -317,7 +283,7 @@ le_durable_xact_callback(XactEvent event, void *arg)
 			/*
 			 * A prepared lease change would keep the lease row locked until
 			 * COMMIT PREPARED, blocking the holder's renewals and every
-			 * takeover (grants and releases are refused anyway: they NOTIFY).
+			 * takeover.
 			 */
 			if (le_durable_pending || le_lease_locked)
 				ereport(ERROR,
@@ -381,31 +347,6 @@ le_commit_durably(void)
 	le_durable_pending = true;
 }
 
-/* Prepare and keep every plan for the extension living in namespace nsp. */
-static void
-le_store_prepare(Oid nsp)
-{
-	const char *schema = quote_identifier(get_namespace_name(nsp));
-	int			i;
-
-	for (i = 0; i < NUM_PLANS; i++)
-	{
-		char	   *sql = psprintf(plan_specs[i].sql, schema);
-		SPIPlanPtr	plan;
-
-		plan = SPI_prepare(sql, plan_specs[i].nargs, (Oid *) plan_specs[i].argtypes);
-		if (plan == NULL)
-			elog(ERROR, "SPI_prepare failed for \"%s\": %s", sql,
-				 SPI_result_code_string(SPI_result));
-		if (plans[i] != NULL)
-			SPI_freeplan(plans[i]);
-		SPI_keepplan(plan);
-		plans[i] = plan;
-		pfree(sql);
-	}
-	plans_namespace = nsp;
-}
-
 /* The owner of our le_lease table (the extension owner). */
 static Oid
 le_store_owner(Oid lease_relid)
@@ -443,7 +384,7 @@ le_bound_lock_waits(void)
 
 /*
  * Start working on the lease tables: switch to the extension owner, bound
- * lock waits, connect SPI.  fn_oid is the calling SQL function, whose schema
+ * lock waits.  fn_oid is the calling SQL function, whose schema
  * tells where the extension lives.
  */
 void
@@ -463,7 +404,6 @@ le_store_begin(LeaseStoreState *st, Oid fn_oid, const char *lease_key)
 	st->snap = NULL;
 	ItemPointerSetInvalid(&st->tid);
 	st->locked_tuple = NULL;
-	st->spi_connected = false;
 
 	le_store_relids(nsp, &st->lease_relid, &st->key_indexid);
 	owner = le_store_owner(st->lease_relid);
@@ -490,8 +430,6 @@ void
 le_store_end(LeaseStoreState *st)
 {
 	le_rows_end(st);
-	if (st->spi_connected)
-		SPI_finish();
 	SetUserIdAndSecContext(st->save_userid, st->save_sec_context);
 	AtEOXact_GUC(true, st->save_nestlevel);
 	error_context_stack = st->errcallback.previous;
@@ -536,41 +474,6 @@ le_bound_idle_holder(int64 bound_us)
 }
 
 /*
- * Run a kept plan and check its result code; connects SPI on first use in
- * a call (le_store_end disconnects).
- */
-static void
-le_store_exec(LeaseStoreState *st, LeasePlan which, Datum *values, const char *nulls,
-			  int expected)
-{
-	int			rc;
-
-	if (!st->spi_connected)
-	{
-		if (SPI_connect() != SPI_OK_CONNECT)
-			elog(ERROR, "SPI_connect failed");
-		st->spi_connected = true;
-		if (plans_namespace != st->nsp)
-			le_store_prepare(st->nsp);
-	}
-	rc = SPI_execute_plan(plans[which], values, nulls, false, 0);
-
-	if (rc != expected)
-		elog(ERROR, "leader_election: plan %d returned %s", (int) which,
-			 SPI_result_code_string(rc));
-}
-
-/* Create the (free) row of a lease key unless it exists already. */
-void
-le_store_create(LeaseStoreState *st, const char *key)
-{
-	Datum		values[1];
-
-	values[0] = CStringGetTextDatum(key);
-	le_store_exec(st, PLAN_CREATE, values, NULL, SPI_OK_INSERT);
-}
-
-/*
  * What a grant's prune of one lease's history last found, per backend: no
  * row of that lease can be due before "earliest" + retention, so grants
  * before then skip the index scan (it was 4% of a grant's instructions with
@@ -578,8 +481,9 @@ le_store_create(LeaseStoreState *st, const char *key)
  * overwritten by any other lease that hashes to it, and keyed by le_lease's
  * oid too (a recreated extension reuses lease ids).  It is filled only by a
  * prune that deleted nothing, so a rollback cannot bring back rows it did
- * not see; rows of a lease are added only under its row lock and always
- * end later than now.  Staleness can only delay a prune, never lose a row.
+ * not see, and forgotten when any (sub)transaction aborts (see below);
+ * rows of a lease are added only under its row lock and always end later
+ * than now.  Staleness can only delay a prune, never lose a row.
  */
 #define LE_PRUNE_SLOTS 1024
 typedef struct PruneSlot
@@ -587,8 +491,31 @@ typedef struct PruneSlot
 	Oid			lease_relid;
 	int64		lease_id;
 	TimestampTz earliest;		/* lower bound of the ended_at of any row left */
+	uint64		generation;		/* prune_generation when filled */
 } PruneSlot;
 static PruneSlot prune_slots[LE_PRUNE_SLOTS];
+
+/*
+ * Bumped when a transaction or subtransaction aborts, which forgets every
+ * slot: a prune that deleted nothing may have seen rows that earlier work
+ * of the same transaction deleted, and they are back after the rollback.
+ */
+static uint64 prune_generation = 1;
+
+static void
+le_prune_xact_callback(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
+		prune_generation++;
+}
+
+static void
+le_prune_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+						  SubTransactionId parentSubid, void *arg)
+{
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		prune_generation++;
+}
 
 /*
  * Delete history rows that ended longer ago than the retention setting,
@@ -599,7 +526,6 @@ le_store_prune_history(LeaseStoreState *st, int64 lease_id)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz cutoff;
-	Datum		values[1];
 
 	cutoff = now - (int64) le_history_retention_s * USECS_PER_SEC;
 	if (lease_id > 0)
@@ -608,18 +534,25 @@ le_store_prune_history(LeaseStoreState *st, int64 lease_id)
 		TimestampTz earliest;
 		int64		deleted;
 
+		static bool registered = false;
+
+		if (!registered)
+		{
+			RegisterXactCallback(le_prune_xact_callback, NULL);
+			RegisterSubXactCallback(le_prune_subxact_callback, NULL);
+			registered = true;
+		}
 		if (slot->lease_relid == st->lease_relid && slot->lease_id == lease_id &&
-			cutoff <= slot->earliest)
+			slot->generation == prune_generation && cutoff <= slot->earliest)
 			return 0;
 		deleted = le_store_prune_lease_history(st, lease_id, cutoff, now, &earliest);
 		slot->lease_relid = deleted == 0 ? st->lease_relid : InvalidOid;
 		slot->lease_id = lease_id;
 		slot->earliest = earliest;
+		slot->generation = prune_generation;
 		return deleted;
 	}
-	values[0] = TimestampTzGetDatum(cutoff);
-	le_store_exec(st, PLAN_HISTORY_PRUNE_ALL, values, NULL, SPI_OK_DELETE);
-	return (int64) SPI_processed;
+	return le_store_prune_all_history(st, cutoff);
 }
 
 /* The oid of le_token_seq, the source of new tokens. */
@@ -856,10 +789,18 @@ le_lease_is_valid(const LeaseRow *row, TimestampTz now)
 #define LE_WATCH_LOCKMODE		ShareLock
 #define LE_WATCH_CHANGE_LOCKMODE ExclusiveLock
 
+/*
+ * The watch lock's tag: le_lease's oid and the low half of the lease id,
+ * so that watches of an extension dropped and created again (lease ids
+ * start again at 1) do not carry over to other keys.  Two leases whose ids
+ * differ by a multiple of 2^32 share a tag: a watcher of one then makes
+ * the other's changes notify too, never the reverse of what it asked for.
+ */
 static void
-le_watch_locktag(LOCKTAG *tag, int64 lease_id)
+le_watch_locktag(LOCKTAG *tag, Oid lease_relid, int64 lease_id)
 {
-	le_lease_locktag(tag, lease_id, LE_WATCH_LOCKTAG_CLASS);
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) lease_relid, (uint32) lease_id,
+						 LE_WATCH_LOCKTAG_CLASS);
 }
 
 /*
@@ -867,11 +808,11 @@ le_watch_locktag(LOCKTAG *tag, int64 lease_id)
  * Waits (bounded by the lock_timeout in force) for a change in progress.
  */
 bool
-le_watch_start(int64 lease_id)
+le_watch_start(Oid lease_relid, int64 lease_id)
 {
 	LOCKTAG		tag;
 
-	le_watch_locktag(&tag, lease_id);
+	le_watch_locktag(&tag, lease_relid, lease_id);
 	if (LockHeldByMe(&tag, LE_WATCH_LOCKMODE))
 		return false;
 	(void) LockAcquire(&tag, LE_WATCH_LOCKMODE, true, false);
@@ -880,11 +821,11 @@ le_watch_start(int64 lease_id)
 
 /* Stop watching a lease; false when this session did not watch it. */
 bool
-le_watch_stop(int64 lease_id)
+le_watch_stop(Oid lease_relid, int64 lease_id)
 {
 	LOCKTAG		tag;
 
-	le_watch_locktag(&tag, lease_id);
+	le_watch_locktag(&tag, lease_relid, lease_id);
 	if (!LockHeldByMe(&tag, LE_WATCH_LOCKMODE))
 		return false;
 	return LockRelease(&tag, LE_WATCH_LOCKMODE, true);
@@ -895,11 +836,11 @@ le_watch_stop(int64 lease_id)
  * until this transaction ends (see above).
  */
 static bool
-le_watched(int64 lease_id)
+le_watched(Oid lease_relid, int64 lease_id)
 {
 	LOCKTAG		tag;
 
-	le_watch_locktag(&tag, lease_id);
+	le_watch_locktag(&tag, lease_relid, lease_id);
 	return LockAcquire(&tag, LE_WATCH_CHANGE_LOCKMODE, false, true) == LOCKACQUIRE_NOT_AVAIL;
 }
 
@@ -911,7 +852,7 @@ le_watched(int64 lease_id)
  * "expires_at": ISO 8601 or null}.
  */
 void
-le_notify(const char *event, const LeaseRow *row)
+le_notify(const LeaseStoreState *st, const char *event, const LeaseRow *row)
 {
 	StringInfoData buf;
 	char		ts[MAXDATELEN + 1];
@@ -924,7 +865,7 @@ le_notify(const char *event, const LeaseRow *row)
 	 */
 	if (le_notify_events == LE_NOTIFY_NONE ||
 		(le_notify_events == LE_NOTIFY_RELEASES && strcmp(event, "acquired") == 0) ||
-		!le_watched(row->lease_id))
+		!le_watched(st->lease_relid, row->lease_id))
 		return;
 
 	initStringInfo(&buf);

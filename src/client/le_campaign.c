@@ -47,6 +47,7 @@ typedef struct campaign
 	int			failures;		/* consecutive failed attempts */
 	bool		observe_due;	/* a notification asked for a read of the lease */
 	int64_t		last_observe;	/* when the lease was last read */
+	bool		watching;		/* le_watch succeeded on this connection */
 } campaign;
 
 /* The retry interval with jitter, doubled per consecutive failure, capped. */
@@ -71,6 +72,7 @@ drop_conn(campaign *c)
 	if (c->conn)
 		PQfinish(c->conn);
 	c->conn = NULL;
+	c->watching = false;
 }
 
 /* Count an answered (or failed) acquire attempt; wakes le_elector_wait_attempt. */
@@ -333,15 +335,38 @@ campaign_once(campaign *c)
 }
 
 /*
- * LISTEN on the extension's channel, then le_watch() the lease (releases
- * notify only while someone watches; in this order no release between the
- * two goes unheard); false if the connection broke.
+ * le_watch() the lease, after LISTEN (releases notify only while someone
+ * watches; in this order no release between the two goes unheard); tried
+ * again before every attempt until it succeeded on this connection.  False
+ * if the connection broke.
  */
+static bool
+watch_lease(campaign *c)
+{
+	le_elector *e = c->e;
+	const char *v1[1] = {e->lease_key};
+	char		msg[256] = "";
+	bool		broken;
+	PGresult   *r;
+
+	r = le_exec_bounded(c->conn, e->sql_watch, 1, v1,
+						le_monotonic_ms() + e->cfg.statement_timeout_ms, msg, sizeof(msg),
+						&broken, NULL);
+	c->watching = r != NULL && PQresultStatus(r) == PGRES_TUPLES_OK;
+	if (!c->watching)
+		le_notice(e, "le_watch failed, releases may not be announced to us until it succeeds (polling every retry interval): %s",
+				  msg);
+	PQclear(r);
+	if (broken)
+		drop_conn(c);
+	return !broken;
+}
+
+/* LISTEN on the extension's channel, then watch the lease; false if the connection broke. */
 static bool
 listen_on(campaign *c)
 {
 	le_elector *e = c->e;
-	const char *v1[1] = {e->lease_key};
 	char		msg[256] = "";
 	bool		broken;
 	PGresult   *r;
@@ -357,16 +382,7 @@ listen_on(campaign *c)
 		drop_conn(c);
 		return false;
 	}
-	r = le_exec_bounded(c->conn, e->sql_watch, 1, v1,
-						le_monotonic_ms() + e->cfg.statement_timeout_ms, msg, sizeof(msg),
-						&broken, NULL);
-	if (r == NULL || PQresultStatus(r) != PGRES_TUPLES_OK)
-		le_notice(e, "le_watch failed, releases may not be announced to us (polling every retry interval): %s",
-				  msg);
-	PQclear(r);
-	if (broken)
-		drop_conn(c);
-	return !broken;
+	return watch_lease(c);
 }
 
 /* Sleep until the next attempt, a notification, a wake-up or one slice. */
@@ -506,6 +522,8 @@ le_campaign_main(void *arg)
 		/* not while the caller holds back the release of our last period */
 		if (!leading && !held && le_monotonic_ms() >= c->next_attempt)
 		{
+			if (!c->watching && !watch_lease(c))
+				continue;
 			campaign_once(c);
 			if (c->conn)
 				handle_notifies(c);

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Instructions per transaction of the benchmark's scripts, counted by
+# valgrind's callgrind in the server backend that runs them: unlike tps,
+# the same on a loaded machine and from run to run (a few tenths of a
+# percent), so it shows what a change of the C code costs or saves.  Not
+# part of the test suite.
+#
+#   test/bench/instructions.sh        # as root or as postgres, after make install
+#   N=2000 test/bench/instructions.sh # transactions per script (default 3000)
+#
+# The server runs under callgrind (fsync = off, autovacuum off), with the
+# extension, test/bench/baseline.sql and 1,000 keys acquired and released
+# once.  Each script runs with one client, twice (1 and N+1 transactions, new
+# connection each); the difference of the two backends' totals divided by N
+# is the figure printed: connection start-up and first-call catalog loading
+# cancel out.  Needs valgrind (apt-get install valgrind); ~3 min.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/../.." && pwd)
+bench=$here/test/bench
+. "$here/test/lib/prereq.sh"
+. "$here/test/lib/cluster.sh"
+N=${N:-3000}
+command -v valgrind >/dev/null || { echo "valgrind is not installed (apt-get install valgrind)" >&2; exit 2; }
+PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+PG_BINDIR=$("$PG_CONFIG" --bindir)
+dir=$(mktemp -d /tmp/le-icount.XXXXXX)
+port=${LE_BENCH_PORT:-$(( 56000 + RANDOM % 2000 ))}
+mkdir "$dir/cg"
+[ "$(id -u)" -eq 0 ] && chown -R postgres: "$dir"
+trap 'le_cluster_stop "$dir"' EXIT
+le_as_pg "$PG_BINDIR/initdb" -D "$dir/data" -A trust -U postgres >/dev/null
+cat >> "$dir/data/postgresql.conf" <<CONF
+listen_addresses = ''
+unix_socket_directories = '$dir'
+port = $port
+fsync = off
+autovacuum = off
+shared_buffers = 128MB
+max_wal_size = 2GB
+CONF
+# pg_ctl would give up waiting for a server this slow to start: start it here.
+le_as_pg bash -c "cd '$dir' && exec valgrind --tool=callgrind --trace-children=yes \
+    --callgrind-out-file='$dir/cg/cg.%p' '$PG_BINDIR/postgres' -D '$dir/data' >'$dir/server.log' 2>&1" &
+for _ in $(seq 120); do
+    le_as_pg "$PG_BINDIR/pg_isready" -q -h "$dir" -p "$port" && break
+    sleep 1
+done
+psql() { le_bench_psql -At "$@"; }
+cp "$bench"/*.pgb "$bench"/baseline.sql "$dir/"
+[ "$(id -u)" -eq 0 ] && chown postgres: "$dir"/*.pgb "$dir"/baseline.sql
+psql -c "CREATE EXTENSION leader_election" -f "$dir/baseline.sql" >/dev/null
+psql >/dev/null <<'SQL'
+SELECT count(le_acquire('h' || i, 'other', '1 hour')) FROM generate_series(1, 1000) AS i;
+SELECT count(le_release('k' || i, 'x', (le_acquire('k' || i, 'x', '1 hour')).fencing_token))
+  FROM generate_series(1, 1000) AS i;
+SQL
+tok=$(psql -c "SELECT fencing_token FROM le_acquire('bench', 'me', '1 hour')")
+ftok=$(psql -c "SELECT fencing_token FROM le_acquire('fence', 'writer', '1 hour')")
+psql -c "SELECT le_protect('fenced_t', 'fence')" >/dev/null
+
+# total Ir of the backend that ran the last pgbench (its file is written when it exits)
+last_total() {
+    local f
+    sleep 1
+    f=$(ls -t "$dir"/cg/cg.* | head -1)
+    sed -n 's/^\(summary\|totals\): *\([0-9]*\).*/\2/p' "$f" | head -1
+}
+count() {   # script [PGOPTIONS]: instructions per transaction
+    local a b
+    le_as_pg env PGOPTIONS="${2:-}" "$PG_BINDIR/pgbench" -n -M prepared -h "$dir" -p "$port" -U postgres \
+        -c 1 -t 1 -D tok="$tok" -D ftok="$ftok" -f "$dir/$1" postgres >/dev/null 2>&1
+    a=$(last_total)
+    le_as_pg env PGOPTIONS="${2:-}" "$PG_BINDIR/pgbench" -n -M prepared -h "$dir" -p "$port" -U postgres \
+        -c 1 -t $((N + 1)) -D tok="$tok" -D ftok="$ftok" -f "$dir/$1" postgres >/dev/null 2>&1
+    b=$(last_total)
+    awk -v a="$a" -v b="$b" -v n="$N" 'BEGIN { printf "%.0f", (b - a) / n }'
+}
+echo "| operation | le_ instructions per transaction (server backend) | baseline | le_ / baseline (lower is cheaper) |"
+echo "| --- | --- | --- | --- |"
+pair() {   # label le_script base_script [PGOPTIONS]
+    local l b
+    l=$(count "$2" "${4:-}"); b=$(count "$3" "${4:-}")
+    printf '| %s | %s | %s | %s |\n' "$1" "$l" "$b" "$(le_ratio "$l" "$b")"
+}
+pair "acquire + release (le_cycle) vs pglock's cycle" le_cycle.pgb pglock_cycle.pgb
+pair "renew vs single-row UPDATE" le_renew.pgb raw_update.pgb
+pair "refused acquire vs refused pg_try_advisory_lock" le_refused.pgb adv_refused.pgb
+pair "fenced INSERT, 1 row, vs without trigger" ins_fenced.pgb ins_plain.pgb "-c synchronous_commit=off"
+pair "fenced INSERT, 100 rows, vs without trigger" ins100_fenced.pgb ins100_plain.pgb "-c synchronous_commit=off"
