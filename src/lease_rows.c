@@ -835,7 +835,8 @@ le_store_prune_lease_history(LeaseStoreState *st, int64 lease_id, TimestampTz cu
  * in a subtransaction; when a concurrent call created the key first, the
  * unique index makes ours wait for that transaction and then fail with
  * 23505 if it committed, and the subtransaction is rolled back: the key
- * exists, as wanted.  Any other error is raised again.  Rare: once per key.
+ * exists, as wanted (at READ COMMITTED; 40001 at the stricter levels).
+ * Any other error is raised again.  Rare: once per key.
  */
 void
 le_store_create(LeaseStoreState *st, const char *key)
@@ -888,6 +889,14 @@ le_store_create(LeaseStoreState *st, const char *key)
 		if (edata->sqlerrcode != ERRCODE_UNIQUE_VIOLATION)
 			ReThrowError(edata);
 		FreeErrorData(edata);
+
+		/*
+		 * At REPEATABLE READ and SERIALIZABLE the row created meanwhile is
+		 * not in our snapshot: the serialization failure that INSERT ... ON
+		 * CONFLICT raises there too (lease_serializable.spec).
+		 */
+		if (IsolationUsesXactSnapshot())
+			le_rows_serialization_failure();
 	}
 	PG_END_TRY();
 }
