@@ -91,3 +91,26 @@ SELECT n_tup_upd - :upd0 AS updates, n_tup_hot_upd - :hot0 AS hot_updates,
        pg_relation_size('le_lease') / current_setting('block_size')::int <= 4 AS small
   FROM pg_stat_user_tables WHERE relid = 'le_lease'::regclass;
 SELECT holder, fencing_token, transitions FROM le_leases WHERE lease_key = 'cheap';
+
+-- The WAL records of a renewal, a first grant, a release and a grant
+-- (pg_walinspect; those of the call's transaction only, xid <> 0, so not a
+-- page pruned on the way): the lease row is updated in place without a
+-- separate row-lock record (Heap/LOCK) when nobody else has the row; a grant
+-- also inserts its history row with its index entry, a release closes it.
+CREATE EXTENSION pg_walinspect;
+SELECT pg_current_wal_insert_lsn() AS w0 \gset
+SELECT le_renew('cheap', 'leader', :cheap_tok, '1 hour') IS NOT NULL AS renewed;
+SELECT pg_current_wal_insert_lsn() AS w1 \gset
+SELECT acquired FROM le_acquire('cheap-wal', 'w', '1 minute');
+SELECT pg_current_wal_insert_lsn() AS w2 \gset
+SELECT le_release('cheap-wal', 'w', fencing_token) FROM le_leases WHERE lease_key = 'cheap-wal';
+SELECT pg_current_wal_insert_lsn() AS w3 \gset
+SELECT acquired FROM le_acquire('cheap-wal', 'w', '1 minute');
+SELECT pg_current_wal_insert_lsn() AS w4 \gset
+SELECT step, string_agg(resource_manager || '/' || record_type, ' ' ORDER BY start_lsn) AS records
+  FROM (VALUES (1, 'renewal', :'w0'::pg_lsn, :'w1'::pg_lsn), (2, 'first grant', :'w1', :'w2'),
+               (3, 'release', :'w2', :'w3'), (4, 'grant', :'w3', :'w4')) AS s(n, step, a, b),
+       LATERAL pg_get_wal_records_info(a, b) AS r
+ WHERE r.xid <> '0' AND resource_manager IN ('Heap', 'Heap2', 'Btree')
+ GROUP BY n, step ORDER BY n;
+DROP EXTENSION pg_walinspect;

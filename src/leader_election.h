@@ -113,6 +113,8 @@ typedef struct LeaseStoreState
 	ItemPointerData tid;		/* lease row version that le_store_lock locked */
 	HeapTuple	locked_tuple;	/* copy of the version locked, for le_store_write */
 	bool		locked;			/* this call locked the lease row (and maybe its fence) */
+	bool		tentative;		/* tid/locked_tuple were read, not locked (see le_store_lock) */
+	bool		must_lock;		/* a tentative write lost a race: lock from now on */
 	int64		idle_bound_us;	/* how long the transaction may then idle; 0: unbounded */
 	ErrorContextCallback errcallback;
 } LeaseStoreState;
@@ -129,7 +131,7 @@ extern bool le_store_peek(LeaseStoreState *st, const char *key, LeaseRow *row);
 typedef bool (*LeaseRowCheck) (const LeaseRow *row, void *arg);
 extern bool le_store_lock(LeaseStoreState *st, const char *key, LeaseRow *row,
 						  LeaseRowCheck check, void *arg);
-extern void le_store_write(LeaseStoreState *st, const LeaseRow *row);
+extern bool le_store_write(LeaseStoreState *st, const LeaseRow *row);
 extern void le_store_history_open(LeaseStoreState *st, const LeaseRow *row);
 extern void le_store_history_close(LeaseStoreState *st, int64 lease_id, int64 token,
 								   TimestampTz ended_at, const char *reason);

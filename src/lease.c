@@ -184,6 +184,7 @@ le_acquire(PG_FUNCTION_ARGS)
 	bool		new_period = false;
 	int64		fenced_id = 0;
 	AcquireCheck ac;
+	LeaseRow	old;
 
 	le_check_writable("acquire");
 	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
@@ -220,6 +221,7 @@ le_acquire(PG_FUNCTION_ARGS)
 	 */
 	ac.owner = owner;
 	ac.st = &st;
+retry:
 	ac.lost = false;
 	if (!le_store_lock(&st, key, &row, fenced ? le_acquire_not_lost : NULL, &ac))
 	{
@@ -251,7 +253,8 @@ le_acquire(PG_FUNCTION_ARGS)
 		/* The valid holder again (e.g. a retry after a lost reply). */
 		row.renewed_at = now;
 		row.expires_at = now + ttl;
-		le_store_write(&st, &row);
+		if (!le_store_write(&st, &row))
+			goto retry;			/* the row changed since it was read */
 	}
 	else
 	{
@@ -275,19 +278,26 @@ le_acquire(PG_FUNCTION_ARGS)
 			}
 			now = GetCurrentTimestamp();
 		}
-		if (row.holder != NULL)
-			le_close_period(&st, &row, now, "expired");
-
+		old = row;
 		row.fencing_token = le_next_token(&st, &row, &row.token_timeline,
 										  &row.token_system_id);
-		new_period = true;
 		row.holder = owner;
 		row.holder_role = st.caller_name;
 		row.acquired_at = now;
 		row.renewed_at = now;
 		row.expires_at = now + ttl;
 		row.transitions++;
-		le_store_write(&st, &row);
+
+		/*
+		 * The row changed since it was read: decide again on the version
+		 * then locked (the token drawn is skipped: tokens may have gaps,
+		 * never repeats).  History rows are written only after the row.
+		 */
+		if (!le_store_write(&st, &row))
+			goto retry;
+		new_period = true;
+		if (old.holder != NULL)
+			le_close_period(&st, &old, now, "expired");
 		le_store_history_open(&st, &row);
 		(void) le_store_prune_history(&st, row.lease_id);
 		le_notify(&st, "acquired", &row);
@@ -352,6 +362,7 @@ le_renew(PG_FUNCTION_ARGS)
 	 * renewals and every takeover).  Looks like ours: locked, and decided
 	 * again on what the row holds now.
 	 */
+retry:
 	if (!le_store_lock(&st, key, &row, le_renew_looks_ours, &rc))
 	{
 		le_store_end(&st);
@@ -368,7 +379,8 @@ le_renew(PG_FUNCTION_ARGS)
 
 	row.renewed_at = now;
 	row.expires_at = now + ttl;
-	le_store_write(&st, &row);
+	if (!le_store_write(&st, &row))
+		goto retry;				/* the row changed since it was read */
 	le_commit_durably();
 	st.idle_bound_us = ttl;
 	le_store_end(&st);
@@ -406,6 +418,7 @@ le_free_lease(FunctionCallInfo fcinfo, const char *key, const char *owner,
 	TimestampTz now;
 	int64		locked_id;
 	FreeCheck	fc;
+	LeaseRow	old;
 
 	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
 	fc.owner = owner;
@@ -426,6 +439,7 @@ le_free_lease(FunctionCallInfo fcinfo, const char *key, const char *owner,
 	 */
 	locked_id = row.lease_id;
 	le_fence_lock(locked_id, LE_FENCE_CHANGE_LOCKMODE);
+retry:
 	if (!le_store_lock(&st, key, &row, le_free_applies, &fc))
 	{
 		if (!st.locked)
@@ -453,11 +467,13 @@ le_free_lease(FunctionCallInfo fcinfo, const char *key, const char *owner,
 				 errhint("Retry the call.")));
 
 	now = GetCurrentTimestamp();
-	le_close_period(&st, &row, now, reason);
+	old = row;
 	row.holder = NULL;
 	row.holder_role = NULL;
 	row.expires_at = 0;
-	le_store_write(&st, &row);
+	if (!le_store_write(&st, &row))
+		goto retry;				/* the row changed since it was read */
+	le_close_period(&st, &old, now, reason);
 	le_notify(&st, reason, &row);
 	le_commit_durably();
 	le_store_end(&st);

@@ -411,6 +411,7 @@ le_rows_end(LeaseStoreState *st)
 	st->snap = NULL;
 	ItemPointerSetInvalid(&st->tid);
 	st->locked_tuple = NULL;
+	st->tentative = false;
 }
 
 /*
@@ -502,6 +503,18 @@ le_store_lock(LeaseStoreState *st, const char *key, LeaseRow *row,
 			if (!go)
 				break;
 		}
+		if (!st->must_lock)
+		{
+			/*
+			 * Tentative: the version found is what the caller decides on and
+			 * what le_store_write updates, if it is still the latest then
+			 * (no row-lock WAL record, no second lookup); otherwise the
+			 * write fails and the caller decides again on a locked version.
+			 */
+			found = true;
+			st->tentative = true;
+			break;
+		}
 		if (!writing)
 		{
 			/* What SELECT ... FOR UPDATE says, as SPI did before. */
@@ -542,7 +555,8 @@ le_store_lock(LeaseStoreState *st, const char *key, LeaseRow *row,
 		if (strcmp(row->lease_key, key) != 0)
 			elog(ERROR, "leader_election: locked the row of lease \"%s\" while looking for \"%s\"",
 				 row->lease_key, key);
-		st->locked = true;
+		if (!st->tentative)
+			st->locked = true;
 	}
 	ExecDropSingleTupleTableSlot(slot);
 	/* Nothing locked: leave no table lock behind either. */
@@ -620,10 +634,16 @@ le_rows_name_datum(const char *s, bool *isnull)
 }
 
 /*
- * Write every mutable column of the lease row that le_store_lock locked in
- * this call (its id and key must be the row's).
+ * Write every mutable column of the lease row that le_store_lock returned
+ * in this call (its id and key must be the row's); true when written.  A
+ * version it locked is always written.  A tentative one is written only if
+ * nobody changed or locked it since it was read: then the update itself
+ * is the row lock, held to the end of the transaction like one; else
+ * nothing is written, false is returned, and the next le_store_lock of the
+ * call locks the row (waiting for whoever has it) for the caller to decide
+ * again.
  */
-void
+bool
 le_store_write(LeaseStoreState *st, const LeaseRow *row)
 {
 	Datum		values[Natts_le_lease];
@@ -659,10 +679,36 @@ le_store_write(LeaseStoreState *st, const LeaseRow *row)
 	if (DatumGetInt64(heap_getattr(newtup, Anum_le_lease_lease_id, RelationGetDescr(rel), &nulls[0])) !=
 		row->lease_id)
 		elog(ERROR, "leader_election: lease row " INT64_FORMAT " is not the row locked", row->lease_id);
-	le_rows_update(rel, &st->tid, newtup);
+	if (st->tentative)
+	{
+		TM_FailureData tmfd;
+		LockTupleMode lockmode;
+		TM_Result	res;
+
+		PreventCommandIfReadOnly("UPDATE");
+		res = heap_update(rel, &st->tid, newtup, GetCurrentCommandId(true), InvalidSnapshot,
+						  false, &tmfd, &lockmode);
+		st->tentative = false;
+		if (res != TM_Ok)
+		{
+			/* Updated, deleted, or locked by someone (maybe us) meanwhile. */
+			st->must_lock = true;
+			st->locked_tuple = NULL;
+			ItemPointerSetInvalid(&st->tid);
+			table_close(rel, NoLock);
+			return false;
+		}
+		if (!HeapTupleIsHeapOnly(newtup))
+			le_rows_index_tuple(rel, newtup);
+		le_lease_locks_taken();
+		st->locked = true;
+	}
+	else
+		le_rows_update(rel, &st->tid, newtup);
 	st->tid = newtup->t_self;
 	st->locked_tuple = newtup;
 	table_close(rel, NoLock);
+	return true;
 }
 
 /* Open le_lease_history for writing. */

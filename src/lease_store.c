@@ -399,6 +399,8 @@ le_store_begin(LeaseStoreState *st, Oid fn_oid, const char *lease_key)
 	st->caller_cxt = CurrentMemoryContext;
 	st->nsp = nsp;
 	st->locked = false;
+	st->tentative = false;
+	st->must_lock = false;
 	st->idle_bound_us = 0;
 
 	st->snap = NULL;
