@@ -20,19 +20,28 @@
  *	  committed version, at REPEATABLE READ and SERIALIZABLE the version of
  *	  the transaction snapshot (what the caller is told agrees with its
  *	  snapshot);
- *	- le_store_lock locks the row as SELECT ... FOR UPDATE does: it finds
- *	  the row by index with a new snapshot and locks that version with the
- *	  same command id; at READ COMMITTED it then follows the update chain to
- *	  the latest version (waiting for an updater in progress), at the
- *	  stricter levels a row updated since the snapshot is a serialization
- *	  failure (40001).  It never starts from a TID found earlier in the
- *	  call: a wait in between (for the fence lock) may see that TID given
- *	  to another row;
- *	- le_store_write updates exactly the version le_store_lock locked.
- * Lock waits are bounded by the lock_timeout le_store_begin put in force.
- * History rows of a lease are written only by whoever holds that lease's
- * row lock, so they need no row locks of their own; a concurrent
- * le_prune_history() may delete the same ended rows, which we then skip.
+ *	- le_store_lock finds the row by index with a new snapshot (it never
+ *	  starts from a TID found earlier in the call: a wait in between, for
+ *	  the fence lock, may see that TID given to another row).  First it
+ *	  returns that version without locking it ("tentative"): the caller
+ *	  decides on it, and le_store_write updates it only if it is still the
+ *	  latest and nobody locks or modifies it (heap_update without waiting),
+ *	  so the update itself is the row lock, a compare-and-set on the
+ *	  version decided on, with no separate row-lock WAL record.  When that
+ *	  fails (someone changed or locked the row since, or holds it now),
+ *	  nothing is written and the caller asks again: then le_store_lock
+ *	  locks the row as SELECT ... FOR UPDATE does, with the same command id;
+ *	  at READ COMMITTED it follows the update chain to the latest version
+ *	  (waiting for an updater in progress), at the stricter levels a row
+ *	  updated since the snapshot is a serialization failure (40001);
+ *	- le_store_write updates exactly the version le_store_lock returned.
+ * The snapshot of the read stays registered until the write, so the
+ * version's TID cannot be pruned and reused in between.  Lock waits are
+ * bounded by the lock_timeout le_store_begin put in force.  History rows
+ * of a lease are written only by whoever holds that lease's row (locked,
+ * or updated by this transaction), after the lease row, so they need no
+ * row locks of their own; a concurrent le_prune_history() may delete the
+ * same ended rows, which we then skip.
  *
  * Index entries are made only when an update is not HOT (le_lease: no
  * indexed column ever changes, fillfactor 50; le_lease_history: closing a
