@@ -185,6 +185,7 @@ le_acquire(PG_FUNCTION_ARGS)
 	int64		fenced_id = 0;
 	AcquireCheck ac;
 	LeaseRow	old;
+	int64		tried_fence_id = 0; /* fence lock taken by le_fence_trylock */
 
 	le_check_writable("acquire");
 	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
@@ -245,7 +246,13 @@ retry:
 	{
 		if (!le_is_ours(&row, owner, &st))
 		{
-			/* Lost a race to another candidate. */
+			/*
+			 * Lost a race to another candidate; a fence lock this call
+			 * took to change the token goes back at once (nothing was
+			 * changed under it).
+			 */
+			if (tried_fence_id != 0)
+				le_fence_unlock(tried_fence_id, LE_FENCE_CHANGE_LOCKMODE);
 			le_bound_refusal(&st);
 			le_store_end(&st);
 			PG_RETURN_DATUM(le_acquire_result(fcinfo, false, false, &row));
@@ -258,16 +265,17 @@ retry:
 	}
 	else
 	{
-		if (!fenced)
+		if (!fenced && tried_fence_id != row.lease_id)
 		{
 			/*
-			 * We hold the row lock already: a row this call just created
-			 * (nobody else knows its id yet), one a concurrent caller
-			 * created, or our own lease that lapsed between our two reads.
-			 * Waiting for the fence lock now would break the lock order
-			 * and could deadlock with a competitor that holds it and waits
-			 * for the row (lease_lock_order.spec).  If it is taken, that
-			 * competitor (or a writer with the old token) came first:
+			 * A row this call just created (nobody else knows its id yet),
+			 * one a concurrent caller created, or our own lease that lapsed
+			 * between our two reads: we may hold its row lock already (this
+			 * transaction wrote it before, or this is the locked second
+			 * try), so waiting for the fence lock now would break the lock
+			 * order and could deadlock with a competitor that holds it and
+			 * waits for the row (lease_lock_order.spec).  If it is taken,
+			 * that competitor (or a writer with the old token) came first:
 			 * refuse, like a lost race.
 			 */
 			if (!le_fence_trylock(row.lease_id, LE_FENCE_CHANGE_LOCKMODE))
@@ -276,6 +284,7 @@ retry:
 				le_store_end(&st);
 				PG_RETURN_DATUM(le_acquire_result(fcinfo, false, false, &row));
 			}
+			tried_fence_id = row.lease_id;
 			now = GetCurrentTimestamp();
 		}
 		old = row;

@@ -568,8 +568,15 @@ le_store_lock(LeaseStoreState *st, const char *key, LeaseRow *row,
 			st->locked = true;
 	}
 	ExecDropSingleTupleTableSlot(slot);
-	/* Nothing locked: leave no table lock behind either. */
-	table_close(rel, writing ? NoLock : AccessShareLock);
+
+	/*
+	 * Nothing locked: leave no table lock behind either.  A tentative
+	 * version keeps its table lock to the end of the transaction: its TID
+	 * must still name that version when le_store_write updates it, which a
+	 * rewrite in between (VACUUM FULL, CLUSTER, TRUNCATE: all need ACCESS
+	 * EXCLUSIVE) would break.
+	 */
+	table_close(rel, (writing || st->tentative) ? NoLock : AccessShareLock);
 	return found;
 }
 
