@@ -27,7 +27,8 @@ dir=$(mktemp -d /tmp/le-icount.XXXXXX)
 port=${LE_BENCH_PORT:-$(( 56000 + RANDOM % 2000 ))}
 mkdir "$dir/cg"
 [ "$(id -u)" -eq 0 ] && chown -R postgres: "$dir"
-trap 'le_cluster_stop "$dir"' EXIT
+# Valgrind's processes write their profiles as they exit: wait for them.
+trap 'le_as_pg "$PG_BINDIR/pg_ctl" -D "$dir/data" -m fast -w -t 120 stop >/dev/null 2>&1; sleep 3; rm -rf "$dir"' EXIT
 le_as_pg "$PG_BINDIR/initdb" -D "$dir/data" -A trust -U postgres >/dev/null
 cat >> "$dir/data/postgresql.conf" <<CONF
 listen_addresses = ''
