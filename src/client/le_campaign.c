@@ -16,7 +16,8 @@
  * Errors: a broken or timed-out connection is replaced; errors that
  * retrying on the same connection cannot fix (permission denied, a standby)
  * back off exponentially (retry interval doubled per failure, capped at
- * LE_BACKOFF_CAP_MS) instead of spinning.
+ * LE_BACKOFF_CAP_MS) instead of spinning; a failed connection is tried
+ * again after at most twice the retry interval.
  *
  *-------------------------------------------------------------------------
  */
@@ -50,13 +51,23 @@ typedef struct campaign
 	bool		watching;		/* le_watch succeeded on this connection */
 } campaign;
 
-/* The retry interval with jitter, doubled per consecutive failure, capped. */
+/*
+ * The retry interval with jitter, doubled per consecutive failure, capped
+ * at LE_BACKOFF_CAP_MS, or, for a failed connection (connect_failed), at
+ * twice the retry interval: a server that is down costs nothing to ask
+ * again, and a longer pause would add itself to the takeover time after
+ * the server is back (two restarts in a row left a lease without holder
+ * for 3.7 s in a chaos run with a 0.5 s retry interval).
+ */
 static int64_t
-backoff(campaign *c)
+backoff(campaign *c, bool connect_failed)
 {
 	le_elector *e = c->e;
 	int64_t		ms = e->cfg.retry_ms;
 	int64_t		cap = e->cfg.retry_ms > LE_BACKOFF_CAP_MS ? e->cfg.retry_ms : LE_BACKOFF_CAP_MS;
+
+	if (connect_failed)
+		cap = 2 * e->cfg.retry_ms;
 
 	for (int i = 1; i < c->failures && ms < cap; i++)
 		ms *= 2;
@@ -246,7 +257,7 @@ campaign_once(campaign *c)
 		if (ec != LE_EC_TRANSIENT)
 			c->failures++;
 		count_attempt(e);
-		c->next_attempt = le_monotonic_ms() + backoff(c);
+		c->next_attempt = le_monotonic_ms() + backoff(c, false);
 		return;
 	}
 	c->failures = 0;
@@ -487,7 +498,7 @@ le_campaign_main(void *arg)
 					e->resign_done = resign_seq;
 				pthread_cond_broadcast(&e->cv);
 				pthread_mutex_unlock(&e->mu);
-				c->next_attempt = le_monotonic_ms() + backoff(c);
+				c->next_attempt = le_monotonic_ms() + backoff(c, true);
 				while (le_monotonic_ms() < c->next_attempt)
 				{
 					pthread_mutex_lock(&e->mu);
