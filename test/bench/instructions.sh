@@ -47,17 +47,13 @@ for _ in $(seq 120); do
     sleep 1
 done
 psql() { le_bench_psql -At "$@"; }
-cp "$bench"/*.pgb "$bench"/baseline.sql "$dir/"
-[ "$(id -u)" -eq 0 ] && chown postgres: "$dir"/*.pgb "$dir"/baseline.sql
-psql -c "CREATE EXTENSION leader_election" -f "$dir/baseline.sql" >/dev/null
+le_bench_load "$bench"
+# every key of le_cycle.pgb and pglock_cycle.pgb created once, so that no
+# script pays for first inserts
 psql >/dev/null <<'SQL'
-SELECT count(le_acquire('h' || i, 'other', '1 hour')) FROM generate_series(1, 1000) AS i;
 SELECT count(le_release('k' || i, 'x', (le_acquire('k' || i, 'x', '1 hour')).fencing_token))
   FROM generate_series(1, 1000) AS i;
 SQL
-tok=$(psql -c "SELECT fencing_token FROM le_acquire('bench', 'me', '1 hour')")
-ftok=$(psql -c "SELECT fencing_token FROM le_acquire('fence', 'writer', '1 hour')")
-psql -c "SELECT le_protect('fenced_t', 'fence')" >/dev/null
 
 # total Ir of the backend that ran the last pgbench (its file is written when it exits)
 last_total() {

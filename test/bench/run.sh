@@ -51,17 +51,7 @@ start=$SECONDS
 le_bench_cluster "checkpoint_timeout = 30min" "max_connections = 60"
 psql() { le_bench_psql -At "$@"; }
 
-# Scripts and setup SQL must be readable by the postgres user.
-cp "$bench"/*.pgb "$bench"/baseline.sql "$dir/"
-[ "$(id -u)" -eq 0 ] && chown postgres: "$dir"/*.pgb "$dir"/baseline.sql
-
-psql -c "CREATE EXTENSION leader_election" -f "$dir/baseline.sql" >/dev/null
-psql >/dev/null <<'SQL'
-SELECT count(le_acquire('h' || i, 'other', '1 hour')) FROM generate_series(1, 1000) AS i;
-SQL
-tok=$(psql -c "SELECT fencing_token FROM le_acquire('bench', 'me', '1 hour')")
-ftok=$(psql -c "SELECT fencing_token FROM le_acquire('fence', 'writer', '1 hour')")
-psql -c "SELECT le_protect('fenced_t', 'fence')" >/dev/null
+le_bench_load "$bench"
 
 # A session holding advisory keys 1000001..1001000 for the whole run, idle
 # (not in a transaction: that would hold back the xmin horizon).

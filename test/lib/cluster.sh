@@ -60,3 +60,18 @@ le_bench_cluster() {
 le_bench_psql() {
     le_as_pg "$PG_BINDIR/psql" -X -q -h "$dir" -p "$port" -U postgres -d postgres -v ON_ERROR_STOP=1 "$@"
 }
+
+# le_bench_load BENCHDIR: the benchmark database on le_bench_cluster's
+# cluster: the scripts and baseline.sql of BENCHDIR copied where postgres
+# can read them, the extension and the baselines created, keys h1..h1000
+# held by another owner, lease "bench" held by "me" (its token in $tok),
+# lease "fence" held by "writer" ($ftok) and protecting table fenced_t.
+le_bench_load() {
+    cp "$1"/*.pgb "$1"/baseline.sql "$dir/"
+    [ "$(id -u)" -eq 0 ] && chown postgres: "$dir"/*.pgb "$dir"/baseline.sql
+    le_bench_psql -At -c "CREATE EXTENSION leader_election" -f "$dir/baseline.sql" >/dev/null
+    le_bench_psql -At -c "SELECT count(le_acquire('h' || i, 'other', '1 hour')) FROM generate_series(1, 1000) AS i" >/dev/null
+    tok=$(le_bench_psql -At -c "SELECT fencing_token FROM le_acquire('bench', 'me', '1 hour')")
+    ftok=$(le_bench_psql -At -c "SELECT fencing_token FROM le_acquire('fence', 'writer', '1 hour')")
+    le_bench_psql -At -c "SELECT le_protect('fenced_t', 'fence')" >/dev/null
+}
