@@ -101,7 +101,7 @@ typedef struct LeaseStoreState
 {
 	Oid			save_userid;
 	int			save_sec_context;
-	int			save_nestlevel;
+	bool		lock_bounded;	/* le_lock_bound_begin put our lock_timeout in force */
 	Oid			caller;
 	char	   *caller_name;
 	const char *lease_key;		/* for error context */

@@ -363,23 +363,79 @@ le_store_owner(Oid lease_relid)
 }
 
 /*
- * Bound lock waits by leader_election.lock_timeout, keeping the caller's own
- * lock_timeout when it is shorter, in a new GUC nest level; returns it for
- * AtEOXact_GUC (transaction or subtransaction abort unwinds it too).
+ * Bounding lock waits.  Every lease call bounds its lock waits by
+ * leader_election.lock_timeout, keeping the caller's lock_timeout when that
+ * is shorter.  The bound is put in force by assigning the variable behind
+ * lock_timeout (LockTimeout: read when a lock wait begins, no assign hook)
+ * for the duration of the call, not by set_config_option in a new GUC nest
+ * level: leaving a nest level after a change walks every setting of the
+ * server (AtEOXact_GUC; with set_config_option about 5,000 instructions per
+ * call, 4 % of an acquire + release cycle).  No SQL and no user code runs
+ * while our value is in force, so nobody sees or changes it.
+ * le_lock_bound_end puts the caller's value back; when an error escapes
+ * first, the abort of the (sub)transaction that was current when our value
+ * was set does (lease_stuck.spec shows lock_timeout after calls that timed
+ * out, at top level and in a subtransaction).
  */
-static int
-le_bound_lock_waits(void)
-{
-	int			nestlevel = NewGUCNestLevel();
-	char		timeout[32];
+static int	le_lock_bound_saved = -1;	/* caller's LockTimeout while ours is in force */
+static SubTransactionId le_lock_bound_subid = InvalidSubTransactionId;
 
-	if (LockTimeout == 0 || LockTimeout > le_lock_timeout_ms)
+static void
+le_lock_bound_restore(void)
+{
+	if (le_lock_bound_saved >= 0)
+		LockTimeout = le_lock_bound_saved;
+	le_lock_bound_saved = -1;
+	le_lock_bound_subid = InvalidSubTransactionId;
+}
+
+static void
+le_lock_bound_xact_callback(XactEvent event, void *arg)
+{
+	if (event != XACT_EVENT_PRE_COMMIT && event != XACT_EVENT_PARALLEL_PRE_COMMIT &&
+		event != XACT_EVENT_PRE_PREPARE)
+		le_lock_bound_restore();
+}
+
+static void
+le_lock_bound_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+							   SubTransactionId parentSubid, void *arg)
+{
+	if (event == SUBXACT_EVENT_ABORT_SUB && mySubid == le_lock_bound_subid)
+		le_lock_bound_restore();
+}
+
+/*
+ * Put our bound on lock waits in force; returns whether it did (false: the
+ * caller's lock_timeout is as short, or a bound is in force already), to
+ * be passed to le_lock_bound_end.
+ */
+static bool
+le_lock_bound_begin(void)
+{
+	static bool registered = false;
+
+	if (le_lock_bound_saved >= 0 ||
+		(LockTimeout != 0 && LockTimeout <= le_lock_timeout_ms))
+		return false;
+	if (!registered)
 	{
-		snprintf(timeout, sizeof(timeout), "%d", le_lock_timeout_ms);
-		(void) set_config_option("lock_timeout", timeout, PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_SAVE, true, 0, false);
+		RegisterXactCallback(le_lock_bound_xact_callback, NULL);
+		RegisterSubXactCallback(le_lock_bound_subxact_callback, NULL);
+		registered = true;
 	}
-	return nestlevel;
+	le_lock_bound_saved = LockTimeout;
+	le_lock_bound_subid = GetCurrentSubTransactionId();
+	LockTimeout = le_lock_timeout_ms;
+	return true;
+}
+
+/* Give the caller's lock_timeout back, if le_lock_bound_begin replaced it. */
+static void
+le_lock_bound_end(bool began)
+{
+	if (began)
+		le_lock_bound_restore();
 }
 
 /*
@@ -415,12 +471,8 @@ le_store_begin(LeaseStoreState *st, Oid fn_oid, const char *lease_key)
 	st->errcallback.previous = error_context_stack;
 	error_context_stack = &st->errcallback;
 
-	/*
-	 * Bound every lock wait; keep the caller's own lock_timeout when it is
-	 * shorter.  The GUC nest level is unwound by le_store_end, or by
-	 * (sub)transaction abort on error.
-	 */
-	st->save_nestlevel = le_bound_lock_waits();
+	/* Bound every lock wait (undone by le_store_end, or by abort on error). */
+	st->lock_bounded = le_lock_bound_begin();
 
 	/* Abort restores the user id too, should anything below fail. */
 	GetUserIdAndSecContext(&st->save_userid, &st->save_sec_context);
@@ -433,7 +485,7 @@ le_store_end(LeaseStoreState *st)
 {
 	le_rows_end(st);
 	SetUserIdAndSecContext(st->save_userid, st->save_sec_context);
-	AtEOXact_GUC(true, st->save_nestlevel);
+	le_lock_bound_end(st->lock_bounded);
 	error_context_stack = st->errcallback.previous;
 	if (st->locked && st->idle_bound_us > 0)
 		le_bound_idle_holder(st->idle_bound_us);
@@ -914,7 +966,7 @@ le_fence_lock_writer(int64 lease_id, const char *key)
 {
 	LOCKTAG		tag;
 	ErrorContextCallback errcallback;
-	int			nestlevel;
+	bool		bounded;
 
 	le_fence_locktag(&tag, lease_id);
 	if (LockAcquire(&tag, LE_FENCE_WRITER_LOCKMODE, false, true) != LOCKACQUIRE_NOT_AVAIL)
@@ -924,8 +976,8 @@ le_fence_lock_writer(int64 lease_id, const char *key)
 	errcallback.arg = (void *) key;
 	errcallback.previous = error_context_stack;
 	error_context_stack = &errcallback;
-	nestlevel = le_bound_lock_waits();
+	bounded = le_lock_bound_begin();
 	(void) LockAcquire(&tag, LE_FENCE_WRITER_LOCKMODE, false, false);
-	AtEOXact_GUC(true, nestlevel);
+	le_lock_bound_end(bounded);
 	error_context_stack = errcallback.previous;
 }
