@@ -152,6 +152,21 @@ extern bool le_watch_start(Oid lease_relid, int64 lease_id);
 extern bool le_watch_stop(Oid lease_relid, int64 lease_id);
 
 /* Direct reads for the fence (lease_rows.c) and its side of the fence lock (lease_store.c). */
+/* The extension's relations, by their place in le_store_relid's table. */
+typedef enum LeaseRel
+{
+	LE_REL_LEASE,
+	LE_REL_LEASE_KEY,
+	LE_REL_HISTORY,
+	LE_REL_HISTORY_PKEY,
+	LE_REL_HISTORY_SEQ,
+	LE_REL_LEASE_SEQ,
+	LE_REL_TOKEN_SEQ,
+	LE_NRELS
+} LeaseRel;
+
+extern Oid	le_store_relid(Oid nsp, LeaseRel which);
+extern Oid	le_store_owner(Oid nsp);
 extern void le_store_relids(Oid nsp, Oid *lease_relid, Oid *key_indexid);
 extern bool le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
 								 ItemPointer hint, LeaseRow *row, bool *written_by_us);

@@ -26,11 +26,14 @@
 
 #include "access/htup_details.h"
 #include "access/xact.h"
+#include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
 #include "utils/inval.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/syscache.h"
+#include "utils/typcache.h"
 #include "utils/timestamp.h"
 
 #include "leader_election.h"
@@ -53,15 +56,14 @@ le_is_ours(const LeaseRow *row, const char *owner, const LeaseStoreState *st)
 		strcmp(row->holder_role, st->caller_name) == 0;
 }
 
-/* le_acquire's result type, see le_acquire_result. */
-static TupleDesc acquire_desc = NULL;
-static Oid	acquire_desc_fn = InvalidOid;
-static bool acquire_desc_callback = false;
+/* le_acquire's result type (le_grant), see le_acquire_result. */
+static Oid	acquire_type = InvalidOid;
+static Oid	acquire_type_fn = InvalidOid;
 
 static void
-le_acquire_desc_reset(Datum arg, int cacheid, uint32 hashvalue)
+le_acquire_type_reset(Datum arg, int cacheid, uint32 hashvalue)
 {
-	acquire_desc_fn = InvalidOid;
+	acquire_type_fn = InvalidOid;
 }
 
 /*
@@ -72,36 +74,37 @@ static Datum
 le_acquire_result(FunctionCallInfo fcinfo, bool acquired, bool new_period,
 				  const LeaseRow *row)
 {
+	static const Oid types[5] = {BOOLOID, INT8OID, TEXTOID, TIMESTAMPTZOID, BOOLOID};
 	TupleDesc	tupdesc;
 	Datum		values[5];
 	bool		nulls[5] = {false, false, false, false, false};
+	HeapTuple	tuple;
+	int			i;
 
 	/*
-	 * The result type is built from pg_proc once per backend and function
-	 * (every execution of a FROM-clause call starts with a new FmgrInfo, and
-	 * building it was 3% of a cycle's instructions), dropped on any pg_proc
-	 * invalidation.
+	 * The declared result type, kept per backend and function until any
+	 * pg_proc change; its row type comes from the type cache (which follows
+	 * any change of the type) and is checked against what we build.
 	 */
-	if (acquire_desc == NULL || acquire_desc_fn != fcinfo->flinfo->fn_oid)
+	if (acquire_type_fn != fcinfo->flinfo->fn_oid)
 	{
-		MemoryContext old;
+		static bool registered = false;
 
-		if (!acquire_desc_callback)
+		if (!registered)
 		{
-			CacheRegisterSyscacheCallback(PROCOID, le_acquire_desc_reset, (Datum) 0);
-			acquire_desc_callback = true;
+			CacheRegisterSyscacheCallback(PROCOID, le_acquire_type_reset, (Datum) 0);
+			registered = true;
 		}
-		if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-			elog(ERROR, "return type must be a row type");
-		old = MemoryContextSwitchTo(TopMemoryContext);
-		tupdesc = BlessTupleDesc(CreateTupleDescCopy(tupdesc));
-		MemoryContextSwitchTo(old);
-		if (acquire_desc != NULL)
-			FreeTupleDesc(acquire_desc);
-		acquire_desc = tupdesc;
-		acquire_desc_fn = fcinfo->flinfo->fn_oid;
+		acquire_type = get_func_rettype(fcinfo->flinfo->fn_oid);
+		acquire_type_fn = fcinfo->flinfo->fn_oid;
 	}
-	tupdesc = acquire_desc;
+	tupdesc = lookup_rowtype_tupdesc(acquire_type, -1);
+	if (tupdesc->natts != lengthof(types))
+		elog(ERROR, "leader_election: unexpected result type of le_acquire");
+	for (i = 0; i < tupdesc->natts; i++)
+		if (TupleDescAttr(tupdesc, i)->attisdropped ||
+			TupleDescAttr(tupdesc, i)->atttypid != types[i])
+			elog(ERROR, "leader_election: unexpected result type of le_acquire");
 
 	values[0] = BoolGetDatum(acquired);
 	values[1] = Int64GetDatum(row->fencing_token);
@@ -116,7 +119,9 @@ le_acquire_result(FunctionCallInfo fcinfo, bool acquired, bool new_period,
 	values[4] = BoolGetDatum(new_period);
 	nulls[4] = !acquired;
 
-	return HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls));
+	tuple = heap_form_tuple(tupdesc, values, nulls);
+	ReleaseTupleDesc(tupdesc);
+	return HeapTupleGetDatum(tuple);
 }
 
 /* End the current ownership period of a row in the history. */

@@ -63,6 +63,7 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "access/relscan.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "commands/sequence.h"
 #include "common/hashfn.h"
@@ -74,10 +75,12 @@
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
+#include "utils/inval.h"
 #include "utils/hsearch.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "leader_election.h"
@@ -132,14 +135,89 @@ le_rows_missing(const char *what)
 			 errhint("Reinstall the extension with DROP EXTENSION and CREATE EXTENSION.")));
 }
 
-/* The oid of relation name in the extension schema, or an error naming it. */
-static Oid
-le_rows_relid(Oid nsp, const char *name)
+/*
+ * The oids of the extension's relations in the schema used last, and the
+ * owner of its le_lease, kept per backend: each lease call would otherwise
+ * look up about ten names in the syscache (3 % of a cycle).  Looked up by
+ * name in the extension schema only (never through search_path), once;
+ * forgotten all together whenever any pg_class row changes (a syscache
+ * callback on RELNAMENSP: DROP, CREATE, rename, ALTER ... SET SCHEMA and
+ * OWNER TO, also harmless ones such as VACUUM's statistics).  Such changes
+ * reach us when we lock anything and at the start of every transaction,
+ * the same moments at which a fresh lookup would see them; a relation
+ * dropped after that is found missing when it is opened (le_rows_open).
+ */
+static const char *const le_rel_names[LE_NRELS] = {
+	"le_lease", "le_lease_key_unique", "le_lease_history", "le_lease_history_pkey",
+	"le_lease_history_id_seq", "le_lease_id_seq", "le_token_seq"
+};
+static Oid	le_rels_nsp = InvalidOid;	/* schema of le_rels; invalid: none kept */
+static Oid	le_rels[LE_NRELS];
+static Oid	le_rels_owner;		/* owner of le_rels[LE_REL_LEASE], when valid */
+
+static void
+le_rels_forget(Datum arg, int cacheid, uint32 hashvalue)
 {
-	Oid			relid = get_relname_relid(name, nsp);
+	le_rels_nsp = InvalidOid;
+}
+
+/* Keep relids for schema nsp from now on (forgetting those of another). */
+static void
+le_rels_for(Oid nsp)
+{
+	static bool registered = false;
+
+	if (!registered)
+	{
+		CacheRegisterSyscacheCallback(RELNAMENSP, le_rels_forget, (Datum) 0);
+		registered = true;
+	}
+	if (le_rels_nsp != nsp)
+	{
+		memset(le_rels, 0, sizeof(le_rels));
+		le_rels_owner = InvalidOid;
+		le_rels_nsp = nsp;
+	}
+}
+
+/* The oid of one of our relations in schema nsp; InvalidOid when missing. */
+Oid
+le_store_relid(Oid nsp, LeaseRel which)
+{
+	le_rels_for(nsp);
+	if (!OidIsValid(le_rels[which]))
+		le_rels[which] = get_relname_relid(le_rel_names[which], nsp);
+	return le_rels[which];
+}
+
+static Oid le_rows_relid(Oid nsp, LeaseRel which);
+
+/* The owner of le_lease in schema nsp (the extension owner). */
+Oid
+le_store_owner(Oid nsp)
+{
+	Oid			relid = le_rows_relid(nsp, LE_REL_LEASE);
+
+	if (!OidIsValid(le_rels_owner))
+	{
+		HeapTuple	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+
+		if (!HeapTupleIsValid(tup))
+			elog(ERROR, "cache lookup failed for relation %u", relid);
+		le_rels_owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
+		ReleaseSysCache(tup);
+	}
+	return le_rels_owner;
+}
+
+/* The oid of one of our relations in schema nsp, or an error naming it. */
+static Oid
+le_rows_relid(Oid nsp, LeaseRel which)
+{
+	Oid			relid = le_store_relid(nsp, which);
 
 	if (!OidIsValid(relid))
-		le_rows_missing(name);
+		le_rows_missing(le_rel_names[which]);
 	return relid;
 }
 
@@ -164,8 +242,8 @@ le_rows_open_index(Oid indexid, LOCKMODE mode)
 void
 le_store_relids(Oid nsp, Oid *lease_relid, Oid *key_indexid)
 {
-	*lease_relid = le_rows_relid(nsp, "le_lease");
-	*key_indexid = le_rows_relid(nsp, "le_lease_key_unique");
+	*lease_relid = le_rows_relid(nsp, LE_REL_LEASE);
+	*key_indexid = le_rows_relid(nsp, LE_REL_LEASE_KEY);
 }
 
 /* Open a table of ours and check that its columns are the ones we write. */
@@ -827,7 +905,7 @@ le_store_write(LeaseStoreState *st, const LeaseRow *row)
 static Relation
 le_rows_open_history(LeaseStoreState *st)
 {
-	return le_rows_open(le_rows_relid(st->nsp, "le_lease_history"), RowExclusiveLock,
+	return le_rows_open(le_rows_relid(st->nsp, LE_REL_HISTORY), RowExclusiveLock,
 						le_history_types, Natts_le_history);
 }
 
@@ -858,7 +936,7 @@ le_store_history_open(LeaseStoreState *st, const LeaseRow *row)
 	memset(nulls, false, sizeof(nulls));
 	/* We run as the extension owner, who owns the sequence. */
 	values[Anum_le_history_history_id - 1] =
-		Int64GetDatum(nextval_internal(le_rows_relid(st->nsp, "le_lease_history_id_seq"), true));
+		Int64GetDatum(nextval_internal(le_rows_relid(st->nsp, LE_REL_HISTORY_SEQ), true));
 	values[Anum_le_history_lease_id - 1] = Int64GetDatum(row->lease_id);
 	values[Anum_le_history_lease_key - 1] = CStringGetTextDatum(row->lease_key);
 	values[Anum_le_history_holder - 1] = CStringGetTextDatum(row->holder);
@@ -891,7 +969,7 @@ le_rows_history_scan(LeaseStoreState *st, Relation rel, Relation *idx, Snapshot 
 	IndexScanDesc scan;
 	int			nkeys = (token > 0) ? 2 : 1;
 
-	*idx = le_rows_open_index(le_rows_relid(st->nsp, "le_lease_history_pkey"), AccessShareLock);
+	*idx = le_rows_open_index(le_rows_relid(st->nsp, LE_REL_HISTORY_PKEY), AccessShareLock);
 	ScanKeyInit(&skey[0], 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(lease_id));
 	ScanKeyInit(&skey[1], 2, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(token));
 	scan = index_beginscan(rel, *idx, snap, nkeys, 0);
@@ -1047,7 +1125,7 @@ le_store_create(LeaseStoreState *st, const char *key)
 	PreventCommandIfReadOnly("INSERT");
 	memset(nulls, true, sizeof(nulls));
 	values[Anum_le_lease_lease_id - 1] =
-		Int64GetDatum(nextval_internal(le_rows_relid(st->nsp, "le_lease_id_seq"), true));
+		Int64GetDatum(nextval_internal(le_rows_relid(st->nsp, LE_REL_LEASE_SEQ), true));
 	values[Anum_le_lease_lease_key - 1] = CStringGetTextDatum(key);
 	values[Anum_le_lease_fencing_token - 1] = Int64GetDatum(0);
 	values[Anum_le_lease_token_timeline - 1] = Int32GetDatum(0);

@@ -347,21 +347,6 @@ le_commit_durably(void)
 	le_durable_pending = true;
 }
 
-/* The owner of our le_lease table (the extension owner). */
-static Oid
-le_store_owner(Oid lease_relid)
-{
-	HeapTuple	tup;
-	Oid			owner;
-
-	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(lease_relid));
-	if (!HeapTupleIsValid(tup))
-		elog(ERROR, "cache lookup failed for relation %u", lease_relid);
-	owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
-	ReleaseSysCache(tup);
-	return owner;
-}
-
 /*
  * Bounding lock waits.  Every lease call bounds its lock waits by
  * leader_election.lock_timeout, keeping the caller's lock_timeout when that
@@ -464,7 +449,7 @@ le_store_begin(LeaseStoreState *st, Oid fn_oid, const char *lease_key)
 	st->locked_tuple = NULL;
 
 	le_store_relids(nsp, &st->lease_relid, &st->key_indexid);
-	owner = le_store_owner(st->lease_relid);
+	owner = le_store_owner(nsp);
 
 	st->errcallback.callback = le_store_error_context;
 	st->errcallback.arg = st;
@@ -613,7 +598,7 @@ le_store_prune_history(LeaseStoreState *st, int64 lease_id)
 static Oid
 le_token_seq_oid(LeaseStoreState *st)
 {
-	Oid			seqid = get_relname_relid("le_token_seq", st->nsp);
+	Oid			seqid = le_store_relid(st->nsp, LE_REL_TOKEN_SEQ);
 
 	if (!OidIsValid(seqid))
 		ereport(ERROR,
