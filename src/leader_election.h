@@ -20,6 +20,7 @@
 #include "storage/itemptr.h"
 #include "storage/lockdefs.h"
 #include "utils/elog.h"
+#include "utils/relcache.h"
 #include "utils/snapshot.h"
 
 /*
@@ -109,6 +110,9 @@ typedef struct LeaseStoreState
 	Oid			nsp;			/* schema of the extension */
 	Oid			lease_relid;	/* its table le_lease */
 	Oid			key_indexid;	/* le_lease's unique index on lease_key */
+	Relation	lease_rel;		/* le_lease, while this call has it open */
+	bool		keep_lease_lock;	/* keep lease_rel's lock to transaction end */
+	bool		lease_rowex;	/* this call took RowExclusiveLock on le_lease */
 	Snapshot	snap;			/* registered by the last peek or lock of this call */
 	ItemPointerData tid;		/* lease row version that le_store_lock locked */
 	HeapTuple	locked_tuple;	/* copy of the version locked, for le_store_write */
@@ -139,11 +143,12 @@ extern int64 le_store_prune_lease_history(LeaseStoreState *st, int64 lease_id,
 										  TimestampTz cutoff, TimestampTz now,
 										  TimestampTz *earliest);
 extern void le_rows_end(LeaseStoreState *st);
+extern void le_rows_let_go(LeaseStoreState *st);
 
 /* Token rule and fence lock (lease_store.c). */
 extern int64 le_next_token(LeaseStoreState *st, const LeaseRow *row, int32 *timeline,
 						   int64 *system_id);
-extern void le_fence_lock(int64 lease_id, LOCKMODE mode);
+extern void le_fence_lock(LeaseStoreState *st, int64 lease_id, LOCKMODE mode);
 extern bool le_fence_trylock(int64 lease_id, LOCKMODE mode);
 extern void le_fence_unlock(int64 lease_id, LOCKMODE mode);
 extern bool le_lease_is_valid(const LeaseRow *row, TimestampTz now);

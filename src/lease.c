@@ -214,7 +214,7 @@ le_acquire(PG_FUNCTION_ARGS)
 		 * lock first, then the row lock (taking them the other way round
 		 * deadlocks against a competitor, see lease_lock_order.spec).
 		 */
-		le_fence_lock(row.lease_id, LE_FENCE_CHANGE_LOCKMODE);
+		le_fence_lock(&st, row.lease_id, LE_FENCE_CHANGE_LOCKMODE);
 		fenced = true;
 		fenced_id = row.lease_id;
 	}
@@ -452,7 +452,7 @@ le_free_lease(FunctionCallInfo fcinfo, const char *key, const char *owner,
 	 * then found, without locking the row, and give the fence lock back.
 	 */
 	locked_id = row.lease_id;
-	le_fence_lock(locked_id, LE_FENCE_CHANGE_LOCKMODE);
+	le_fence_lock(&st, locked_id, LE_FENCE_CHANGE_LOCKMODE);
 retry:
 	if (!le_store_lock(&st, key, &row, le_free_applies, &fc))
 	{

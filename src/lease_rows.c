@@ -583,10 +583,39 @@ le_rows_new_snapshot(LeaseStoreState *st)
 	return st->snap;
 }
 
+/*
+ * le_lease, opened once per call by its first peek or lock and kept open to
+ * the call's end (opening a relation, with its lock, is about 1,500
+ * instructions).  Its AccessShareLock is given back by le_rows_let_go unless
+ * a row version was read for writing or written (see le_store_lock).
+ */
+static Relation
+le_rows_lease(LeaseStoreState *st)
+{
+	if (st->lease_rel == NULL)
+		st->lease_rel = le_rows_open(st->lease_relid, AccessShareLock,
+									 le_lease_types, Natts_le_lease);
+	return st->lease_rel;
+}
+
+/*
+ * Close le_lease if this call has it open, keeping its lock only when
+ * needed; for the end of the call and before any wait for a fence lock (so
+ * that nobody waits for a table lock of ours while we wait for theirs).
+ */
+void
+le_rows_let_go(LeaseStoreState *st)
+{
+	if (st->lease_rel != NULL)
+		table_close(st->lease_rel, st->keep_lease_lock ? NoLock : AccessShareLock);
+	st->lease_rel = NULL;
+}
+
 /* Release what le_store_peek and le_store_lock kept for the rest of the call. */
 void
 le_rows_end(LeaseStoreState *st)
 {
+	le_rows_let_go(st);
 	if (st->snap != NULL)
 		UnregisterSnapshot(st->snap);
 	st->snap = NULL;
@@ -609,7 +638,7 @@ le_store_peek(LeaseStoreState *st, const char *key, LeaseRow *row)
 	bool		found;
 
 	CommandCounterIncrement();
-	rel = le_rows_open(st->lease_relid, AccessShareLock, le_lease_types, Natts_le_lease);
+	rel = le_rows_lease(st);
 	slot = table_slot_create(rel, NULL);
 	found = le_rows_find(rel, st->key_indexid, key, le_rows_new_snapshot(st), slot,
 						 le_rows_key_hint(st->lease_relid, key));
@@ -621,8 +650,7 @@ le_store_peek(LeaseStoreState *st, const char *key, LeaseRow *row)
 		MemoryContextSwitchTo(old);
 	}
 	ExecDropSingleTupleTableSlot(slot);
-	/* A refusal leaves no lock behind (sql/lease_cheap.sql). */
-	table_close(rel, AccessShareLock);
+	/* A refusal leaves no lock behind (sql/lease_cheap.sql): le_rows_let_go. */
 	return found;
 }
 
@@ -659,7 +687,7 @@ le_store_lock(LeaseStoreState *st, const char *key, LeaseRow *row,
 	int			attempt;
 
 	CommandCounterIncrement();
-	rel = le_rows_open(st->lease_relid, AccessShareLock, le_lease_types, Natts_le_lease);
+	rel = le_rows_lease(st);
 	slot = table_slot_create(rel, NULL);
 
 	/*
@@ -702,7 +730,10 @@ le_store_lock(LeaseStoreState *st, const char *key, LeaseRow *row,
 		{
 			/* What SELECT ... FOR UPDATE says, as SPI did before. */
 			PreventCommandIfReadOnly("SELECT FOR UPDATE");
-			LockRelationOid(st->lease_relid, RowExclusiveLock);
+			if (!st->lease_rowex)
+				LockRelationOid(st->lease_relid, RowExclusiveLock);
+			st->lease_rowex = true;
+			st->keep_lease_lock = true;
 			le_lease_locks_taken();
 			writing = true;
 		}
@@ -744,13 +775,14 @@ le_store_lock(LeaseStoreState *st, const char *key, LeaseRow *row,
 	ExecDropSingleTupleTableSlot(slot);
 
 	/*
-	 * Nothing locked: leave no table lock behind either.  A tentative
-	 * version keeps its table lock to the end of the transaction: its TID
-	 * must still name that version when le_store_write updates it, which a
-	 * rewrite in between (VACUUM FULL, CLUSTER, TRUNCATE: all need ACCESS
-	 * EXCLUSIVE) would break.
+	 * Nothing locked: leave no table lock behind either (le_rows_let_go).
+	 * A tentative version keeps its table lock to the end of the
+	 * transaction: its TID must still name that version when le_store_write
+	 * updates it, which a rewrite in between (VACUUM FULL, CLUSTER,
+	 * TRUNCATE: all need ACCESS EXCLUSIVE) would break.
 	 */
-	table_close(rel, (writing || st->tentative) ? NoLock : AccessShareLock);
+	if (st->tentative)
+		st->keep_lease_lock = true;
 	return found;
 }
 
@@ -864,7 +896,11 @@ le_store_write(LeaseStoreState *st, const LeaseRow *row)
 	values[Anum_le_lease_transitions - 1] = Int64GetDatum(row->transitions);
 	values[Anum_le_lease_token_system_id - 1] = Int64GetDatum(row->token_system_id);
 
-	rel = le_rows_open(st->lease_relid, RowExclusiveLock, le_lease_types, Natts_le_lease);
+	rel = le_rows_lease(st);
+	if (!st->lease_rowex)
+		LockRelationOid(st->lease_relid, RowExclusiveLock);
+	st->lease_rowex = true;
+	st->keep_lease_lock = true;
 	newtup = heap_modify_tuple(st->locked_tuple, RelationGetDescr(rel), values, nulls, replace);
 	if (DatumGetInt64(heap_getattr(newtup, Anum_le_lease_lease_id, RelationGetDescr(rel), &nulls[0])) !=
 		row->lease_id)
@@ -885,7 +921,6 @@ le_store_write(LeaseStoreState *st, const LeaseRow *row)
 			st->must_lock = true;
 			st->locked_tuple = NULL;
 			ItemPointerSetInvalid(&st->tid);
-			table_close(rel, NoLock);
 			return false;
 		}
 		if (!HeapTupleIsHeapOnly(newtup))
@@ -897,7 +932,6 @@ le_store_write(LeaseStoreState *st, const LeaseRow *row)
 		le_rows_update(rel, &st->tid, newtup);
 	st->tid = newtup->t_self;
 	st->locked_tuple = newtup;
-	table_close(rel, NoLock);
 	return true;
 }
 

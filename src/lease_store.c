@@ -444,6 +444,9 @@ le_store_begin(LeaseStoreState *st, Oid fn_oid, const char *lease_key)
 	st->must_lock = false;
 	st->idle_bound_us = 0;
 
+	st->lease_rel = NULL;
+	st->keep_lease_lock = false;
+	st->lease_rowex = false;
 	st->snap = NULL;
 	ItemPointerSetInvalid(&st->tid);
 	st->locked_tuple = NULL;
@@ -754,15 +757,21 @@ le_fence_locktag(LOCKTAG *tag, int64 lease_id)
 
 /*
  * Take the fence lock of a lease in the given mode until the end of the
- * transaction.  Waits are bounded by the lock_timeout in force.
+ * transaction.  Waits are bounded by the lock_timeout in force; before one,
+ * the call lets go of le_lease (le_rows_let_go: the table lock a plain read
+ * took is given back, as it would be without the wait).
  */
 void
-le_fence_lock(int64 lease_id, LOCKMODE mode)
+le_fence_lock(LeaseStoreState *st, int64 lease_id, LOCKMODE mode)
 {
 	LOCKTAG		tag;
 
 	le_fence_locktag(&tag, lease_id);
-	(void) LockAcquire(&tag, mode, false, false);
+	if (LockAcquire(&tag, mode, false, true) == LOCKACQUIRE_NOT_AVAIL)
+	{
+		le_rows_let_go(st);
+		(void) LockAcquire(&tag, mode, false, false);
+	}
 	if (mode == LE_FENCE_CHANGE_LOCKMODE)
 		le_lease_locks_taken();
 }
