@@ -114,6 +114,8 @@ typedef struct LeaseStoreState
 	bool		keep_lease_lock;	/* keep lease_rel's lock to transaction end */
 	bool		lease_rowex;	/* this call took RowExclusiveLock on le_lease */
 	Snapshot	snap;			/* registered by the last peek or lock of this call */
+	HeapTuple	peeked_tuple;	/* copy of the version le_store_peek read, while usable */
+	LeaseRow	peeked_row;		/* ... and what it said */
 	ItemPointerData tid;		/* lease row version that le_store_lock locked */
 	HeapTuple	locked_tuple;	/* copy of the version locked, for le_store_write */
 	bool		locked;			/* this call locked the lease row (and maybe its fence) */

@@ -20,11 +20,13 @@
  *	  committed version, at REPEATABLE READ and SERIALIZABLE the version of
  *	  the transaction snapshot (what the caller is told agrees with its
  *	  snapshot);
- *	- le_store_lock finds the row with a new snapshot, by the backend's
- *	  hint of where the key's row is (le_rows_hint; a version found there
- *	  counts only if it is of this key and the snapshot sees it, since a
- *	  wait in between, for the fence lock, may see that TID given to another
- *	  row) or else by index.  First it
+ *	- le_store_lock starts from the version the call's peek read when
+ *	  nothing was waited for since; otherwise (after a wait for the fence
+ *	  lock, or on a second try) it finds the row with a new snapshot, by the
+ *	  backend's hint of where the key's row is (le_rows_hint; a version found
+ *	  there counts only if it is of this key and the snapshot sees it, since
+ *	  a wait in between may see that TID given to another row) or else by
+ *	  index.  First it
  *	  returns that version without locking it ("tentative"): the caller
  *	  decides on it, and le_store_write updates it only if it is still the
  *	  latest and nobody locks or modifies it (heap_update without waiting),
@@ -609,6 +611,7 @@ le_rows_let_go(LeaseStoreState *st)
 	if (st->lease_rel != NULL)
 		table_close(st->lease_rel, st->keep_lease_lock ? NoLock : AccessShareLock);
 	st->lease_rel = NULL;
+	st->peeked_tuple = NULL;	/* its TID is only safe under our table lock */
 }
 
 /* Release what le_store_peek and le_store_lock kept for the rest of the call. */
@@ -621,6 +624,7 @@ le_rows_end(LeaseStoreState *st)
 	st->snap = NULL;
 	ItemPointerSetInvalid(&st->tid);
 	st->locked_tuple = NULL;
+	st->peeked_tuple = NULL;
 	st->tentative = false;
 }
 
@@ -647,6 +651,9 @@ le_store_peek(LeaseStoreState *st, const char *key, LeaseRow *row)
 		MemoryContext old = MemoryContextSwitchTo(st->caller_cxt);
 
 		le_rows_slot_row(slot, row);
+		st->peeked_tuple = ExecCopySlotHeapTuple(slot);
+		st->peeked_tuple->t_self = slot->tts_tid;
+		st->peeked_row = *row;
 		MemoryContextSwitchTo(old);
 	}
 	ExecDropSingleTupleTableSlot(slot);
@@ -688,6 +695,34 @@ le_store_lock(LeaseStoreState *st, const char *key, LeaseRow *row,
 
 	CommandCounterIncrement();
 	rel = le_rows_lease(st);
+
+	/*
+	 * The version this call's peek read, when nothing was waited for since
+	 * (le_rows_let_go forgets it before a wait) and nothing locked: our
+	 * table lock and the peek's snapshot, both held since, keep its TID
+	 * naming that version, so it is returned as the tentative version.
+	 * Finding the row again with a new snapshot could only give a later
+	 * version, and a version changed since the peek makes the tentative
+	 * write fail anyway (then the call locks and decides again).
+	 */
+	if (st->peeked_tuple != NULL && !st->must_lock && !st->locked &&
+		strcmp(st->peeked_row.lease_key, key) == 0)
+	{
+		bool		go;
+
+		*row = st->peeked_row;
+		go = (check == NULL || check(row, arg));
+		if (go)
+		{
+			st->tid = st->peeked_tuple->t_self;
+			st->locked_tuple = st->peeked_tuple;
+			st->tentative = true;
+			st->keep_lease_lock = true;
+		}
+		st->peeked_tuple = NULL;
+		return go;
+	}
+	st->peeked_tuple = NULL;
 	slot = table_slot_create(rel, NULL);
 
 	/*

@@ -448,6 +448,7 @@ le_store_begin(LeaseStoreState *st, Oid fn_oid, const char *lease_key)
 	st->keep_lease_lock = false;
 	st->lease_rowex = false;
 	st->snap = NULL;
+	st->peeked_tuple = NULL;
 	ItemPointerSetInvalid(&st->tid);
 	st->locked_tuple = NULL;
 

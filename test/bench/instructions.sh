@@ -6,20 +6,26 @@
 # part of the test suite.
 #
 #   test/bench/instructions.sh        # as root or as postgres, after make install
-#   N=2000 test/bench/instructions.sh # transactions per script (default 3000)
+#   N=2000 test/bench/instructions.sh # transactions counted per script (default 3000)
+#   W=1000 test/bench/instructions.sh # warm-up transactions before them (default 2000)
 #
 # The server runs under callgrind (fsync = off, autovacuum off), with the
 # extension, test/bench/baseline.sql and 1,000 keys acquired and released
-# once.  Each script runs with one client, twice (1 and N+1 transactions, new
-# connection each); the difference of the two backends' totals divided by N
-# is the figure printed: connection start-up and first-call catalog loading
-# cancel out.  Needs valgrind (apt-get install valgrind); ~3 min.
+# once.  Each script runs with one client, twice (W and W+N transactions,
+# new connection each); the difference of the two backends' totals divided
+# by N is the figure printed: connection start-up, first-call catalog
+# loading and the W warm-up transactions cancel out, so the figure is that
+# of a long-lived session (a pooled connection, a pg_leader campaign), whose
+# per-backend caches are warm (for example the history-prune shortcut,
+# which scans a lease's history the first time a backend grants it).
+# Needs valgrind (apt-get install valgrind); ~4 min.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 bench=$here/test/bench
 . "$here/test/lib/prereq.sh"
 . "$here/test/lib/cluster.sh"
 N=${N:-3000}
+W=${W:-2000}
 command -v valgrind >/dev/null || { echo "valgrind is not installed (apt-get install valgrind)" >&2; exit 2; }
 PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 PG_BINDIR=$("$PG_CONFIG" --bindir)
@@ -65,10 +71,10 @@ last_total() {
 count() {   # script [PGOPTIONS]: instructions per transaction
     local a b
     le_as_pg env PGOPTIONS="${2:-}" "$PG_BINDIR/pgbench" -n -M prepared -h "$dir" -p "$port" -U postgres \
-        -c 1 -t 1 -D tok="$tok" -D ftok="$ftok" -f "$dir/$1" postgres >/dev/null 2>&1
+        -c 1 -t "$W" -D tok="$tok" -D ftok="$ftok" -f "$dir/$1" postgres >/dev/null 2>&1
     a=$(last_total)
     le_as_pg env PGOPTIONS="${2:-}" "$PG_BINDIR/pgbench" -n -M prepared -h "$dir" -p "$port" -U postgres \
-        -c 1 -t $((N + 1)) -D tok="$tok" -D ftok="$ftok" -f "$dir/$1" postgres >/dev/null 2>&1
+        -c 1 -t $((W + N)) -D tok="$tok" -D ftok="$ftok" -f "$dir/$1" postgres >/dev/null 2>&1
     b=$(last_total)
     awk -v a="$a" -v b="$b" -v n="$N" 'BEGIN { printf "%.0f", (b - a) / n }'
 }
