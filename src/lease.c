@@ -56,7 +56,7 @@ le_is_ours(const LeaseRow *row, const char *owner, const LeaseStoreState *st)
 		strcmp(row->holder_role, st->caller_name) == 0;
 }
 
-/* le_acquire's result type (le_grant), see le_acquire_result. */
+/* le_acquire's declared result type (SQL type le_acquire_result), see le_acquire_result(). */
 static Oid	acquire_type = InvalidOid;
 static Oid	acquire_type_fn = InvalidOid;
 

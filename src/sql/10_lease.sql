@@ -109,20 +109,20 @@ REVOKE ALL ON SEQUENCE @extschema@.le_lease_id_seq, @extschema@.le_lease_history
 -- for a call in FROM, the executor builds the result type of a function
 -- with OUT parameters from pg_proc's arrays at every execution (8,000
 -- instructions), while a named type comes from the type cache.
-CREATE TYPE @extschema@.le_grant AS (
+CREATE TYPE @extschema@.le_acquire_result AS (
     acquired      boolean,
     fencing_token bigint,
     holder        text,
     expires_at    timestamptz,
     new_period    boolean);
-COMMENT ON TYPE @extschema@.le_grant IS
+COMMENT ON TYPE @extschema@.le_acquire_result IS
     'result of le_acquire: acquired, the caller''s fencing_token when granted, the holder and expires_at of the lease, new_period (true: a new, higher token; false: the valid holder again; NULL: refused)';
 
 CREATE FUNCTION @extschema@.le_acquire(
     lease_key text,
     owner_id text,
     ttl interval DEFAULT '15 seconds')
-RETURNS @extschema@.le_grant
+RETURNS @extschema@.le_acquire_result
 LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'le_acquire';
 COMMENT ON FUNCTION @extschema@.le_acquire(text, text, interval) IS
