@@ -155,8 +155,8 @@ extern bool le_fence_trylock(int64 lease_id, LOCKMODE mode);
 extern void le_fence_unlock(int64 lease_id, LOCKMODE mode);
 extern bool le_lease_is_valid(const LeaseRow *row, TimestampTz now);
 extern void le_notify(const LeaseStoreState *st, const char *event, const LeaseRow *row);
-extern bool le_watch_start(Oid lease_relid, int64 lease_id);
-extern bool le_watch_stop(Oid lease_relid, int64 lease_id);
+extern bool le_watch_start(int64 lease_id);
+extern bool le_watch_stop(int64 lease_id);
 
 /* Direct reads for the fence (lease_rows.c) and its side of the fence lock (lease_store.c). */
 /* The extension's relations, by their place in le_store_relid's table. */

@@ -567,7 +567,8 @@ le_watch(PG_FUNCTION_ARGS)
 		if (!le_store_peek(&st, key, &row))
 			elog(ERROR, "leader_election: lease row \"%s\" vanished", key);
 	}
-	started = le_watch_start(st.lease_relid, row.lease_id);
+	le_rows_let_go(&st);		/* no table lock of ours while we wait */
+	started = le_watch_start(row.lease_id);
 	le_store_end(&st);
 	PG_RETURN_BOOL(started);
 }
@@ -583,7 +584,7 @@ le_unwatch(PG_FUNCTION_ARGS)
 
 	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
 	if (le_store_peek(&st, key, &row))
-		stopped = le_watch_stop(st.lease_relid, row.lease_id);
+		stopped = le_watch_stop(row.lease_id);
 	le_store_end(&st);
 	PG_RETURN_BOOL(stopped);
 }

@@ -221,7 +221,7 @@ my $other = $node->background_psql('postgres');
 $other->query_safe(q{SELECT le_watch('u')});
 $other->quit;
 $node->poll_query_until('postgres', q{SELECT count(*) = 0 FROM pg_locks WHERE locktype = 'advisory'
-  AND objsubid = 19543 AND objid = (SELECT lease_id FROM le_lease WHERE lease_key = 'u')})
+  AND objsubid = 19525 AND mode = 'AccessShareLock' AND objid = (SELECT lease_id FROM le_lease WHERE lease_key = 'u')})
   or die 'the watcher\'s session did not end';
 $u = sql("SELECT fencing_token FROM le_acquire('u', 'U', '1 minute')");
 sql("SELECT le_release('u', 'U', $u)");
