@@ -66,26 +66,30 @@ le_acquire_type_reset(Datum arg, int cacheid, uint32 hashvalue)
 	acquire_type_fn = InvalidOid;
 }
 
-/*
- * Build le_acquire's result row; new_period tells whether a granted call
- * started a new ownership period (ignored, and NULL, when not acquired).
- */
-static Datum
-le_acquire_result(FunctionCallInfo fcinfo, bool acquired, bool new_period,
-				  const LeaseRow *row)
-{
-	static const Oid types[5] = {BOOLOID, INT8OID, TEXTOID, TIMESTAMPTZOID, BOOLOID};
-	TupleDesc	tupdesc;
-	Datum		values[5];
-	bool		nulls[5] = {false, false, false, false, false};
-	HeapTuple	tuple;
-	int			i;
+/* The attributes of le_acquire_result, in order, as le_acquire fills them. */
+#define LE_ACQUIRE_NATTS 5
+static const char *const acquire_att_names[LE_ACQUIRE_NATTS] = {
+	"acquired", "fencing_token", "holder", "expires_at", "new_period"
+};
+static const Oid acquire_att_types[LE_ACQUIRE_NATTS] = {
+	BOOLOID, INT8OID, TEXTOID, TIMESTAMPTZOID, BOOLOID
+};
 
-	/*
-	 * The declared result type, kept per backend and function until any
-	 * pg_proc change; its row type comes from the type cache (which follows
-	 * any change of the type) and is checked against what we build.
-	 */
+/*
+ * le_acquire's declared result type, pinned in the type cache (which follows
+ * any change of the type; release with ReleaseTupleDesc), after checking
+ * that its attributes are still ours, by name, type and typmod, in order:
+ * the extension owner could have altered the type.  Dropped attributes are
+ * allowed (they stay NULL); attnums[i] is then where ours number i is.
+ */
+static TupleDesc
+le_acquire_desc(FunctionCallInfo fcinfo, int *attnums)
+{
+	TupleDesc	tupdesc;
+	int			i;
+	int			n = 0;
+
+	/* The type's oid, kept per backend and function until any pg_proc change. */
 	if (acquire_type_fn != fcinfo->flinfo->fn_oid)
 	{
 		static bool registered = false;
@@ -99,25 +103,59 @@ le_acquire_result(FunctionCallInfo fcinfo, bool acquired, bool new_period,
 		acquire_type_fn = fcinfo->flinfo->fn_oid;
 	}
 	tupdesc = lookup_rowtype_tupdesc(acquire_type, -1);
-	if (tupdesc->natts != lengthof(types))
-		elog(ERROR, "leader_election: unexpected result type of le_acquire");
 	for (i = 0; i < tupdesc->natts; i++)
-		if (TupleDescAttr(tupdesc, i)->attisdropped ||
-			TupleDescAttr(tupdesc, i)->atttypid != types[i])
-			elog(ERROR, "leader_election: unexpected result type of le_acquire");
-
-	values[0] = BoolGetDatum(acquired);
-	values[1] = Int64GetDatum(row->fencing_token);
-	nulls[1] = !acquired;
-	if (row->holder)
 	{
-		values[2] = CStringGetTextDatum(row->holder);
-		values[3] = TimestampTzGetDatum(row->expires_at);
+		Form_pg_attribute att = TupleDescAttr(tupdesc, i);
+
+		if (att->attisdropped)
+			continue;
+		if (n == LE_ACQUIRE_NATTS || att->atttypid != acquire_att_types[n] ||
+			att->atttypmod != -1 || strcmp(NameStr(att->attname), acquire_att_names[n]) != 0)
+			break;
+		attnums[n++] = i;
 	}
-	else
-		nulls[2] = nulls[3] = true;
-	values[4] = BoolGetDatum(new_period);
-	nulls[4] = !acquired;
+	if (i < tupdesc->natts || n != LE_ACQUIRE_NATTS)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the result type of le_acquire was altered"),
+				 errdetail("Type %s must have the attributes (acquired boolean, fencing_token bigint, holder text, expires_at timestamptz, new_period boolean), in this order.",
+						   format_type_be(acquire_type)),
+				 errhint("Undo the change with ALTER TYPE, or reinstall the extension.")));
+	return tupdesc;
+}
+
+/* Check le_acquire's result type before the call changes anything. */
+static void
+le_acquire_check_desc(FunctionCallInfo fcinfo)
+{
+	int			attnums[LE_ACQUIRE_NATTS];
+	TupleDesc	tupdesc = le_acquire_desc(fcinfo, attnums);
+
+	ReleaseTupleDesc(tupdesc);	/* a macro: its argument is evaluated twice */
+}
+
+/*
+ * Build le_acquire's result row; new_period tells whether a granted call
+ * started a new ownership period (ignored, and NULL, when not acquired).
+ */
+static Datum
+le_acquire_result(FunctionCallInfo fcinfo, bool acquired, bool new_period,
+				  const LeaseRow *row)
+{
+	int			attnums[LE_ACQUIRE_NATTS];
+	TupleDesc	tupdesc = le_acquire_desc(fcinfo, attnums);
+	Datum	   *values = palloc0(sizeof(Datum) * tupdesc->natts);
+	bool	   *nulls = palloc(sizeof(bool) * tupdesc->natts);
+	HeapTuple	tuple;
+
+	memset(nulls, true, sizeof(bool) * tupdesc->natts);
+#define LE_SET(i, v, isnull) (values[attnums[i]] = (v), nulls[attnums[i]] = (isnull))
+	LE_SET(0, BoolGetDatum(acquired), false);
+	LE_SET(1, Int64GetDatum(row->fencing_token), !acquired);
+	LE_SET(2, row->holder ? CStringGetTextDatum(row->holder) : (Datum) 0, row->holder == NULL);
+	LE_SET(3, TimestampTzGetDatum(row->expires_at), row->holder == NULL);
+	LE_SET(4, BoolGetDatum(new_period), !acquired);
+#undef LE_SET
 
 	tuple = heap_form_tuple(tupdesc, values, nulls);
 	ReleaseTupleDesc(tupdesc);
@@ -193,6 +231,7 @@ le_acquire(PG_FUNCTION_ARGS)
 	int64		tried_fence_id = 0; /* fence lock taken by le_fence_trylock */
 
 	le_check_writable("acquire");
+	le_acquire_check_desc(fcinfo);
 	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
 
 	/* Fast path: refusals only read. */
