@@ -180,7 +180,7 @@ if has leases; then
         # buffers (as far as they fit) as a server running for a while would.
         q "$db" -c "CREATE EXTENSION pg_prewarm" -c "SELECT sum(pg_prewarm(c)) FROM unnest(ARRAY[
                     'le_lease', 'le_lease_pkey', 'le_lease_key_unique', 'le_lease_history',
-                    'le_lease_history_pkey', 'le_lease_history_lease']::regclass[]) AS c" >/dev/null
+                    'le_lease_history_pkey']::regclass[]) AS c" >/dev/null
         printf '  %s: %s rows; %s granted through le_acquire in %.1f s (%.0f/s; clients: %s, 1,000 keys per transaction); le_lease %s\n' \
             "$db" "$(q "$db" -c "SELECT count(*) FROM le_lease")" "${held[$size]}" \
             "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" \
