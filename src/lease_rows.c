@@ -270,24 +270,43 @@ le_rows_open(Oid relid, LOCKMODE mode, const Oid *types, int natts)
 	return rel;
 }
 
-/* A text or name column of a slot as a C string, NULL when NULL. */
+/* A text column of a deformed row as a C string, NULL when NULL. */
 static char *
-le_rows_slot_string(TupleTableSlot *slot, int attnum)
+le_rows_text(const Datum *values, const bool *isnull, int attnum)
 {
-	if (slot->tts_isnull[attnum - 1])
+	if (isnull[attnum - 1])
 		return NULL;
-	if (TupleDescAttr(slot->tts_tupleDescriptor, attnum - 1)->atttypid == NAMEOID)
-		return pstrdup(NameStr(*DatumGetName(slot->tts_values[attnum - 1])));
-	return TextDatumGetCString(slot->tts_values[attnum - 1]);
+	return TextDatumGetCString(values[attnum - 1]);
 }
 
-/* A timestamptz column of a slot, 0 when NULL. */
+/* A timestamptz column of a deformed row, 0 when NULL. */
 static TimestampTz
-le_rows_slot_time(TupleTableSlot *slot, int attnum)
+le_rows_time(const Datum *values, const bool *isnull, int attnum)
 {
-	if (slot->tts_isnull[attnum - 1])
+	if (isnull[attnum - 1])
 		return 0;
-	return DatumGetTimestampTz(slot->tts_values[attnum - 1]);
+	return DatumGetTimestampTz(values[attnum - 1]);
+}
+
+/*
+ * Copy a deformed le_lease tuple into *row (strings in the current context;
+ * the column types are those le_rows_open checked).
+ */
+static void
+le_rows_values_row(const Datum *values, const bool *isnull, LeaseRow *row)
+{
+	row->lease_id = DatumGetInt64(values[Anum_le_lease_lease_id - 1]);
+	row->lease_key = le_rows_text(values, isnull, Anum_le_lease_lease_key);
+	row->holder = le_rows_text(values, isnull, Anum_le_lease_holder);
+	row->holder_role = isnull[Anum_le_lease_holder_role - 1] ? NULL :
+		pstrdup(NameStr(*DatumGetName(values[Anum_le_lease_holder_role - 1])));
+	row->fencing_token = DatumGetInt64(values[Anum_le_lease_fencing_token - 1]);
+	row->token_timeline = DatumGetInt32(values[Anum_le_lease_token_timeline - 1]);
+	row->acquired_at = le_rows_time(values, isnull, Anum_le_lease_acquired_at);
+	row->renewed_at = le_rows_time(values, isnull, Anum_le_lease_renewed_at);
+	row->expires_at = le_rows_time(values, isnull, Anum_le_lease_expires_at);
+	row->transitions = DatumGetInt64(values[Anum_le_lease_transitions - 1]);
+	row->token_system_id = DatumGetInt64(values[Anum_le_lease_token_system_id - 1]);
 }
 
 /* Copy the le_lease tuple in slot into *row (strings in the current context). */
@@ -295,17 +314,7 @@ static void
 le_rows_slot_row(TupleTableSlot *slot, LeaseRow *row)
 {
 	slot_getallattrs(slot);
-	row->lease_id = DatumGetInt64(slot->tts_values[Anum_le_lease_lease_id - 1]);
-	row->lease_key = le_rows_slot_string(slot, Anum_le_lease_lease_key);
-	row->holder = le_rows_slot_string(slot, Anum_le_lease_holder);
-	row->holder_role = le_rows_slot_string(slot, Anum_le_lease_holder_role);
-	row->fencing_token = DatumGetInt64(slot->tts_values[Anum_le_lease_fencing_token - 1]);
-	row->token_timeline = DatumGetInt32(slot->tts_values[Anum_le_lease_token_timeline - 1]);
-	row->acquired_at = le_rows_slot_time(slot, Anum_le_lease_acquired_at);
-	row->renewed_at = le_rows_slot_time(slot, Anum_le_lease_renewed_at);
-	row->expires_at = le_rows_slot_time(slot, Anum_le_lease_expires_at);
-	row->transitions = DatumGetInt64(slot->tts_values[Anum_le_lease_transitions - 1]);
-	row->token_system_id = DatumGetInt64(slot->tts_values[Anum_le_lease_token_system_id - 1]);
+	le_rows_values_row(slot->tts_values, slot->tts_isnull, row);
 }
 
 /* Does the text datum d equal the C string key?  (No copy: runs per fenced write.) */
@@ -372,6 +381,54 @@ le_rows_fetch_hinted(Relation rel, ItemPointer hint, Snapshot snap, TupleTableSl
 	tid = *hint;
 	found = table_index_fetch_tuple(fetch, &tid, snap, slot, &call_again, &all_dead);
 	table_index_fetch_end(fetch);
+	return found;
+}
+
+/*
+ * The fence's fast path: the version of key's le_lease row that
+ * SnapshotSelf sees on the HOT chain whose root is *hint, read on the page
+ * under a share lock of its buffer and copied into *row, without a slot or
+ * an index fetch (callgrind: about 1,500 instructions less per read than
+ * le_rows_find).  false when the hint is unset, points past the end of
+ * the table, or leads to nothing visible or to a row of another key: the
+ * caller then looks by le_rows_find, which corrects the hint.  Like
+ * le_rows_find it is not used at SERIALIZABLE (no hint there).
+ */
+static bool
+le_rows_read_in_place(Relation rel, const char *key, ItemPointer hint,
+					  LeaseRow *row, bool *written_by_us)
+{
+	Buffer		buf;
+	HeapTupleData tup;
+	ItemPointerData tid;
+	bool		all_dead;
+	bool		found;
+
+	if (hint == NULL || !ItemPointerIsValid(hint) ||
+		!le_rows_block_exists(rel, ItemPointerGetBlockNumber(hint)))
+		return false;
+	buf = ReadBuffer(rel, ItemPointerGetBlockNumber(hint));
+	LockBuffer(buf, BUFFER_LOCK_SHARE);
+	tid = *hint;
+	found = heap_hot_search_buffer(&tid, rel, buf, SnapshotSelf, &tup, &all_dead, true);
+	if (found)
+	{
+		Datum		values[Natts_le_lease];
+		bool		isnull[Natts_le_lease];
+
+		heap_deform_tuple(&tup, RelationGetDescr(rel), values, isnull);
+		found = !isnull[Anum_le_lease_lease_key - 1] &&
+			le_rows_text_equals(values[Anum_le_lease_lease_key - 1], key);
+		if (found)
+		{
+			le_rows_values_row(values, isnull, row);
+			if (written_by_us != NULL)
+				*written_by_us =
+					TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetRawXmin(tup.t_data));
+		}
+	}
+	LockBuffer(buf, BUFFER_LOCK_UNLOCK);
+	ReleaseBuffer(buf);
 	return found;
 }
 
@@ -530,7 +587,6 @@ le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
 	bool		found;
 
 	rel = le_rows_open(lease_relid, AccessShareLock, le_lease_types, Natts_le_lease);
-	slot = table_slot_create(rel, NULL);
 
 	/*
 	 * SnapshotSelf judges each version when it is looked at: committed (by
@@ -544,27 +600,38 @@ le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
 	 * created again, committing while we look) can it see none: then look
 	 * again with an MVCC snapshot taken now.
 	 */
-	found = le_rows_find(rel, key_indexid, key, SnapshotSelf, slot, hint);
+	found = le_rows_read_in_place(rel, key, hint, row, written_by_us);
 	if (!found)
 	{
-		snap = RegisterSnapshot(GetLatestSnapshot());
-		found = le_rows_find(rel, key_indexid, key, snap, slot, hint);
-		UnregisterSnapshot(snap);
-	}
-	if (found)
-	{
-		le_rows_slot_row(slot, row);
-		if (written_by_us != NULL)
+		slot = table_slot_create(rel, NULL);
+		found = le_rows_find(rel, key_indexid, key, SnapshotSelf, slot, hint);
+		if (!found)
+		{
+			snap = RegisterSnapshot(GetLatestSnapshot());
+			found = le_rows_find(rel, key_indexid, key, snap, slot, hint);
+			UnregisterSnapshot(snap);
+		}
+		if (found)
 		{
 			bool		isnull;
 			Datum		xmin = slot_getsysattr(slot, MinTransactionIdAttributeNumber, &isnull);
 
-			*written_by_us = !isnull &&
-				TransactionIdIsCurrentTransactionId(DatumGetTransactionId(xmin));
+			le_rows_slot_row(slot, row);
+			if (written_by_us != NULL)
+				*written_by_us = !isnull &&
+					TransactionIdIsCurrentTransactionId(DatumGetTransactionId(xmin));
 		}
+		ExecDropSingleTupleTableSlot(slot);
 	}
-	ExecDropSingleTupleTableSlot(slot);
-	table_close(rel, AccessShareLock);
+
+	/*
+	 * The lock stays to the end of the transaction, as a SELECT's would: the
+	 * fence reads the row again at commit, and then only finds the lock in
+	 * its own lock table (callgrind: about 1,000 instructions less per
+	 * fenced transaction).  AccessShareLock conflicts only with what
+	 * rewrites, truncates or drops le_lease, never with a lease call.
+	 */
+	table_close(rel, NoLock);
 	return found;
 }
 
