@@ -114,6 +114,35 @@ INSERT INTO tc SELECT g, :c FROM generate_series(1, 200) AS g WHERE g <> 10 OR p
 \set VERBOSITY sqlstate
 SELECT count(*) AS tc_rows FROM tc;
 
-DROP TABLE ta, tb, tp, tc;
+-- The commit-time check takes the fence lock, then skips reading the row
+-- again when the page it was read from has the same LSN as at the write
+-- (nothing on it changed since).  That must never let the commit judge by
+-- a version that is not final: here the last write read this transaction's
+-- own renewal, whose savepoint then rolled back (no page change since); the
+-- row written before the savepoint stays, the lease's real expiry passes
+-- before COMMIT, which must fail (LE002).
+SELECT acquired FROM le_acquire('memo-s', 's', '1 second');
+SELECT fencing_token AS s FROM le_leases WHERE lease_key = 'memo-s' \gset
+CREATE TABLE ts (fencing_token bigint NOT NULL);
+SELECT le_protect('ts', 'memo-s');
+BEGIN;
+INSERT INTO ts VALUES (:s);
+SAVEPOINT renewed;
+SELECT le_renew('memo-s', 's', :s, '1 hour') > now() + interval '50 minutes' AS renewed;
+INSERT INTO ts VALUES (:s);
+ROLLBACK TO SAVEPOINT renewed;
+SELECT pg_sleep(1.2);
+COMMIT;
+-- The same without the savepoint: the page did not change, the expiry
+-- recorded at the write passes before COMMIT, which fails.
+SELECT acquired FROM le_acquire('memo-s', 's', '1 second');
+SELECT fencing_token AS s FROM le_leases WHERE lease_key = 'memo-s' \gset
+BEGIN;
+INSERT INTO ts VALUES (:s);
+SELECT pg_sleep(1.2);
+COMMIT;
+SELECT count(*) AS ts_rows FROM ts;
+
+DROP TABLE ta, tb, tp, tc, ts;
 DROP FUNCTION set_token();
 DROP EXTENSION leader_election;

@@ -185,6 +185,7 @@ typedef struct FencedLease
 	TimestampTz expires_at;		/* as last read */
 	SubTransactionId subid;		/* (sub)transaction that first passed */
 	ItemPointerData tid;
+	LeaseRowStamp stamp;		/* of the read that gave expires_at */
 	char		key[LE_MAX_KEY_LEN + 1];
 } FencedLease;
 
@@ -279,6 +280,7 @@ le_fence_commit_check(void)
 		FencedLease *fl = (FencedLease *) lfirst(lc);
 		TimestampTz now;
 		LeaseRow	row;
+		LeaseRowStamp stamp;
 		bool		found;
 
 		le_fence_cache_prepare(fl->nsp);
@@ -291,8 +293,26 @@ le_fence_commit_check(void)
 					 errhint("Acquire the lease again for a new token.")));
 
 		if (le_fence_trylock(fl->lease_id, LE_FENCE_WRITER_LOCKMODE))
-			found = le_store_read_latest(cache_lease_relid, cache_key_indexid, fl->key,
-										 &fl->tid, &row, NULL);
+		{
+			if (le_store_row_unchanged(cache_lease_relid, &fl->stamp))
+			{
+				/*
+				 * Nothing on the row's page changed since the write's read
+				 * judged it: the lease row, token and expiry are those
+				 * recorded, and it was held then (holder is only tested
+				 * for NULL below).
+				 */
+				memset(&row, 0, sizeof(row));
+				row.lease_id = fl->lease_id;
+				row.fencing_token = fl->token;
+				row.expires_at = fl->expires_at;
+				row.holder = fl->key;
+				found = true;
+			}
+			else
+				found = le_store_read_latest(cache_lease_relid, cache_key_indexid, fl->key,
+											 &fl->tid, &row, NULL, &stamp);
+		}
 		else
 		{
 			bool		ours = false;
@@ -306,12 +326,12 @@ le_fence_commit_check(void)
 			 * again after the lock was granted.
 			 */
 			found = le_store_read_latest(cache_lease_relid, cache_key_indexid, fl->key,
-										 &fl->tid, &row, &ours);
+										 &fl->tid, &row, &ours, &stamp);
 			if (!found || !ours)
 			{
 				le_fence_lock_writer(fl->lease_id, fl->key);
 				found = le_store_read_latest(cache_lease_relid, cache_key_indexid, fl->key,
-											 &fl->tid, &row, NULL);
+											 &fl->tid, &row, NULL, &stamp);
 			}
 		}
 		now = GetCurrentTimestamp();
@@ -428,7 +448,7 @@ le_fence_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 /* Remember that this transaction passed the fence of a lease with a token. */
 static void
 le_fence_remember(Oid nsp, Oid lease_relid, const char *key, const LeaseRow *row,
-				  ItemPointer tid)
+				  ItemPointer tid, const LeaseRowStamp *stamp)
 {
 	ListCell   *lc;
 	FencedLease *fl;
@@ -441,6 +461,7 @@ le_fence_remember(Oid nsp, Oid lease_relid, const char *key, const LeaseRow *row
 			fl->lease_id == row->lease_id && fl->token == row->fencing_token)
 		{
 			fl->expires_at = row->expires_at;
+			fl->stamp = *stamp;
 			return;
 		}
 	}
@@ -453,6 +474,7 @@ le_fence_remember(Oid nsp, Oid lease_relid, const char *key, const LeaseRow *row
 	fl->expires_at = row->expires_at;
 	fl->subid = GetCurrentSubTransactionId();
 	fl->tid = *tid;
+	fl->stamp = *stamp;
 	strlcpy(fl->key, key, sizeof(fl->key));
 	fenced_leases = lappend(fenced_leases, fl);
 	MemoryContextSwitchTo(oldcxt);
@@ -550,6 +572,7 @@ le_fence_check_token(Oid nsp, const char *key, int64 token, bool strict, const v
 {
 	LeaseIdEntry *entry;
 	LeaseRow	row;
+	LeaseRowStamp stamp;
 	bool		found;
 	TimestampTz now;
 
@@ -587,7 +610,8 @@ le_fence_check_token(Oid nsp, const char *key, int64 token, bool strict, const v
 	}
 
 	/* The latest committed row (and this transaction's own changes). */
-	if (!le_store_read_latest(cache_lease_relid, cache_key_indexid, key, &entry->tid, &row, NULL))
+	if (!le_store_read_latest(cache_lease_relid, cache_key_indexid, key, &entry->tid, &row, NULL,
+							  &stamp))
 		le_fence_reject_unknown(key, token);
 	now = GetCurrentTimestamp();
 
@@ -632,7 +656,7 @@ le_fence_check_token(Oid nsp, const char *key, int64 token, bool strict, const v
 		verified.strict_userid = userid;
 	}
 
-	le_fence_remember(nsp, cache_lease_relid, key, &row, &entry->tid);
+	le_fence_remember(nsp, cache_lease_relid, key, &row, &entry->tid, &stamp);
 	verified.valid = true;
 	verified.cid = GetCurrentCommandId(false);
 	verified.nsp = nsp;

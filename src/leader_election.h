@@ -17,6 +17,7 @@
 #include "datatype/timestamp.h"
 #include "fmgr.h"
 #include "access/htup.h"
+#include "access/xlogdefs.h"
 #include "storage/itemptr.h"
 #include "storage/lockdefs.h"
 #include "utils/elog.h"
@@ -175,8 +176,22 @@ typedef enum LeaseRel
 extern Oid	le_store_relid(Oid nsp, LeaseRel which);
 extern Oid	le_store_owner(Oid nsp);
 extern void le_store_relids(Oid nsp, Oid *lease_relid, Oid *key_indexid);
+
+/*
+ * Where le_store_read_latest found the version it returned: its page, and
+ * the page's LSN at the time of the read; lsn is invalid when the read
+ * cannot vouch for the version (see le_store_read_latest).
+ */
+typedef struct LeaseRowStamp
+{
+	BlockNumber blkno;
+	XLogRecPtr	lsn;
+} LeaseRowStamp;
+
 extern bool le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
-								 ItemPointer hint, LeaseRow *row, bool *written_by_us);
+								 ItemPointer hint, LeaseRow *row, bool *written_by_us,
+								 LeaseRowStamp *stamp);
+extern bool le_store_row_unchanged(Oid lease_relid, const LeaseRowStamp *stamp);
 extern void le_fence_lock_writer(int64 lease_id, const char *key);
 
 /* The fence (fence.c). */
