@@ -30,3 +30,13 @@ CREATE TABLE plain_t  (id bigserial PRIMARY KEY, payload text, fencing_token big
     WITH (autovacuum_enabled = false);
 CREATE TABLE fenced_t (id bigserial PRIMARY KEY, payload text, fencing_token bigint NOT NULL)
     WITH (autovacuum_enabled = false);
+
+-- The floor of any row trigger: the same table with a C trigger that does
+-- nothing on INSERT (lo_manage, of contrib's lo, part of the postgresql-15
+-- package: on INSERT it only looks up the column named by its argument).
+-- The executor's work for a BEFORE ROW trigger (the row formed as a heap
+-- tuple, the trigger's call) is what separates it from plain_t.
+CREATE EXTENSION lo;
+CREATE TABLE trig_t (id bigserial PRIMARY KEY, payload text, fencing_token bigint NOT NULL)
+    WITH (autovacuum_enabled = false);
+CREATE TRIGGER noop BEFORE INSERT ON trig_t FOR EACH ROW EXECUTE FUNCTION lo_manage(payload);

@@ -14,8 +14,7 @@
 # PASSES times, variants alternating, every other pass in reverse order
 # (A B C, C B A, A B C ..) so that background load on a shared machine, and
 # whatever a run leaves to the next (autovacuum of the rows it inserted),
-# hit them alike; a row shows the mean tps of those runs
-# and le_'s ratio to the baseline of the same run.  Only ratios mean
+# hit them alike; a row shows the mean tps of those runs.  Only ratios mean
 # anything on a loaded machine.  Rows:
 #   - acquire + release over 1,000 keys: le_acquire/le_release vs the
 #     statements of cirello-io/pglock (pglock_cycle.pgb), default durability
@@ -25,7 +24,9 @@
 #   - refused acquire vs a refused pg_try_advisory_lock, and the WAL bytes a
 #     refusal writes (must be 0);
 #   - fenced INSERT vs the same INSERT without trigger, synchronous_commit =
-#     off, 1 row and 100 rows per transaction;
+#     off, 1 row and 100 rows per transaction, and the floor of any row
+#     trigger (the same INSERT with a C trigger that does nothing): measured
+#     differently, interleaved in single pgbench runs (see fence_mixed);
 #   - 16 clients vs 1 cycling over 1,000 keys, le_ and pglock (default
 #     durability): le_'s 16/1 ratio should be at least pglock's;
 #   - the cycle with leader_election.notify = all (grants notify too) and
@@ -33,8 +34,12 @@
 #     key watched by another session (le_watch), so that every release
 #     notifies: a NOTIFY makes PostgreSQL serialise notifying committers
 #     cluster-wide; the other runs have no watcher, so nothing is notified.
-# Runtime: 28 scripts x PASSES runs x T s + ~30 s (about 5 minutes at T=5);
-# ONLY=fence: 4 scripts x PASSES runs x T s + ~10 s.
+# Rows show le_'s ratio as the median over passes of the ratios within each
+# pass (the two scripts ran next to each other).
+# Runtime: 22 scripts x PASSES runs x T s, plus the fence's 2 x FENCE_PASSES
+# runs x FENCE_T s, + ~1 min (about 7 minutes at PASSES=3, T=5);
+# ONLY=fence: 2 x FENCE_PASSES runs x FENCE_T s + ~10 s.
+#   FENCE_PASSES=8 FENCE_T=3     # the fence's runs (defaults)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 bench=$here/test/bench
@@ -42,6 +47,8 @@ bench=$here/test/bench
 . "$here/test/lib/cluster.sh"
 T=${T:-5}
 PASSES=${PASSES:-2}
+FENCE_PASSES=${FENCE_PASSES:-8}
+FENCE_T=${FENCE_T:-3}
 ONLY=${ONLY:-}
 case "$ONLY" in
     ''|fence) ;;
@@ -85,6 +92,15 @@ run() {
     printf '  %-8s %-14s %3s clients %10.0f tps\n' "$cfg" "$name" "$clients" "${tps:-0}" >&2
 }
 mean() { tr ' ' '\n' <<<"${TPS[$1]}" | awk 'NF { s += $1; n++ } END { printf "%.0f", n ? s / n : 0 }'; }
+# paired A B: the median over passes of A's tps / B's tps in the same pass
+# (the two ran next to each other, so a slow stretch of the machine hits
+# both; the median ignores a pass that one stall hit unevenly).
+paired() {
+    local -a a=(${TPS[$1]}) b=(${TPS[$2]}) r=()
+    local i
+    for i in "${!a[@]}"; do r+=("$(le_ratio "${a[$i]}" "${b[$i]}")"); done
+    le_median "${r[@]}"
+}
 
 # Each phase: (name clients script [PGOPTIONS]) lines, run PASSES times alternated
 # (odd passes in order, even passes in reverse).
@@ -123,29 +139,80 @@ WATCHED_OPS="le_w_cycle 2 le_cycle.pgb
 le_w_c16 16 le_cycle.pgb
 le_all_cycle 2 le_cycle.pgb -c leader_election.notify=all
 le_all_c16 16 le_cycle.pgb -c leader_election.notify=all"
-FENCE_OPS="ins_plain 2 ins_plain.pgb -c synchronous_commit=off
-ins_fenced 2 ins_fenced.pgb -c synchronous_commit=off
-ins100_plain 2 ins100_plain.pgb -c synchronous_commit=off
-ins100_fenced 2 ins100_fenced.pgb -c synchronous_commit=off"
+# The fenced INSERTs: each run is one pgbench (2 clients) that picks the
+# plain, the fenced or the floor's script (trig_t: a C trigger that does
+# nothing) at random for every transaction and logs each transaction's
+# latency (-l); the rows compare the scripts' mean latencies within each
+# run.  Interleaved at the transaction, they meet the same machine: as
+# separate 5-second runs, the plain INSERT alone moved between 18,000 and
+# 30,000 tps from run to run, far more than the fence's cost.  The latency
+# ratio is the stricter measure: tps also pays pgbench's own time per
+# transaction, the same for all.  Before each run the tables are emptied and
+# a checkpoint is taken, so that every run starts from the same state
+# (otherwise they grow by millions of rows).
+declare -A LAT
+fence_mixed() {   # name base_script le_script floor_script
+    local name=$1 logs out b l f
+    psql -c "TRUNCATE plain_t, trig_t" -c "SET leader_election.fencing_token = $ftok" \
+        -c "TRUNCATE fenced_t" -c "CHECKPOINT" >/dev/null
+    logs=$(mktemp -d "$dir/txlog.XXXXXX")
+    [ "$(id -u)" -eq 0 ] && chown postgres: "$logs"
+    out=$(cd "$logs" && le_as_pg env PGOPTIONS="-c synchronous_commit=off" "$PG_BINDIR/pgbench" -n -M prepared \
+            -h "$dir" -p "$port" -U postgres -c 2 -j 2 -T "$FENCE_T" -D ftok="$ftok" -l --log-prefix="$logs/tx" \
+            -f "$dir/$2" -f "$dir/$3" -f "$dir/$4" postgres 2>&1) || true
+    if grep -q 'aborted\|ERROR' <<<"$out"; then
+        echo "pgbench failed: $name" >&2; tail -5 <<<"$out" >&2; exit 1
+    fi
+    # log lines: client transaction latency_us script_no epoch epoch_us
+    read -r b l f <<<"$(cat "$logs"/tx.* | awk '{ s[$4] += $3; n[$4]++ }
+        END { if (n[0] && n[1] && n[2]) printf "%.2f %.2f %.2f", s[0] / n[0], s[1] / n[1], s[2] / n[2]
+              else print "0 0 0" }')"
+    rm -rf "$logs"
+    LAT[$name/base]="${LAT[$name/base]:-} $b"
+    LAT[$name/le]="${LAT[$name/le]:-} $l"
+    LAT[$name/floor]="${LAT[$name/floor]:-} $f"
+    printf '  %-8s %-8s mean latency (us): plain %8s, fenced %8s, no-op trigger %8s\n' sc_off "$name" "$b" "$l" "$f" >&2
+}
+fence_phase() {
+    local pass
+    for pass in $(seq "$FENCE_PASSES"); do
+        fence_mixed ins ins_plain.pgb ins_fenced.pgb ins_trig.pgb
+        fence_mixed ins100 ins100_plain.pgb ins100_fenced.pgb ins100_trig.pgb
+    done
+}
 
 echo "pgbench -M prepared, T=${T}s per run, every script ${PASSES} times (alternated); $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 row() {   # label cfg le base target
     local l b
     l=$(mean "$2/$3"); b=$(mean "$2/$4")
-    printf '| %s | %s | %s | %s | %s | %s |\n' "$1" "$b" "$l" "$(le_ratio "$l" "$b")" "$5" "$6"
+    printf '| %s | %s | %s | %s | %s | %s |\n' "$1" "$b" "$l" "$(paired "$2/$3" "$2/$4")" "$5" "$6"
+}
+lat_mean() { tr ' ' '\n' <<<"${LAT[$1]}" | awk 'NF { s += $1; n++ } END { printf "%.1f", s / n }'; }
+lat_paired() {   # A B: median over runs of B's mean latency / A's (A as fast as B: 1)
+    local -a as=(${LAT[$1]}) bs=(${LAT[$2]}) rs=()
+    local i
+    for i in "${!as[@]}"; do rs+=("$(le_ratio "${bs[$i]}" "${as[$i]}")"); done
+    le_median "${rs[@]}"
+}
+lat_row() {   # label name target
+    printf '| %s | %s µs | %s µs | %s | %s | %s |\n' "$1" "$(lat_mean "$2/base")" "$(lat_mean "$2/le")" \
+        "$(lat_paired "$2/le" "$2/base")" "$3" "INSERT without trigger, interleaved; ratio of mean latencies"
+    printf '| %s | %s µs | %s µs | %s | %s | %s |\n' "… a C trigger that does nothing, instead of the fence" \
+        "$(lat_mean "$2/base")" "$(lat_mean "$2/floor")" "$(lat_paired "$2/floor" "$2/base")" "–" \
+        "the floor of any row trigger"
 }
 fence_rows() {
-    row "fenced INSERT, 1 row, \`synchronous_commit = off\`" sc_off ins_fenced ins_plain "≥ 0.95" "INSERT without trigger"
-    row "fenced INSERT, 100 rows, \`synchronous_commit = off\`" sc_off ins100_fenced ins100_plain "≥ 0.99" "INSERT without trigger"
+    lat_row "fenced INSERT, 1 row, \`synchronous_commit = off\`" ins "≥ 0.95"
+    lat_row "fenced INSERT, 100 rows, \`synchronous_commit = off\`" ins100 "≥ 0.99"
 }
 table_head() {
     echo
-    echo "| operation | baseline tps | le_ tps | le_ / baseline | target | baseline is |"
+    echo "| operation | baseline (tps) | le_ (tps) | le_ / baseline (tps; for latencies baseline / le_) | target | baseline is |"
     echo "| --- | --- | --- | --- | --- | --- |"
 }
 
 if [ "$ONLY" = fence ]; then
-    phase sc_off "$FENCE_OPS"
+    fence_phase
     table_head
     fence_rows
     echo "elapsed: $(( SECONDS - start ))s"
@@ -162,7 +229,7 @@ for _ in $(seq 100); do
 done
 phase default "$WATCHED_OPS"
 echo "SELECT pg_advisory_unlock_all();" >&4
-phase sc_off "$FENCE_OPS"
+fence_phase
 
 # WAL written by refusals (pgbench -t: a fixed number of transactions).
 wal_of() {
