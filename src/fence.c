@@ -39,8 +39,8 @@
  *
  * Speed.  A fenced INSERT must cost little more than an unfenced one, so the
  * trigger uses no SPI, no user switch and no setting changes on its normal
- * path, and reads the lease row directly (le_store_read_latest: a HOT-chain
- * fetch from the hint, no snapshot built, no lseek).  Per backend we cache
+ * path, and reads the lease row directly (le_store_read_latest: on its
+ * page, from the hint, no slot, no snapshot built, no lseek).  Per backend we cache
  * the oids of le_lease and its key index, and per key the heap TID where
  * the row was last found, a hint only (checked against the key and the
  * table's size when used; all hints are dropped on any relcache
@@ -53,8 +53,17 @@
  * the rows after the first for the same lease and token only compare the
  * clock with the expiry read for the first, every LE_FENCE_CLOCK_EVERY rows;
  * the next command reads the row again.  The commit-time check reads once
- * per (lease, token) recorded, however many writes the transaction made.
- * Subtransactions that roll back drop what they recorded.
+ * per (lease, token) recorded, however many writes the transaction made,
+ * and not even that when the page of the version the last write judged by
+ * still has the LSN it had then (le_store_row_unchanged): that read
+ * records the page and its LSN only for a version that is final (committed
+ * by another transaction, nobody deleting, updating or locking it), and
+ * any change of the page since, a token change that committed before our
+ * fence lock was granted included, has moved the LSN.  The expiry is
+ * compared with the clock either way.  (A version this transaction wrote,
+ * say a renewal, is not final: a ROLLBACK TO SAVEPOINT undoes it without
+ * touching the page.)  Subtransactions that roll back drop what they
+ * recorded.
  *
  * Unknown lease keys: a fence on a key that has never been acquired rejects
  * every write (LE002), so protecting a table before its first leader exists
