@@ -20,6 +20,7 @@
 #include "access/xlogdefs.h"
 #include "storage/itemptr.h"
 #include "storage/lockdefs.h"
+#include "storage/relfilenode.h"
 #include "utils/elog.h"
 #include "utils/relcache.h"
 #include "utils/snapshot.h"
@@ -178,12 +179,13 @@ extern Oid	le_store_owner(Oid nsp);
 extern void le_store_relids(Oid nsp, Oid *lease_relid, Oid *key_indexid);
 
 /*
- * Where le_store_read_latest found the version it returned: its page, and
- * the page's LSN at the time of the read; lsn is invalid when the read
- * cannot vouch for the version (see le_store_read_latest).
+ * Where le_store_read_latest found the version it returned: le_lease's file,
+ * the page, and the page's LSN at the time of the read; lsn is invalid when
+ * the read cannot vouch for the version (see le_rows_read_in_place).
  */
 typedef struct LeaseRowStamp
 {
+	RelFileNode node;
 	BlockNumber blkno;
 	XLogRecPtr	lsn;
 } LeaseRowStamp;

@@ -64,6 +64,7 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "access/relscan.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
@@ -435,14 +436,22 @@ le_rows_read_in_place(Relation rel, const char *key, ItemPointer hint,
 			 * with a subtransaction, without any change of the page), with
 			 * nobody deleting, updating or locking it (an updater that had
 			 * already written here would commit without touching the page
-			 * again), and every later change of the page is WAL-logged.
+			 * again); and only if every later change of this file's pages
+			 * is WAL-logged.  At wal_level = minimal it is not: a file
+			 * created in a transaction (ALTER TABLE le_lease SET
+			 * TABLESPACE copies every page, LSN included, into a new one)
+			 * is then written without WAL until that transaction ends, a
+			 * takeover in it included (test/t/034_fence_wal_minimal.pl).
+			 * The file is recorded too, so that the commit compares pages
+			 * of the same file.
 			 */
-			if (!ours && RelationNeedsWAL(rel) &&
+			if (!ours && XLogIsNeeded() && RelationNeedsWAL(rel) &&
 				((tup.t_data->t_infomask & HEAP_XMAX_INVALID) ||
 				 !TransactionIdIsValid(HeapTupleHeaderGetRawXmax(tup.t_data))))
 			{
+				stamp->node = rel->rd_node;
 				stamp->blkno = ItemPointerGetBlockNumber(&tid);
-				stamp->lsn = PageGetLSN(BufferGetPage(buf));
+				stamp->lsn = BufferGetLSNAtomic(buf);
 			}
 		}
 	}
@@ -665,11 +674,10 @@ le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
  * LSN means that nobody has changed anything on the page since.  The
  * caller still judges the expiry by the clock, and holds whatever makes
  * "since" matter (the fence lock: a token change that committed before it
- * was granted has changed the page).  A rewrite of le_lease in between
- * (VACUUM FULL, CLUSTER, TRUNCATE) leaves the block with the LSN of a later
- * record, or none (a file written without WAL, wal_level = minimal), or
- * gone: never the same LSN either.  About half the cost of reading the row
- * again (callgrind).
+ * was granted has changed the page).  Only pages of the same file are
+ * compared: a rewrite of le_lease in between (VACUUM FULL, CLUSTER,
+ * TRUNCATE, SET TABLESPACE) gives it a new one.  About half the cost of
+ * reading the row again (callgrind).
  */
 bool
 le_store_row_unchanged(Oid lease_relid, const LeaseRowStamp *stamp)
@@ -680,12 +688,13 @@ le_store_row_unchanged(Oid lease_relid, const LeaseRowStamp *stamp)
 	if (XLogRecPtrIsInvalid(stamp->lsn))
 		return false;
 	rel = le_rows_open(lease_relid, AccessShareLock, le_lease_types, Natts_le_lease);
-	if (RelationNeedsWAL(rel) && le_rows_block_exists(rel, stamp->blkno))
+	if (RelFileNodeEquals(rel->rd_node, stamp->node) && RelationNeedsWAL(rel) &&
+		le_rows_block_exists(rel, stamp->blkno))
 	{
 		Buffer		buf = ReadBuffer(rel, stamp->blkno);
 
 		LockBuffer(buf, BUFFER_LOCK_SHARE);
-		unchanged = (PageGetLSN(BufferGetPage(buf)) == stamp->lsn);
+		unchanged = (BufferGetLSNAtomic(buf) == stamp->lsn);
 		UnlockReleaseBuffer(buf);
 	}
 	table_close(rel, AccessShareLock);
