@@ -18,7 +18,8 @@
 # anything on a loaded machine.  Rows:
 #   - acquire + release over 1,000 keys: le_acquire/le_release vs the
 #     statements of cirello-io/pglock (pglock_cycle.pgb), default durability
-#     and fsync = off;
+#     and fsync = off; and the same two interleaved in single pgbench runs
+#     (PASSES runs of T s each, see mixed), ratio of mean latencies;
 #   - renew a held lease vs a single-row UPDATE of the expiry, both
 #     committing synchronously, default durability and fsync = off;
 #   - refused acquire vs a refused pg_try_advisory_lock, and the WAL bytes a
@@ -151,27 +152,45 @@ le_all_c16 16 le_cycle.pgb -c leader_election.notify=all"
 # a checkpoint is taken, so that every run starts from the same state
 # (otherwise they grow by millions of rows).
 declare -A LAT
-fence_mixed() {   # name base_script le_script floor_script
-    local name=$1 logs out b l f
-    psql -c "TRUNCATE plain_t, trig_t" -c "SET leader_election.fencing_token = $ftok" \
-        -c "TRUNCATE fenced_t" -c "CHECKPOINT" >/dev/null
+# mixed NAME SECONDS CLIENTS PGOPTIONS SCRIPT...: one pgbench run that picks
+# one of the scripts at random for every transaction, with its
+# per-transaction log; appends each script's mean latency (µs) to
+# LAT[NAME/0], LAT[NAME/1], ... in the order given.
+mixed() {
+    local name=$1 secs=$2 clients=$3 opts=$4 logs out means m i=0 jobs=2 script
+    shift 4
+    local -a files=()
+    for script in "$@"; do files+=(-f "$dir/$script"); done
+    [ "$clients" -lt 2 ] && jobs=1
     logs=$(mktemp -d "$dir/txlog.XXXXXX")
     [ "$(id -u)" -eq 0 ] && chown postgres: "$logs"
-    out=$(cd "$logs" && le_as_pg env PGOPTIONS="-c synchronous_commit=off" "$PG_BINDIR/pgbench" -n -M prepared \
-            -h "$dir" -p "$port" -U postgres -c 2 -j 2 -T "$FENCE_T" -D ftok="$ftok" -l --log-prefix="$logs/tx" \
-            -f "$dir/$2" -f "$dir/$3" -f "$dir/$4" postgres 2>&1) || true
+    out=$(cd "$logs" && le_as_pg env PGOPTIONS="$opts" "$PG_BINDIR/pgbench" -n -M prepared -h "$dir" -p "$port" \
+            -U postgres -c "$clients" -j "$jobs" -T "$secs" -D tok="$tok" -D ftok="$ftok" -l --log-prefix="$logs/tx" \
+            "${files[@]}" postgres 2>&1) || true
     if grep -q 'aborted\|ERROR' <<<"$out"; then
         echo "pgbench failed: $name" >&2; tail -5 <<<"$out" >&2; exit 1
     fi
     # log lines: client transaction latency_us script_no epoch epoch_us
-    read -r b l f <<<"$(cat "$logs"/tx.* | awk '{ s[$4] += $3; n[$4]++ }
-        END { if (n[0] && n[1] && n[2]) printf "%.2f %.2f %.2f", s[0] / n[0], s[1] / n[1], s[2] / n[2]
-              else print "0 0 0" }')"
+    means=$(cat "$logs"/tx.* | awk -v k=$# '{ s[$4] += $3; n[$4]++ }
+        END { for (i = 0; i < k; i++) printf "%.2f ", n[i] ? s[i] / n[i] : 0 }')
     rm -rf "$logs"
-    LAT[$name/base]="${LAT[$name/base]:-} $b"
-    LAT[$name/le]="${LAT[$name/le]:-} $l"
-    LAT[$name/floor]="${LAT[$name/floor]:-} $f"
-    printf '  %-8s %-8s mean latency (us): plain %8s, fenced %8s, no-op trigger %8s\n' sc_off "$name" "$b" "$l" "$f" >&2
+    for m in $means; do
+        LAT[$name/$i]="${LAT[$name/$i]:-} $m"
+        i=$((i + 1))
+    done
+    printf '  %-8s mean latency (us) of %s: %s\n' "$name" "$*" "$means" >&2
+}
+fence_mixed() {   # name base_script le_script floor_script
+    psql -c "TRUNCATE plain_t, trig_t" -c "SET leader_election.fencing_token = $ftok" \
+        -c "TRUNCATE fenced_t" -c "CHECKPOINT" >/dev/null
+    mixed "$1" "$FENCE_T" 2 "-c synchronous_commit=off" "$2" "$3" "$4"
+}
+# The cycle interleaved with pglock's in the same way (PASSES runs of T s):
+# with flushes, both wait for the disk, whose flush latency moves by half
+# within a run; interleaved, they meet the same flushes.
+cycle_mixed() {   # name
+    local pass
+    for pass in $(seq "$PASSES"); do mixed "$1" "$T" 2 "" le_cycle.pgb pglock_cycle.pgb; done
 }
 fence_phase() {
     local pass
@@ -195,11 +214,15 @@ lat_paired() {   # A B: median over runs of B's mean latency / A's (A as fast as
     le_median "${rs[@]}"
 }
 lat_row() {   # label name target
-    printf '| %s | %s µs | %s µs | %s | %s | %s |\n' "$1" "$(lat_mean "$2/base")" "$(lat_mean "$2/le")" \
-        "$(lat_paired "$2/le" "$2/base")" "$3" "INSERT without trigger, interleaved; ratio of mean latencies"
+    printf '| %s | %s µs | %s µs | %s | %s | %s |\n' "$1" "$(lat_mean "$2/0")" "$(lat_mean "$2/1")" \
+        "$(lat_paired "$2/1" "$2/0")" "$3" "INSERT without trigger, interleaved; ratio of mean latencies"
     printf '| %s | %s µs | %s µs | %s | %s | %s |\n' "… a C trigger that does nothing, instead of the fence" \
-        "$(lat_mean "$2/base")" "$(lat_mean "$2/floor")" "$(lat_paired "$2/floor" "$2/base")" "–" \
+        "$(lat_mean "$2/0")" "$(lat_mean "$2/2")" "$(lat_paired "$2/2" "$2/0")" "–" \
         "the floor of any row trigger"
+}
+cycle_row() {   # label name target
+    printf '| %s | %s µs | %s µs | %s | %s | %s |\n' "$1" "$(lat_mean "$2/1")" "$(lat_mean "$2/0")" \
+        "$(lat_paired "$2/0" "$2/1")" "$3" "pglock's cycle, interleaved; ratio of mean latencies"
 }
 fence_rows() {
     lat_row "fenced INSERT, 1 row, \`synchronous_commit = off\`" ins "≥ 0.95"
@@ -221,6 +244,7 @@ fi
 
 phase default "$LEASE_OPS
 $CLIENT_OPS"
+cycle_mixed cycle_mix
 # A second idle session watches k1..k1000 for the WATCHED_OPS runs.
 echo "SELECT count(le_watch('k' || i)) FROM generate_series(1, 1000) AS i;" >&4
 for _ in $(seq 100); do
@@ -247,6 +271,7 @@ psql -c "ALTER SYSTEM SET fsync = off" -c "SELECT pg_reload_conf()" >/dev/null
 sleep 1
 [ "$(psql -c 'SHOW fsync')" = off ] || { echo "fsync did not switch off" >&2; exit 1; }
 phase fsyncoff "$LEASE_OPS"
+cycle_mixed cycle_mix_off
 
 # --- report ------------------------------------------------------------------
 scale() {   # label cfg name1 name16
@@ -257,6 +282,8 @@ scale() {   # label cfg name1 name16
 table_head
 row "acquire + release, 1,000 keys, default durability" default le_cycle pglock_cycle "≥ 1.0" "pglock's cycle"
 row "acquire + release, 1,000 keys, \`fsync = off\`" fsyncoff le_cycle pglock_cycle "≥ 1.0" "pglock's cycle"
+cycle_row "acquire + release, 1,000 keys, default durability, interleaved" cycle_mix "≥ 1.0"
+cycle_row "acquire + release, 1,000 keys, \`fsync = off\`, interleaved" cycle_mix_off "≥ 1.0"
 row "renew a held lease, default durability" default le_renew raw_update "–" "single-row UPDATE"
 row "renew a held lease, \`fsync = off\`" fsyncoff le_renew raw_update "≥ 0.9" "single-row UPDATE"
 row "refused acquire, default durability" default le_refused adv_refused "≥ 0.6" "refused pg_try_advisory_lock"
