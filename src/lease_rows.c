@@ -678,7 +678,7 @@ le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
  * compared: a rewrite of le_lease in between (VACUUM FULL, CLUSTER,
  * TRUNCATE, SET TABLESPACE) gives it a new one.  About half the cost of
  * reading the row again (callgrind).  This rests on two rules of
- * PostgreSQL 15 (and 16, 17): every change of a heap page's contents is
+ * PostgreSQL 15, the version built for: every change of a heap page's contents is
  * WAL-logged and sets the page's LSN, and above wal_level = minimal a page
  * keeps its LSN only while its file is the same (ALTER TABLE ... SET
  * LOGGED/UNLOGGED rewrite the table into a new file).  A version that
