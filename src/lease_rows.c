@@ -409,15 +409,6 @@ le_rows_read_in_place(Relation rel, const char *key, ItemPointer hint,
 		!le_rows_block_exists(rel, ItemPointerGetBlockNumber(hint)))
 		return false;
 	buf = ReadBuffer(rel, ItemPointerGetBlockNumber(hint));
-
-	/*
-	 * Prune the page first if it needs it, as an index fetch does: renewals
-	 * leave a HOT chain of dead versions behind the live one, which this
-	 * read would otherwise walk every time, and which a later reader would
-	 * prune instead (a refusal then wrote WAL: test/bench/run.sh).  Before
-	 * the LSN is read below, so that a stamp sees the page pruned.
-	 */
-	heap_page_prune_opt(rel, buf);
 	LockBuffer(buf, BUFFER_LOCK_SHARE);
 	tid = *hint;
 	found = heap_hot_search_buffer(&tid, rel, buf, SnapshotSelf, &tup, &all_dead, true);

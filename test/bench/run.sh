@@ -256,12 +256,10 @@ echo "SELECT pg_advisory_unlock_all();" >&4
 fence_phase
 
 # WAL written by refusals (pgbench -t: a fixed number of transactions), with
-# autovacuum off meanwhile (the WAL position is the cluster's).  What was
-# written, if anything, is listed by resource manager (pg_waldump --stats)
-# on stderr: two runs on 371ddef counted 3,104 and 3,208 bytes, each one
-# Heap2/PRUNE record with its full-page image, a refusal's read pruning the
-# page of lease "bench" that the renewals had left unpruned (the fence's
-# reads no longer pruned; they do again since).
+# autovacuum off meanwhile: the WAL position is the cluster's, and an
+# autovacuum of pg_class after the fence phase's TRUNCATEs once put 3,104
+# bytes into le_acquire's figure.  What was written, if anything, is listed
+# by resource manager (pg_waldump --stats) on stderr.
 wal_of() {
     local script=$1 w0 w1 bytes
     w0=$(psql -c "SELECT pg_current_wal_insert_lsn()")
