@@ -37,8 +37,9 @@
 #     cluster-wide; the other runs have no watcher, so nothing is notified.
 # Rows show le_'s ratio as the median over passes of the ratios within each
 # pass (the two scripts ran next to each other).
-# Runtime: 22 scripts x PASSES runs x T s, plus the fence's 2 x FENCE_PASSES
-# runs x FENCE_T s, + ~1 min (about 7 minutes at PASSES=3, T=5);
+# Runtime: 22 scripts x PASSES runs x T s, 2 x PASSES interleaved cycle runs
+# x T s, the fence's 2 x FENCE_PASSES runs x FENCE_T s, + ~1.5 min (8 minutes
+# at PASSES=3, T=5);
 # ONLY=fence: 2 x FENCE_PASSES runs x FENCE_T s + ~10 s.
 #   FENCE_PASSES=8 FENCE_T=3     # the fence's runs (defaults)
 set -euo pipefail
