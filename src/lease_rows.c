@@ -356,6 +356,24 @@ le_rows_block_exists(Relation rel, BlockNumber blkno)
 }
 
 /*
+ * Is *hint (when hint is not NULL) a TID whose block can be read?  A hint
+ * past the end of the table (VACUUM can truncate trailing pages; the
+ * caller's lock on rel excludes truncation while it reads) is dropped.
+ */
+static bool
+le_rows_hint_usable(Relation rel, ItemPointer hint)
+{
+	if (hint == NULL || !ItemPointerIsValid(hint))
+		return false;
+	if (!le_rows_block_exists(rel, ItemPointerGetBlockNumber(hint)))
+	{
+		ItemPointerSetInvalid(hint);
+		return false;
+	}
+	return true;
+}
+
+/*
  * Fetch into slot the version that snap sees on the HOT chain whose root is
  * *hint (when hint is not NULL and valid); false when there is none.  A
  * hint past the end of the table (VACUUM can truncate trailing pages; the
@@ -371,13 +389,8 @@ le_rows_fetch_hinted(Relation rel, ItemPointer hint, Snapshot snap, TupleTableSl
 	bool		all_dead = false;
 	bool		found;
 
-	if (hint == NULL || !ItemPointerIsValid(hint))
+	if (!le_rows_hint_usable(rel, hint))
 		return false;
-	if (!le_rows_block_exists(rel, ItemPointerGetBlockNumber(hint)))
-	{
-		ItemPointerSetInvalid(hint);
-		return false;
-	}
 	fetch = table_index_fetch_begin(rel);
 	tid = *hint;
 	found = table_index_fetch_tuple(fetch, &tid, snap, slot, &call_again, &all_dead);
@@ -405,8 +418,7 @@ le_rows_read_in_place(Relation rel, const char *key, ItemPointer hint,
 	bool		all_dead;
 	bool		found;
 
-	if (hint == NULL || !ItemPointerIsValid(hint) ||
-		!le_rows_block_exists(rel, ItemPointerGetBlockNumber(hint)))
+	if (!le_rows_hint_usable(rel, hint))
 		return false;
 	buf = ReadBuffer(rel, ItemPointerGetBlockNumber(hint));
 	LockBuffer(buf, BUFFER_LOCK_SHARE);
