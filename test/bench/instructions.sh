@@ -72,7 +72,7 @@ last_total() {
 # state (else the second finds the tables, and their indexes, bigger: the
 # same 100-row INSERT counted 1,226 k and 1,394 k in two pairs of one run).
 empty_tables() {
-    psql -c "TRUNCATE plain_t, trig_t" -c "SET leader_election.fencing_token = $ftok" \
+    psql -c "TRUNCATE plain_t, trig_t, stmt_t" -c "SET leader_election.fencing_token = $ftok" \
         -c "TRUNCATE fenced_t" >/dev/null
 }
 count() {   # script [PGOPTIONS]: instructions per transaction
@@ -101,3 +101,4 @@ pair "fenced INSERT, 1 row, vs without trigger" ins_fenced.pgb ins_plain.pgb "-c
 pair "fenced INSERT, 100 rows, vs without trigger" ins100_fenced.pgb ins100_plain.pgb "-c synchronous_commit=off"
 pair "INSERT, 1 row, with a C trigger that does nothing (the floor of any row trigger), vs without" ins_trig.pgb ins_plain.pgb "-c synchronous_commit=off"
 pair "INSERT, 100 rows, with a C trigger that does nothing, vs without" ins100_trig.pgb ins100_plain.pgb "-c synchronous_commit=off"
+pair "INSERT, 100 rows, with a C statement trigger that does nothing, vs without" ins100_stmt.pgb ins100_plain.pgb "-c synchronous_commit=off"

@@ -61,6 +61,20 @@ le_bench_psql() {
     le_as_pg "$PG_BINDIR/psql" -X -q -h "$dir" -p "$port" -U postgres -d postgres -v ON_ERROR_STOP=1 "$@"
 }
 
+# le_bench_noop_trigger BENCHDIR: builds BENCHDIR/noop_trigger.c (a C
+# trigger function that does nothing) with PGXS in DIR/noop, where the
+# server can read it; baseline.sql creates the function from that file.
+# Never installed.
+le_bench_noop_trigger() {
+    mkdir -p "$dir/noop"
+    cp "$1/noop_trigger.c" "$dir/noop/"
+    printf 'MODULES = noop_trigger\nPG_CONFIG = %s\nPGXS := $(shell $(PG_CONFIG) --pgxs)\ninclude $(PGXS)\n' \
+        "$PG_CONFIG" >"$dir/noop/Makefile"
+    make -s -C "$dir/noop" >/dev/null
+    [ "$(id -u)" -eq 0 ] && chown -R postgres: "$dir/noop"
+    return 0
+}
+
 # le_bench_load BENCHDIR: the benchmark database on le_bench_cluster's
 # cluster: the scripts and baseline.sql of BENCHDIR copied where postgres
 # can read them, the extension and the baselines created, keys h1..h1000
@@ -69,7 +83,9 @@ le_bench_psql() {
 le_bench_load() {
     cp "$1"/*.pgb "$1"/baseline.sql "$dir/"
     [ "$(id -u)" -eq 0 ] && chown postgres: "$dir"/*.pgb "$dir"/baseline.sql
-    le_bench_psql -At -c "CREATE EXTENSION leader_election" -f "$dir/baseline.sql" >/dev/null
+    le_bench_noop_trigger "$1"
+    le_bench_psql -At -v noop_so="$dir/noop/noop_trigger.so" -c "CREATE EXTENSION leader_election" \
+        -f "$dir/baseline.sql" >/dev/null
     le_bench_psql -At -c "SELECT count(le_acquire('h' || i, 'other', '1 hour')) FROM generate_series(1, 1000) AS i" >/dev/null
     tok=$(le_bench_psql -At -c "SELECT fencing_token FROM le_acquire('bench', 'me', '1 hour')")
     ftok=$(le_bench_psql -At -c "SELECT fencing_token FROM le_acquire('fence', 'writer', '1 hour')")
