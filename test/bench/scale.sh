@@ -60,6 +60,9 @@
 #          overdue row, and the row count does not grow after the first
 #          sample taken a whole retention after the start (last <= 1.5x it).
 #
+# PROFILE=1 (with SECTIONS including leases) adds a perf profile of the
+# refusal and of the SELECT baseline at both sizes (see profile_leases).
+#
 # Exit status 1 when a correctness check failed (contest, overdue history
 # rows) or a pgbench client aborted; latency and size targets only print.
 # Other knobs: LAT_PASSES (4) passes per size, ACQ_KEYS (500) free keys per
@@ -160,6 +163,52 @@ ratio_line() {   # name p50_1k p50_1m p99_1k p99_1m
         "$1" "$2" "$3" "$r50" "$4" "$5" "$r99" "$v"
 }
 
+# profile_leases: with PROFILE set, where a refusal and the SELECT baseline
+# spend the time the bigger table adds: for each, one client runs
+# PROFILE_SECONDS (12) s on each database while perf samples its backend
+# (cpu-clock, 999 Hz, from 1 s in to 1 s before the end); printed per 1,000
+# transactions committed in that window (pg_stat_database), the symbols whose
+# samples grew most from SMALL_LEASES to SCALE_LEASES, and the blocks of the
+# lease tables and indexes each transaction touched (pg_statio).
+profile_leases() {
+    local op size pid t0 t1 b0 b1 n h0 h1 secs=${PROFILE_SECONDS:-12}
+    command -v perf >/dev/null || { echo "PROFILE needs perf (apt-get install linux-perf)" >&2; exit 2; }
+    echo "  perf of the backend, samples per 1,000 transactions (${secs} s per run, one client):"
+    for op in refused select; do
+        for size in "$SMALL_LEASES" "$SCALE_LEASES"; do
+            db=s$size
+            sleep 1.5   # let earlier backends' statistics reach pg_statio
+            b0=$(blocks "$db")
+            (cd "$dir" && le_as_pg "$PG_BINDIR/pgbench" -n -M prepared -h "$dir" -p "$port" -U postgres -c 1 \
+                -T "$secs" -D nheld="${held[$size]}" -f "$dir/scale_$op.pgb" -l --log-prefix="$dir/prof_tx" \
+                "$db" >/dev/null 2>&1) &
+            sleep 1
+            pid=$(q "$db" -c "SELECT pid FROM pg_stat_activity WHERE application_name = 'pgbench' AND datname = '$db'")
+            t0=$(date +%s.%N)
+            perf record -q -F 999 -g -p "$pid" -o "$dir/perf.$op.$size" -- sleep $((secs - 2)) >/dev/null 2>&1
+            t1=$(date +%s.%N)
+            wait
+            sleep 1.5
+            b1=$(blocks "$db")
+            # transactions that ended inside perf's window (log: ... epoch epoch_us)
+            n=$(cat "$dir"/prof_tx.* | awk -v a="$t0" -v b="$t1" '{ t = $5 + $6 / 1e6 } t >= a && t <= b { n++ } END { print n + 0 }')
+            read -r h0 _ <<<"$b0"
+            read -r h1 _ <<<"$b1"
+            perf report -i "$dir/perf.$op.$size" --no-children -n --sort sym --stdio -g none 2>/dev/null |
+                awk -v n="$n" '/^ *[0-9.]+%/ { c = $2; $1 = ""; $2 = ""; sub(/^ +/, ""); printf "%s\t%.1f\n", $0, 1000 * c / n }' |
+                sort -t"$(printf '\t')" -k1,1 >"$dir/prof.$op.$size"
+            printf '    %-8s %8s leases: %s samples per 1,000 transactions; %s block hits per transaction\n' "$op" "$size" \
+                "$(awk -F'\t' '{ s += $2 } END { printf "%.0f", s }' "$dir/prof.$op.$size")" \
+                "$(cat "$dir"/prof_tx.* | awk -v h=$((h1 - h0)) 'END { printf "%.2f", h / NR }')"
+            rm -f "$dir"/prof_tx.* "$dir/perf.$op.$size"
+        done
+        echo "    $op, the symbols that grew most (samples per 1,000 transactions, $SMALL_LEASES -> $SCALE_LEASES leases):"
+        join -t"$(printf '\t')" -a1 -a2 -e 0 -o 0,1.2,2.2 "$dir/prof.$op.$SMALL_LEASES" "$dir/prof.$op.$SCALE_LEASES" |
+            awk -F'\t' '{ printf "%.1f\t%s\t%s\t%s\n", $3 - $2, $2, $3, $1 }' | sort -rn | head -8 |
+            awk -F'\t' '{ printf "      %-40s %6s -> %6s\n", $4, $2, $3 }'
+    done
+}
+
 # --- leases: latency with 1,000 and with SCALE_LEASES rows ---------------------
 if has leases; then
     echo
@@ -233,6 +282,9 @@ if has leases; then
             "(lease tables and indexes, all passes; shared_buffers $SHARED_BUFFERS)"
     done
     rm -f "$dir"/lat.*
+    if [ -n "${PROFILE:-}" ]; then
+        profile_leases
+    fi
 fi
 
 # --- contest: CANDIDATES sessions on one key -----------------------------------

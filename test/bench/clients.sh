@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The "more clients help" target of issue 9, measured with more repetitions
+# than test/bench/run.sh gives it: le_'s cycle (le_cycle.pgb) and pglock's
+# (pglock_cycle.pgb) over 1,000 keys, default durability, with 1 and with 16
+# clients, REPS times (default 8) in alternating order, T seconds each
+# (default 9; the first 2 s of each run are not sampled).  Not part of the
+# test suite.
+#
+#   test/bench/clients.sh              # as root or postgres, after make install
+#   REPS=4 T=6 test/bench/clients.sh   # quicker (~2 min)
+#
+# Per repetition it prints each run's tps and the share of the machine's CPU
+# time that was busy (user + system + irq, from /proc/stat, over the sampled
+# seconds; pgbench's own work included), then le_'s 16/1 ratio, pglock's, and
+# le_'s ratio to pglock's.  The summary gives the medians over the
+# repetitions with their lowest and highest: the ratio of two tps ratios of
+# separate runs carries the noise of four runs (on the development machine
+# one client's tps moved between 1,300 and 2,100 from run to run).
+set -euo pipefail
+here=$(cd "$(dirname "$0")/../.." && pwd)
+bench=$here/test/bench
+. "$here/test/lib/prereq.sh"
+. "$here/test/lib/cluster.sh"
+
+REPS=${REPS:-8}
+T=${T:-9}
+[ "$T" -ge 4 ] || { echo "T must be at least 4" >&2; exit 2; }
+
+le_bench_cluster "max_connections = 40"
+le_bench_load "$bench"
+echo "reproduce: REPS=$REPS T=$T test/bench/clients.sh"
+echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)," \
+    "commit $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+
+# busy and total jiffies of all CPUs
+jiffies() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat; }
+# one NAME CLIENTS: prints "tps busy%"
+one() {
+    local out a b
+    out=$(mktemp "$dir/out.XXXXXX")
+    le_as_pg "$PG_BINDIR/pgbench" -n -M prepared -h "$dir" -p "$port" -U postgres -c "$2" -j 2 -T "$T" \
+        -f "$dir/$1.pgb" postgres >"$out" 2>&1 &
+    sleep 2
+    a=$(jiffies)
+    sleep $((T - 3))
+    b=$(jiffies)
+    wait $! || true
+    grep -q 'aborted\|ERROR' "$out" && { echo "pgbench failed: $1 -c $2" >&2; tail -5 "$out" >&2; exit 1; }
+    awk -v a="$a" -v b="$b" '/^tps/ { tps = $3 } END { split(a, x, " "); split(b, y, " ");
+        printf "%.0f %.0f", tps, 100 * (y[1] - x[1]) / (y[2] - x[2]) }' "$out"
+    rm -f "$out"
+}
+declare -a RL RP RX
+for rep in $(seq "$REPS"); do
+    order="le_cycle pglock_cycle"
+    [ $((rep % 2)) -eq 0 ] && order="pglock_cycle le_cycle"
+    declare -A tps=() busy=()
+    for c in 1 16; do
+        for s in $order; do
+            read -r tps[$s/$c] busy[$s/$c] <<<"$(one "$s" "$c")"
+        done
+    done
+    RL[$rep]=$(le_ratio "${tps[le_cycle/16]}" "${tps[le_cycle/1]}")
+    RP[$rep]=$(le_ratio "${tps[pglock_cycle/16]}" "${tps[pglock_cycle/1]}")
+    RX[$rep]=$(le_ratio "${RL[$rep]}" "${RP[$rep]}")
+    printf '  rep %s: le_ %s → %s tps (CPU busy %s%% → %s%%), pglock %s → %s (%s%% → %s%%); 16/1: le_ %s, pglock %s, le_/pglock %s\n' \
+        "$rep" "${tps[le_cycle/1]}" "${tps[le_cycle/16]}" "${busy[le_cycle/1]}" "${busy[le_cycle/16]}" \
+        "${tps[pglock_cycle/1]}" "${tps[pglock_cycle/16]}" "${busy[pglock_cycle/1]}" "${busy[pglock_cycle/16]}" \
+        "${RL[$rep]}" "${RP[$rep]}" "${RX[$rep]}"
+    X1[$rep]=$(le_ratio "${tps[le_cycle/1]}" "${tps[pglock_cycle/1]}")
+    X16[$rep]=$(le_ratio "${tps[le_cycle/16]}" "${tps[pglock_cycle/16]}")
+done
+span() { printf '%s (%s – %s)' "$(le_median "$@")" "$(printf '%s\n' "$@" | sort -n | head -1)" "$(printf '%s\n' "$@" | sort -n | tail -1)"; }
+printf '\nmedian over %s repetitions (lowest – highest):\n' "$REPS"
+printf '| le_ 16 clients / 1 client | %s |\n' "$(span "${RL[@]}")"
+printf '| pglock 16 clients / 1 client | %s |\n' "$(span "${RP[@]}")"
+printf '| le_'"'"'s 16/1 / pglock'"'"'s 16/1 (target ≥ 1) | %s |\n' "$(span "${RX[@]}")"
+printf '| le_ / pglock, 1 client | %s |\n' "$(span "${X1[@]}")"
+printf '| le_ / pglock, 16 clients | %s |\n' "$(span "${X16[@]}")"
