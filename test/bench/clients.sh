@@ -8,6 +8,7 @@
 #
 #   test/bench/clients.sh              # as root or postgres, after make install
 #   REPS=4 T=6 test/bench/clients.sh   # quicker (~2 min)
+#   PERF=1 test/bench/clients.sh     # then a perf profile of each at 16 clients (root)
 #
 # Per repetition it prints each run's tps and the share of the machine's CPU
 # time that was busy (user + system + irq, from /proc/stat, over the sampled
@@ -70,6 +71,41 @@ for rep in $(seq "$REPS"); do
     X1[$rep]=$(le_ratio "${tps[le_cycle/1]}" "${tps[pglock_cycle/1]}")
     X16[$rep]=$(le_ratio "${tps[le_cycle/16]}" "${tps[pglock_cycle/16]}")
 done
+# PERF=1: one more 16-client run of each cycle under perf (all CPUs,
+# cpu-clock, 999 Hz, T-3 s from 2 s in), samples per 1,000 transactions:
+# in total, in the server's processes, in the kernel and in pgbench, then
+# the symbols with the largest difference between le_ and pglock.
+profile16() {
+    local s n
+    command -v perf >/dev/null || { echo "PERF needs perf (apt-get install linux-perf)" >&2; exit 2; }
+    echo
+    echo "perf, 16 clients, samples per 1,000 transactions (all processes, T=$T s runs):"
+    for s in le_cycle pglock_cycle; do
+        (cd "$dir" && le_as_pg "$PG_BINDIR/pgbench" -n -M prepared -h "$dir" -p "$port" -U postgres -c 16 -j 2 \
+            -T "$T" -l --log-prefix="$dir/prof_tx" -f "$dir/$s.pgb" postgres >/dev/null 2>&1) &
+        sleep 2
+        local t0 t1
+        t0=$(date +%s.%N)
+        perf record -q -a -F 999 -o "$dir/perf.$s" -- sleep $((T - 3)) >/dev/null 2>&1
+        t1=$(date +%s.%N)
+        wait
+        n=$(cat "$dir"/prof_tx.* | awk -v a="$t0" -v b="$t1" '{ t = $5 + $6 / 1e6 } t >= a && t <= b { n++ } END { print n + 0 }')
+        rm -f "$dir"/prof_tx.*
+        perf report -i "$dir/perf.$s" --no-children -n --sort comm,dso --stdio 2>/dev/null |
+            awk -v n="$n" -v s="$s" '/^ *[0-9.]+%/ { c = $2; all += c; if ($3 == "postgres") { pg += c; if ($4 ~ /kernel/) k += c }
+                                                   else if ($3 == "pgbench") pb += c }
+                END { printf "  %-13s %d transactions: %.0f samples (server processes %.0f, of which kernel %.0f; pgbench %.0f; other %.0f)\n",
+                             s, n, 1000 * all / n, 1000 * pg / n, 1000 * k / n, 1000 * pb / n, 1000 * (all - pg - pb) / n }'
+        perf report -i "$dir/perf.$s" --comm postgres --no-children -n --sort sym --stdio 2>/dev/null |
+            awk -v n="$n" '/^ *[0-9.]+%/ { c = $2; $1 = ""; $2 = ""; sub(/^ +/, ""); printf "%s\t%.2f\n", $0, 1000 * c / n }' |
+            sort -t"$(printf '\t')" -k1,1 >"$dir/prof.$s"
+        rm -f "$dir/perf.$s"
+    done
+    echo "  server processes, symbols with the largest difference (samples per 1,000 transactions, le_ vs pglock):"
+    join -t"$(printf '\t')" -a1 -a2 -e 0 -o 0,1.2,2.2 "$dir/prof.le_cycle" "$dir/prof.pglock_cycle" |
+        awk -F'\t' '{ d = $2 - $3; printf "%.2f\t%s\t%s\t%s\n", (d < 0 ? -d : d), $2, $3, $1 }' | sort -rn | head -14 |
+        awk -F'\t' '{ printf "    %-44s %7s  %7s\n", $4, $2, $3 }'
+}
 span() { printf '%s (%s – %s)' "$(le_median "$@")" "$(printf '%s\n' "$@" | sort -n | head -1)" "$(printf '%s\n' "$@" | sort -n | tail -1)"; }
 printf '\nmedian over %s repetitions (lowest – highest):\n' "$REPS"
 printf '| le_ 16 clients / 1 client | %s |\n' "$(span "${RL[@]}")"
@@ -77,3 +113,5 @@ printf '| pglock 16 clients / 1 client | %s |\n' "$(span "${RP[@]}")"
 printf '| le_'"'"'s 16/1 / pglock'"'"'s 16/1 (target ≥ 1) | %s |\n' "$(span "${RX[@]}")"
 printf '| le_ / pglock, 1 client | %s |\n' "$(span "${X1[@]}")"
 printf '| le_ / pglock, 16 clients | %s |\n' "$(span "${X16[@]}")"
+[ -n "${PERF:-}" ] && profile16
+exit 0

@@ -60,7 +60,7 @@
 #          overdue row, and the row count does not grow after the first
 #          sample taken a whole retention after the start (last <= 1.5x it).
 #
-# PROFILE=1 (with SECTIONS including leases) adds a perf profile of the
+# PERF=1 (with SECTIONS including leases) adds a perf profile of the
 # refusal and of the SELECT baseline at both sizes (see profile_leases).
 #
 # Exit status 1 when a correctness check failed (contest, overdue history
@@ -163,16 +163,16 @@ ratio_line() {   # name p50_1k p50_1m p99_1k p99_1m
         "$1" "$2" "$3" "$r50" "$4" "$5" "$r99" "$v"
 }
 
-# profile_leases: with PROFILE set, where a refusal and the SELECT baseline
+# profile_leases: with PERF set, where a refusal and the SELECT baseline
 # spend the time the bigger table adds: for each, one client runs
-# PROFILE_SECONDS (12) s on each database while perf samples its backend
+# PERF_SECONDS (12) s on each database while perf samples its backend
 # (cpu-clock, 999 Hz, from 1 s in to 1 s before the end); printed per 1,000
 # transactions committed in that window (pg_stat_database), the symbols whose
 # samples grew most from SMALL_LEASES to SCALE_LEASES, and the blocks of the
 # lease tables and indexes each transaction touched (pg_statio).
 profile_leases() {
-    local op size pid t0 t1 b0 b1 n h0 h1 secs=${PROFILE_SECONDS:-12}
-    command -v perf >/dev/null || { echo "PROFILE needs perf (apt-get install linux-perf)" >&2; exit 2; }
+    local op size pid t0 t1 b0 b1 n h0 h1 secs=${PERF_SECONDS:-12}
+    command -v perf >/dev/null || { echo "PERF needs perf (apt-get install linux-perf)" >&2; exit 2; }
     echo "  perf of the backend, samples per 1,000 transactions (${secs} s per run, one client):"
     for op in refused select; do
         for size in "$SMALL_LEASES" "$SCALE_LEASES"; do
@@ -282,7 +282,7 @@ if has leases; then
             "(lease tables and indexes, all passes; shared_buffers $SHARED_BUFFERS)"
     done
     rm -f "$dir"/lat.*
-    if [ -n "${PROFILE:-}" ]; then
+    if [ -n "${PERF:-}" ]; then
         profile_leases
     fi
 fi

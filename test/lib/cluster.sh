@@ -70,7 +70,7 @@ le_bench_noop_trigger() {
     cp "$1/noop_trigger.c" "$dir/noop/"
     printf 'MODULES = noop_trigger\nPG_CONFIG = %s\nPGXS := $(shell $(PG_CONFIG) --pgxs)\ninclude $(PGXS)\n' \
         "$PG_CONFIG" >"$dir/noop/Makefile"
-    make -s -C "$dir/noop" >/dev/null
+    make -s -C "$dir/noop" PROFILE= >/dev/null   # PGXS adds $PROFILE to the compiler flags
     [ "$(id -u)" -eq 0 ] && chown -R postgres: "$dir/noop"
     return 0
 }
