@@ -11,7 +11,7 @@
 #   PERF=1 test/bench/clients.sh     # then a perf profile of each at 16 clients (root)
 #
 # Per repetition it prints each run's tps and the share of the machine's CPU
-# time that was busy (user + system + irq, from /proc/stat, over the sampled
+# time that was busy (all but idle, iowait and steal, from /proc/stat, over the sampled
 # seconds; pgbench's own work included), then le_'s 16/1 ratio, pglock's, and
 # le_'s ratio to pglock's.  The summary gives the medians over the
 # repetitions with their lowest and highest: the ratio of two tps ratios of
@@ -25,7 +25,13 @@ bench=$here/test/bench
 
 REPS=${REPS:-8}
 T=${T:-9}
+PERF=${PERF:-0}
 [ "$T" -ge 4 ] || { echo "T must be at least 4" >&2; exit 2; }
+[ "$REPS" -ge 1 ] || { echo "REPS must be at least 1" >&2; exit 2; }
+if [ "$PERF" != 0 ]; then
+    command -v perf >/dev/null || { echo "PERF needs perf (apt-get install linux-perf)" >&2; exit 2; }
+    [ "$(id -u)" -eq 0 ] || { echo "PERF=1 needs root (perf record -a)" >&2; exit 2; }
+fi
 
 le_bench_cluster "max_connections = 40"
 le_bench_load "$bench"
@@ -51,14 +57,15 @@ one() {
         printf "%.0f %.0f", tps, 100 * (y[1] - x[1]) / (y[2] - x[2]) }' "$out"
     rm -f "$out"
 }
-declare -a RL RP RX
+declare -a RL RP RX X1 X16
 for rep in $(seq "$REPS"); do
     order="le_cycle pglock_cycle"
     [ $((rep % 2)) -eq 0 ] && order="pglock_cycle le_cycle"
     declare -A tps=() busy=()
     for c in 1 16; do
         for s in $order; do
-            read -r tps[$s/$c] busy[$s/$c] <<<"$(one "$s" "$c")"
+            res=$(one "$s" "$c") || exit 1   # one's exit ends only its subshell
+            read -r tps[$s/$c] busy[$s/$c] <<<"$res"
         done
     done
     RL[$rep]=$(le_ratio "${tps[le_cycle/16]}" "${tps[le_cycle/1]}")
@@ -72,12 +79,12 @@ for rep in $(seq "$REPS"); do
     X16[$rep]=$(le_ratio "${tps[le_cycle/16]}" "${tps[pglock_cycle/16]}")
 done
 # PERF=1: one more 16-client run of each cycle under perf (all CPUs,
-# cpu-clock, 999 Hz, T-3 s from 2 s in), samples per 1,000 transactions:
-# in total, in the server's processes, in the kernel and in pgbench, then
+# cpu-clock, 999 Hz, T-3 s from 2 s in; le_ first, one run each), samples
+# per 1,000 transactions: in total, in this cluster's processes (the
+# postmaster and its children), in their kernel time and in pgbench, then
 # the symbols with the largest difference between le_ and pglock.
 profile16() {
-    local s n
-    command -v perf >/dev/null || { echo "PERF needs perf (apt-get install linux-perf)" >&2; exit 2; }
+    local s n pids
     echo
     echo "perf, 16 clients, samples per 1,000 transactions (all processes, T=$T s runs):"
     for s in le_cycle pglock_cycle; do
@@ -86,24 +93,32 @@ profile16() {
         sleep 2
         local t0 t1
         t0=$(date +%s.%N)
-        perf record -q -a -F 999 -o "$dir/perf.$s" -- sleep $((T - 3)) >/dev/null 2>&1
+        # this cluster's server processes: the postmaster and its children
+        pids=$(head -1 "$dir/data/postmaster.pid")
+        pids="$pids,$(ps -o pid= --ppid "$pids" | tr -s ' \n' ',' | sed 's/^,//; s/,$//')"
+        perf record -q -a -F 999 -o "$dir/perf.$s" -- sleep $((T - 3)) >/dev/null ||
+            { echo "perf record failed" >&2; exit 1; }
         t1=$(date +%s.%N)
         wait
         n=$(cat "$dir"/prof_tx.* | awk -v a="$t0" -v b="$t1" '{ t = $5 + $6 / 1e6 } t >= a && t <= b { n++ } END { print n + 0 }')
         rm -f "$dir"/prof_tx.*
-        perf report -i "$dir/perf.$s" --no-children -n --sort comm,dso --stdio 2>/dev/null |
-            awk -v n="$n" -v s="$s" '/^ *[0-9.]+%/ { c = $2; all += c; if ($3 == "postgres") { pg += c; if ($4 ~ /kernel/) k += c }
-                                                   else if ($3 == "pgbench") pb += c }
-                END { printf "  %-13s %d transactions: %.0f samples (server processes %.0f, of which kernel %.0f; pgbench %.0f; other %.0f)\n",
+        [ "$n" -gt 0 ] || { echo "no transaction in perf's window" >&2; exit 1; }
+        all=$(perf report -i "$dir/perf.$s" --no-children -n --sort comm --stdio 2>/dev/null |
+            awk '/^ *[0-9.]+%/ { c += $2 } END { print c + 0 }')
+        pb=$(perf report -i "$dir/perf.$s" --comm pgbench --no-children -n --sort comm --stdio 2>/dev/null |
+            awk '/^ *[0-9.]+%/ { c += $2 } END { print c + 0 }')
+        perf report -i "$dir/perf.$s" --pid "$pids" --no-children -n --sort dso --stdio 2>/dev/null |
+            awk -v n="$n" -v s="$s" -v all="$all" -v pb="$pb" '/^ *[0-9.]+%/ { c = $2; pg += c; if ($3 ~ /kernel/) k += c }
+                END { printf "  %-13s %d transactions: %.0f samples (this cluster'"'"'s processes %.0f, of which kernel %.0f; pgbench %.0f; other %.0f)\n",
                              s, n, 1000 * all / n, 1000 * pg / n, 1000 * k / n, 1000 * pb / n, 1000 * (all - pg - pb) / n }'
-        perf report -i "$dir/perf.$s" --comm postgres --no-children -n --sort sym --stdio 2>/dev/null |
+        perf report -i "$dir/perf.$s" --pid "$pids" --no-children -n --sort sym --stdio 2>/dev/null |
             awk -v n="$n" '/^ *[0-9.]+%/ { c = $2; $1 = ""; $2 = ""; sub(/^ +/, ""); printf "%s\t%.2f\n", $0, 1000 * c / n }' |
             sort -t"$(printf '\t')" -k1,1 >"$dir/prof.$s"
         rm -f "$dir/perf.$s"
     done
-    echo "  server processes, symbols with the largest difference (samples per 1,000 transactions, le_ vs pglock):"
+    echo "  this cluster's processes, symbols with the largest difference (samples per 1,000 transactions, le_ vs pglock):"
     join -t"$(printf '\t')" -a1 -a2 -e 0 -o 0,1.2,2.2 "$dir/prof.le_cycle" "$dir/prof.pglock_cycle" |
-        awk -F'\t' '{ d = $2 - $3; printf "%.2f\t%s\t%s\t%s\n", (d < 0 ? -d : d), $2, $3, $1 }' | sort -rn | head -14 |
+        awk -F'\t' '{ d = $2 - $3; printf "%.2f\t%s\t%s\t%s\n", (d < 0 ? -d : d), $2, $3, $1 }' | LC_ALL=C sort -rn | head -14 |
         awk -F'\t' '{ printf "    %-44s %7s  %7s\n", $4, $2, $3 }'
 }
 span() { printf '%s (%s – %s)' "$(le_median "$@")" "$(printf '%s\n' "$@" | sort -n | head -1)" "$(printf '%s\n' "$@" | sort -n | tail -1)"; }
@@ -113,5 +128,5 @@ printf '| pglock 16 clients / 1 client | %s |\n' "$(span "${RP[@]}")"
 printf '| le_'"'"'s 16/1 / pglock'"'"'s 16/1 (target ≥ 1) | %s |\n' "$(span "${RX[@]}")"
 printf '| le_ / pglock, 1 client | %s |\n' "$(span "${X1[@]}")"
 printf '| le_ / pglock, 16 clients | %s |\n' "$(span "${X16[@]}")"
-[ -n "${PERF:-}" ] && profile16
+[ "$PERF" != 0 ] && profile16
 exit 0

@@ -1,8 +1,9 @@
 /*
  * noop_trigger.c
- *		A C trigger function that does nothing, for test/bench/trigger_floor.sh
- *		only (never installed: the benchmark builds it in its scratch
- *		directory and creates the function from that file).  As a row
+ *		A C trigger function that does nothing, for the benchmarks only
+ *		(never installed: le_bench_noop_trigger in test/lib/cluster.sh builds
+ *		it in the benchmark's scratch directory, and baseline.sql creates the
+ *		function from that file).  As a row
  *		trigger it returns the row unchanged; as a statement trigger, NULL.
  *		What it costs is what PostgreSQL's executor spends on a trigger of
  *		that kind, the floor under any trigger, the fence included.

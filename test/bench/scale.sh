@@ -91,6 +91,11 @@ CHURN_KEYS=${CHURN_KEYS:-100}
 CHURN_SECONDS=${CHURN_SECONDS:-120}
 JOBS=${JOBS:-2}
 SHARED_BUFFERS=${SHARED_BUFFERS:-1GB}
+PERF=${PERF:-0}
+if [ "$PERF" != 0 ]; then
+    command -v perf >/dev/null || { echo "PERF needs perf (apt-get install linux-perf)" >&2; exit 2; }
+    [ "$(id -u)" -eq 0 ] || { echo "PERF=1 needs root (perf record of another user's process)" >&2; exit 2; }
+fi
 start=$SECONDS
 status=0
 has() { [[ " $SECTIONS " == *" $1 "* ]]; }
@@ -99,7 +104,7 @@ echo "reproduce: PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}" \
     "SECTIONS=\"$SECTIONS\" SCALE_LEASES=$SCALE_LEASES LAT_PASSES=$LAT_PASSES ACQ_KEYS=$ACQ_KEYS" \
     "RENEW_TX=$RENEW_TX REFUSED_TX=$REFUSED_TX CANDIDATES=$CANDIDATES ROUNDS=$ROUNDS" \
     "RENEW_LEASES=$RENEW_LEASES RENEWALS=$RENEWALS RETENTION=$RETENTION CHURN_KEYS=$CHURN_KEYS" \
-    "CHURN_SECONDS=$CHURN_SECONDS JOBS=$JOBS SHARED_BUFFERS=$SHARED_BUFFERS test/bench/scale.sh"
+    "CHURN_SECONDS=$CHURN_SECONDS JOBS=$JOBS SHARED_BUFFERS=$SHARED_BUFFERS PERF=$PERF test/bench/scale.sh"
 echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)," \
     "commit $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 
@@ -167,12 +172,11 @@ ratio_line() {   # name p50_1k p50_1m p99_1k p99_1m
 # spend the time the bigger table adds: for each, one client runs
 # PERF_SECONDS (12) s on each database while perf samples its backend
 # (cpu-clock, 999 Hz, from 1 s in to 1 s before the end); printed per 1,000
-# transactions committed in that window (pg_stat_database), the symbols whose
+# transactions that ended in that window (pgbench's log), the symbols whose
 # samples grew most from SMALL_LEASES to SCALE_LEASES, and the blocks of the
 # lease tables and indexes each transaction touched (pg_statio).
 profile_leases() {
-    local op size pid t0 t1 b0 b1 n h0 h1 secs=${PERF_SECONDS:-12}
-    command -v perf >/dev/null || { echo "PERF needs perf (apt-get install linux-perf)" >&2; exit 2; }
+    local op size db pid t0 t1 b0 b1 n h0 h1 secs=${PERF_SECONDS:-12}
     echo "  perf of the backend, samples per 1,000 transactions (${secs} s per run, one client):"
     for op in refused select; do
         for size in "$SMALL_LEASES" "$SCALE_LEASES"; do
@@ -181,17 +185,22 @@ profile_leases() {
             b0=$(blocks "$db")
             (cd "$dir" && le_as_pg "$PG_BINDIR/pgbench" -n -M prepared -h "$dir" -p "$port" -U postgres -c 1 \
                 -T "$secs" -D nheld="${held[$size]}" -f "$dir/scale_$op.pgb" -l --log-prefix="$dir/prof_tx" \
-                "$db" >/dev/null 2>&1) &
+                "$db" >"$dir/prof_out" 2>&1) &
             sleep 1
             pid=$(q "$db" -c "SELECT pid FROM pg_stat_activity WHERE application_name = 'pgbench' AND datname = '$db'")
             t0=$(date +%s.%N)
-            perf record -q -F 999 -g -p "$pid" -o "$dir/perf.$op.$size" -- sleep $((secs - 2)) >/dev/null 2>&1
+            perf record -q -F 999 -g -p "$pid" -o "$dir/perf.$op.$size" -- sleep $((secs - 2)) >/dev/null ||
+                { echo "perf record failed" >&2; exit 1; }
             t1=$(date +%s.%N)
             wait
+            if grep -q 'aborted\|ERROR' "$dir/prof_out"; then
+                echo "pgbench failed on $db: $op" >&2; tail -5 "$dir/prof_out" >&2; exit 1
+            fi
             sleep 1.5
             b1=$(blocks "$db")
             # transactions that ended inside perf's window (log: ... epoch epoch_us)
             n=$(cat "$dir"/prof_tx.* | awk -v a="$t0" -v b="$t1" '{ t = $5 + $6 / 1e6 } t >= a && t <= b { n++ } END { print n + 0 }')
+            [ "$n" -gt 0 ] || { echo "no $op transaction in perf's window on $db" >&2; exit 1; }
             read -r h0 _ <<<"$b0"
             read -r h1 _ <<<"$b1"
             perf report -i "$dir/perf.$op.$size" --no-children -n --sort sym --stdio -g none 2>/dev/null |
@@ -204,7 +213,7 @@ profile_leases() {
         done
         echo "    $op, the symbols that grew most (samples per 1,000 transactions, $SMALL_LEASES -> $SCALE_LEASES leases):"
         join -t"$(printf '\t')" -a1 -a2 -e 0 -o 0,1.2,2.2 "$dir/prof.$op.$SMALL_LEASES" "$dir/prof.$op.$SCALE_LEASES" |
-            awk -F'\t' '{ printf "%.1f\t%s\t%s\t%s\n", $3 - $2, $2, $3, $1 }' | sort -rn | head -8 |
+            awk -F'\t' '{ printf "%.1f\t%s\t%s\t%s\n", $3 - $2, $2, $3, $1 }' | LC_ALL=C sort -rn | head -8 |
             awk -F'\t' '{ printf "      %-40s %6s -> %6s\n", $4, $2, $3 }'
     done
 }
@@ -282,7 +291,7 @@ if has leases; then
             "(lease tables and indexes, all passes; shared_buffers $SHARED_BUFFERS)"
     done
     rm -f "$dir"/lat.*
-    if [ -n "${PERF:-}" ]; then
+    if [ "$PERF" != 0 ]; then
         profile_leases
     fi
 fi
