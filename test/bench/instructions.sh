@@ -8,6 +8,7 @@
 #   test/bench/instructions.sh        # as root or as postgres, after make install
 #   N=2000 test/bench/instructions.sh # transactions counted per script (default 3000)
 #   W=1000 test/bench/instructions.sh # warm-up transactions before them (default 2000)
+#   CLIENTS=16 W=300 N=300 test/bench/instructions.sh  # the cycles with 1 and 16 clients (~4 min)
 #
 # The server runs under callgrind (fsync = off, autovacuum off), with the
 # extension, test/bench/baseline.sql and 1,000 keys acquired and released
@@ -87,6 +88,44 @@ count() {   # script [PGOPTIONS]: instructions per transaction
     b=$(last_total)
     awk -v a="$a" -v b="$b" -v n="$N" 'BEGIN { printf "%.0f", (b - a) / n }'
 }
+# CLIENTS=16: instead of the rows below, the cycles' instructions per
+# transaction in each backend with 1 and with CLIENTS clients, every backend
+# running the same W and W + N transactions (W=N=300 suit it: the server
+# under valgrind serves 16 backends slowly), so that what differs is what
+# the other backends' concurrent changes cost.  Sums the totals of all the
+# backends that ran the script (their profiles name PostgresMain).
+backends_total() {   # marker file: total Ir of the backends that exited since it
+    local f s=0 t
+    sleep 3
+    for f in $(find "$dir/cg" -name 'cg.*' -newer "$1"); do
+        grep -q 'PostgresMain' "$f" && grep -q 'ExecInsert' "$f" || continue
+        t=$(sed -n 's/^\(summary\|totals\): *\([0-9]*\).*/\2/p' "$f" | head -1)
+        s=$((s + t))
+    done
+    echo "$s"
+}
+count_clients() {   # script clients: instructions per transaction per backend
+    local a b
+    sleep 3   # backends of earlier sessions write their profiles as they exit
+    touch "$dir/mark.a"; sleep 1
+    le_as_pg "$PG_BINDIR/pgbench" -n -M prepared -h "$dir" -p "$port" -U postgres -c "$2" -j 2 -t "$W" \
+        -f "$dir/$1" postgres >/dev/null 2>&1
+    a=$(backends_total "$dir/mark.a")
+    touch "$dir/mark.b"; sleep 1
+    le_as_pg "$PG_BINDIR/pgbench" -n -M prepared -h "$dir" -p "$port" -U postgres -c "$2" -j 2 -t $((W + N)) \
+        -f "$dir/$1" postgres >/dev/null 2>&1
+    b=$(backends_total "$dir/mark.b")
+    awk -v a="$a" -v b="$b" -v n="$N" -v c="$2" 'BEGIN { printf "%.0f", (b - a) / (n * c) }'
+}
+if [ -n "${CLIENTS:-}" ]; then
+    echo "| cycle | 1 client | $CLIENTS clients | ratio |"
+    echo "| --- | --- | --- | --- |"
+    for s in le_cycle.pgb pglock_cycle.pgb; do
+        one=$(count_clients "$s" 1); many=$(count_clients "$s" "$CLIENTS")
+        printf '| %s | %s | %s | %s |\n' "$s" "$one" "$many" "$(le_ratio "$many" "$one")"
+    done
+    exit 0
+fi
 echo "| operation | le_ instructions per transaction (server backend) | baseline | le_ / baseline (lower is cheaper) |"
 echo "| --- | --- | --- | --- |"
 pair() {   # label le_script base_script [PGOPTIONS]
