@@ -84,7 +84,7 @@ done
 # postmaster and its children), in their kernel time and in pgbench, then
 # the symbols with the largest difference between le_ and pglock.
 profile16() {
-    local s n pids
+    local s n pids all pb
     echo
     echo "perf, 16 clients, samples per 1,000 transactions (all processes, T=$T s runs):"
     for s in le_cycle pglock_cycle; do
@@ -100,7 +100,7 @@ profile16() {
             { echo "perf record failed" >&2; exit 1; }
         t1=$(date +%s.%N)
         wait
-        n=$(cat "$dir"/prof_tx.* | awk -v a="$t0" -v b="$t1" '{ t = $5 + $6 / 1e6 } t >= a && t <= b { n++ } END { print n + 0 }')
+        n=$(le_tx_in_window "$t0" "$t1" "$dir"/prof_tx.*)
         rm -f "$dir"/prof_tx.*
         [ "$n" -gt 0 ] || { echo "no transaction in perf's window" >&2; exit 1; }
         all=$(perf report -i "$dir/perf.$s" --no-children -n --sort comm --stdio 2>/dev/null |
@@ -111,22 +111,17 @@ profile16() {
             awk -v n="$n" -v s="$s" -v all="$all" -v pb="$pb" '/^ *[0-9.]+%/ { c = $2; pg += c; if ($3 ~ /kernel/) k += c }
                 END { printf "  %-13s %d transactions: %.0f samples (this cluster'"'"'s processes %.0f, of which kernel %.0f; pgbench %.0f; other %.0f)\n",
                              s, n, 1000 * all / n, 1000 * pg / n, 1000 * k / n, 1000 * pb / n, 1000 * (all - pg - pb) / n }'
-        perf report -i "$dir/perf.$s" --pid "$pids" --no-children -n --sort sym --stdio 2>/dev/null |
-            awk -v n="$n" '/^ *[0-9.]+%/ { c = $2; $1 = ""; $2 = ""; sub(/^ +/, ""); printf "%s\t%.2f\n", $0, 1000 * c / n }' |
-            sort -t"$(printf '\t')" -k1,1 >"$dir/prof.$s"
+        le_perf_rates "$dir/perf.$s" "$n" --pid "$pids" >"$dir/prof.$s"
         rm -f "$dir/perf.$s"
     done
     echo "  this cluster's processes, symbols with the largest difference (samples per 1,000 transactions, le_ vs pglock):"
-    join -t"$(printf '\t')" -a1 -a2 -e 0 -o 0,1.2,2.2 "$dir/prof.le_cycle" "$dir/prof.pglock_cycle" |
-        awk -F'\t' '{ d = $2 - $3; printf "%.2f\t%s\t%s\t%s\n", (d < 0 ? -d : d), $2, $3, $1 }' | LC_ALL=C sort -rn | head -14 |
-        awk -F'\t' '{ printf "    %-44s %7s  %7s\n", $4, $2, $3 }'
+    le_perf_diff "$dir/prof.le_cycle" "$dir/prof.pglock_cycle" 14 abs
 }
-span() { printf '%s (%s – %s)' "$(le_median "$@")" "$(printf '%s\n' "$@" | sort -n | head -1)" "$(printf '%s\n' "$@" | sort -n | tail -1)"; }
 printf '\nmedian over %s repetitions (lowest – highest):\n' "$REPS"
-printf '| le_ 16 clients / 1 client | %s |\n' "$(span "${RL[@]}")"
-printf '| pglock 16 clients / 1 client | %s |\n' "$(span "${RP[@]}")"
-printf '| le_'"'"'s 16/1 / pglock'"'"'s 16/1 (target ≥ 1) | %s |\n' "$(span "${RX[@]}")"
-printf '| le_ / pglock, 1 client | %s |\n' "$(span "${X1[@]}")"
-printf '| le_ / pglock, 16 clients | %s |\n' "$(span "${X16[@]}")"
+printf '| le_ 16 clients / 1 client | %s |\n' "$(le_span %s "${RL[@]}")"
+printf '| pglock 16 clients / 1 client | %s |\n' "$(le_span %s "${RP[@]}")"
+printf '| le_'"'"'s 16/1 / pglock'"'"'s 16/1 (target ≥ 1) | %s |\n' "$(le_span %s "${RX[@]}")"
+printf '| le_ / pglock, 1 client | %s |\n' "$(le_span %s "${X1[@]}")"
+printf '| le_ / pglock, 16 clients | %s |\n' "$(le_span %s "${X16[@]}")"
 [ "$PERF" != 0 ] && profile16
 exit 0

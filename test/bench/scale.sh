@@ -199,22 +199,18 @@ profile_leases() {
             sleep 1.5
             b1=$(blocks "$db")
             # transactions that ended inside perf's window (log: ... epoch epoch_us)
-            n=$(cat "$dir"/prof_tx.* | awk -v a="$t0" -v b="$t1" '{ t = $5 + $6 / 1e6 } t >= a && t <= b { n++ } END { print n + 0 }')
+            n=$(le_tx_in_window "$t0" "$t1" "$dir"/prof_tx.*)
             [ "$n" -gt 0 ] || { echo "no $op transaction in perf's window on $db" >&2; exit 1; }
             read -r h0 _ <<<"$b0"
             read -r h1 _ <<<"$b1"
-            perf report -i "$dir/perf.$op.$size" --no-children -n --sort sym --stdio -g none 2>/dev/null |
-                awk -v n="$n" '/^ *[0-9.]+%/ { c = $2; $1 = ""; $2 = ""; sub(/^ +/, ""); printf "%s\t%.1f\n", $0, 1000 * c / n }' |
-                sort -t"$(printf '\t')" -k1,1 >"$dir/prof.$op.$size"
+            le_perf_rates "$dir/perf.$op.$size" "$n" >"$dir/prof.$op.$size"
             printf '    %-8s %8s leases: %s samples per 1,000 transactions; %s block hits per transaction\n' "$op" "$size" \
                 "$(awk -F'\t' '{ s += $2 } END { printf "%.0f", s }' "$dir/prof.$op.$size")" \
                 "$(cat "$dir"/prof_tx.* | awk -v h=$((h1 - h0)) 'END { printf "%.2f", h / NR }')"
             rm -f "$dir"/prof_tx.* "$dir/perf.$op.$size"
         done
         echo "    $op, the symbols that grew most (samples per 1,000 transactions, $SMALL_LEASES -> $SCALE_LEASES leases):"
-        join -t"$(printf '\t')" -a1 -a2 -e 0 -o 0,1.2,2.2 "$dir/prof.$op.$SMALL_LEASES" "$dir/prof.$op.$SCALE_LEASES" |
-            awk -F'\t' '{ printf "%.1f\t%s\t%s\t%s\n", $3 - $2, $2, $3, $1 }' | LC_ALL=C sort -rn | head -8 |
-            awk -F'\t' '{ printf "      %-40s %6s -> %6s\n", $4, $2, $3 }'
+        le_perf_diff "$dir/prof.$op.$SMALL_LEASES" "$dir/prof.$op.$SCALE_LEASES" 8 | sed 's/^/  /'
     done
 }
 

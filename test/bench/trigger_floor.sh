@@ -94,15 +94,13 @@ printf 'without trigger, and to the second (A/A: the two differ only in name, so
 printf 'others by whatever separates them):\n'
 printf '| %-50s | %s | |\n' "INSERT without trigger, mean latency" \
     "$(le_median $(for r in "${R[@]}"; do cut -d' ' -f1 <<<"$r"; done)) µs"
-span() { printf '%.3f (%.3f – %.3f)' "$(le_median "$@")" "$(printf '%s\n' "$@" | LC_ALL=C sort -g | head -1)" \
-    "$(printf '%s\n' "$@" | LC_ALL=C sort -g | tail -1)"; }
 for i in 1 2 3 4 5 6; do
     vals=$(for r in "${R[@]}"; do cut -d' ' -f$((i + 1)) <<<"$r"; done)
     # to the second table: (plain / variant) / (plain / plain2)
     vals2=$(for r in "${R[@]}"; do awk -v i="$i" '{ printf "%.4f\n", $(i + 1) / $2 }' <<<"$r"; done)
     if [ "$i" -eq 1 ]; then
-        printf '| %-50s | %s | |\n' "${labels[$((i - 1))]}" "$(span $vals)"
+        printf '| %-50s | %s | |\n' "${labels[$((i - 1))]}" "$(le_span %.3f $vals)"
     else
-        printf '| %-50s | %s | %s |\n' "${labels[$((i - 1))]}" "$(span $vals)" "$(span $vals2)"
+        printf '| %-50s | %s | %s |\n' "${labels[$((i - 1))]}" "$(le_span %.3f $vals)" "$(le_span %.3f $vals2)"
     fi
 done

@@ -40,6 +40,44 @@ le_median() {
         awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
 }
 
+# le_span FORMAT N...: "median (lowest – highest)" of the numbers given, each
+# printed with the printf FORMAT (e.g. %s, %.3f).
+le_span() {
+    local fmt=$1
+    shift
+    printf "$fmt ($fmt – $fmt)" "$(le_median "$@")" "$(printf '%s\n' "$@" | LC_ALL=C sort -g | head -1)" \
+        "$(printf '%s\n' "$@" | LC_ALL=C sort -g | tail -1)"
+}
+
+# le_tx_in_window T0 T1 LOG...: how many transactions of pgbench's
+# per-transaction logs (-l: ... epoch epoch_us) ended between T0 and T1
+# (epoch seconds).
+le_tx_in_window() {
+    local a=$1 b=$2
+    shift 2
+    cat "$@" | awk -v a="$a" -v b="$b" '{ t = $5 + $6 / 1e6 } t >= a && t <= b { n++ } END { print n + 0 }'
+}
+
+# le_perf_rates DATA N [PERF_REPORT_ARG...]: "symbol<TAB>samples per 1,000
+# transactions" from perf's recording DATA over N transactions, sorted by
+# symbol (for join).
+le_perf_rates() {
+    local data=$1 n=$2
+    shift 2
+    perf report -i "$data" --no-children -n --sort sym --stdio -g none "$@" 2>/dev/null |
+        awk -v n="$n" '/^ *[0-9.]+%/ { c = $2; $1 = ""; $2 = ""; sub(/^ +/, ""); printf "%s\t%.2f\n", $0, 1000 * c / n }' |
+        sort -t"$(printf '\t')" -k1,1
+}
+
+# le_perf_diff A B COUNT [abs]: the COUNT symbols of two le_perf_rates files
+# whose rate grew most from A to B (with abs: differs most either way), as
+# "symbol  rate in A  rate in B".
+le_perf_diff() {
+    join -t"$(printf '\t')" -a1 -a2 -e 0 -o 0,1.2,2.2 "$1" "$2" |
+        awk -F'\t' -v abs="${4:-}" '{ d = $3 - $2; if (abs != "" && d < 0) d = -d; printf "%.2f\t%s\t%s\t%s\n", d, $2, $3, $1 }' |
+        LC_ALL=C sort -rn | head -"$3" | awk -F'\t' '{ printf "    %-44s %7s  %7s\n", $4, $2, $3 }'
+}
+
 # le_ratio A B: A / B with three decimals.
 le_ratio() {
     awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "n/a" }'
