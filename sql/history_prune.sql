@@ -96,6 +96,35 @@ SELECT * FROM hp_rows();
 SELECT le_release('hp', 'o', (SELECT fencing_token FROM le_acquire('hp', 'o', '1 minute')));
 SELECT * FROM hp_rows();
 
+-- Every history row of a lease ended after its le_lease row was created, so
+-- while that row is younger than the retention no row can be due: a grant
+-- then scans no history at all (not even the first grant of the lease in
+-- a backend, which otherwise scans once).  (The scans are counted within
+-- one transaction: PostgreSQL 15's pending counts also hold earlier ones.)
+RESET leader_election.history_retention;
+BEGIN;
+SELECT pg_stat_get_xact_numscans('le_lease_history_pkey'::regclass) AS scans_before \gset
+SELECT acquired FROM le_acquire('hy', 'o', '1 minute');
+SELECT pg_stat_get_xact_numscans('le_lease_history_pkey'::regclass) - :scans_before AS history_scans;
+COMMIT;
+-- Once the row is older than the retention, the grant prunes as before
+-- (the row and its periods made older here by hand, as the superuser).
+SELECT le_release('hy', 'o', fencing_token) FROM le_leases WHERE lease_key = 'hy';
+SELECT le_release('hy', 'o', (SELECT fencing_token FROM le_acquire('hy', 'o', '1 minute')));
+UPDATE le_lease_history SET acquired_at = acquired_at - interval '2 hours',
+       ended_at = ended_at - interval '2 hours' WHERE lease_key = 'hy';
+UPDATE le_lease SET created_at = created_at - interval '3 hours' WHERE lease_key = 'hy';
+\c
+\set VERBOSITY sqlstate
+SET leader_election.history_retention = 3600;
+BEGIN;
+SELECT pg_stat_get_xact_numscans('le_lease_history_pkey'::regclass) AS scans_before \gset
+SELECT acquired FROM le_acquire('hy', 'o', '1 minute');
+SELECT pg_stat_get_xact_numscans('le_lease_history_pkey'::regclass) - :scans_before AS history_scans;
+COMMIT;
+SELECT count(*) FILTER (WHERE ended_at IS NOT NULL) AS closed, count(*) FILTER (WHERE ended_at IS NULL) AS open
+  FROM le_lease_history WHERE lease_key = 'hy';
+
 RESET leader_election.history_retention;
 DROP FUNCTION hp_cycle(int);
 DROP FUNCTION hp_rows();

@@ -308,7 +308,7 @@ retry:
 		if (old.holder != NULL)
 			le_close_period(&st, &old, now, "expired");
 		le_store_history_open(&st, &row);
-		(void) le_store_prune_history(&st, row.lease_id);
+		(void) le_store_prune_history(&st, row.lease_id, row.created_at);
 		le_notify(&st, "acquired", &row);
 	}
 
@@ -526,7 +526,7 @@ le_prune_history(PG_FUNCTION_ARGS)
 
 	le_check_writable("prune the history of");
 	le_store_begin(&st, fcinfo->flinfo->fn_oid, NULL);
-	deleted = le_store_prune_history(&st, 0);
+	deleted = le_store_prune_history(&st, 0, 0);
 	le_store_end(&st);
 	PG_RETURN_INT64(deleted);
 }

@@ -308,6 +308,7 @@ le_rows_values_row(const Datum *values, const bool *isnull, LeaseRow *row)
 	row->expires_at = le_rows_time(values, isnull, Anum_le_lease_expires_at);
 	row->transitions = DatumGetInt64(values[Anum_le_lease_transitions - 1]);
 	row->token_system_id = DatumGetInt64(values[Anum_le_lease_token_system_id - 1]);
+	row->created_at = le_rows_time(values, isnull, Anum_le_lease_created_at);
 }
 
 /* Copy the le_lease tuple in slot into *row (strings in the current context). */
