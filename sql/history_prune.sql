@@ -124,6 +124,24 @@ SELECT pg_stat_get_xact_numscans('le_lease_history_pkey'::regclass) - :scans_bef
 COMMIT;
 SELECT count(*) FILTER (WHERE ended_at IS NOT NULL) AS closed, count(*) FILTER (WHERE ended_at IS NULL) AS open
   FROM le_lease_history WHERE lease_key = 'hy';
+-- A row made "in the future" (a clock that was ahead: stepped back since,
+-- or another server's before a restore or failover) is not trusted: the
+-- grant scans, and prunes the due rows.
+SELECT le_release('hy', 'o', fencing_token) FROM le_leases WHERE lease_key = 'hy';
+SELECT le_release('hy', 'o', (SELECT fencing_token FROM le_acquire('hy', 'o', '1 minute')));
+UPDATE le_lease_history SET acquired_at = acquired_at - interval '2 hours',
+       ended_at = ended_at - interval '2 hours' WHERE lease_key = 'hy';
+UPDATE le_lease SET created_at = clock_timestamp() + interval '1 day' WHERE lease_key = 'hy';
+\c
+\set VERBOSITY sqlstate
+SET leader_election.history_retention = 3600;
+BEGIN;
+SELECT pg_stat_get_xact_numscans('le_lease_history_pkey'::regclass) AS scans_before \gset
+SELECT acquired FROM le_acquire('hy', 'o', '1 minute');
+SELECT pg_stat_get_xact_numscans('le_lease_history_pkey'::regclass) - :scans_before AS history_scans;
+COMMIT;
+SELECT count(*) FILTER (WHERE ended_at IS NOT NULL) AS closed, count(*) FILTER (WHERE ended_at IS NULL) AS open
+  FROM le_lease_history WHERE lease_key = 'hy';
 
 RESET leader_election.history_retention;
 DROP FUNCTION hp_cycle(int);

@@ -65,7 +65,7 @@ typedef struct LeaseRow
 	TimestampTz expires_at;
 	int64		transitions;
 	int64		token_system_id;	/* cluster that issued fencing_token */
-	TimestampTz created_at;		/* when the row was made: no period of it ended before */
+	TimestampTz created_at;		/* when the row was made, by the clock then */
 } LeaseRow;
 
 /* GUC variables (leader_election.c). */
