@@ -9,6 +9,7 @@
 #   N=2000 test/bench/instructions.sh # transactions counted per script (default 3000)
 #   W=1000 test/bench/instructions.sh # warm-up transactions before them (default 2000)
 #   CLIENTS=16 W=300 N=300 test/bench/instructions.sh  # the cycles with 1 and 16 clients (~4 min)
+#   CLIENTS=16 FRESH=1 test/bench/instructions.sh      # the same with new backends, as in a tps run (~6 min)
 #
 # The server runs under callgrind (fsync = off, autovacuum off), with the
 # extension, test/bench/baseline.sql and 1,000 keys acquired and released
@@ -117,6 +118,46 @@ count_clients() {   # script clients: instructions per transaction per backend
     b=$(backends_total "$dir/mark.b")
     awk -v a="$a" -v b="$b" -v n="$N" -v c="$2" 'BEGIN { printf "%.0f", (b - a) / (n * c) }'
 }
+# CLIENTS=16 FRESH=1: the backends of a tps run instead (test/bench/clients.sh):
+# new ones, each running about as many cycles as in one of its 9-s runs
+# (FRESH_ONE=12000 with one client, FRESH_MANY=1700 each with CLIENTS), on a
+# history that has HISTORY=200 ended periods per key, as clients.sh's
+# repetitions leave behind (put there by hand: tokens below any real one,
+# ended a day ago).  A backend's start-up (about 46 M instructions, 27 k per
+# cycle over 1,700 cycles) is left out, as pgbench's tps leaves out its
+# connections: the same clients run 1 cycle each first, and the figure is
+# the difference of the two runs' totals per further cycle.  What differs
+# from the warm counts above is each backend's first use of each key, which
+# a backend with 1,700 cycles over 1,000 keys meets in about half of its
+# grants.  ~6 min.
+count_fresh() {   # script clients cycles: instructions per cycle of new backends, start-up left out
+    local a b
+    sleep 3
+    touch "$dir/mark.f1"; sleep 1
+    le_as_pg "$PG_BINDIR/pgbench" -n -M prepared -h "$dir" -p "$port" -U postgres -c "$2" -j 2 -t 1 \
+        -f "$dir/$1" postgres >/dev/null 2>&1
+    a=$(backends_total "$dir/mark.f1")
+    touch "$dir/mark.fn"; sleep 1
+    le_as_pg "$PG_BINDIR/pgbench" -n -M prepared -h "$dir" -p "$port" -U postgres -c "$2" -j 2 -t "$3" \
+        -f "$dir/$1" postgres >/dev/null 2>&1
+    b=$(backends_total "$dir/mark.fn")
+    awk -v a="$a" -v b="$b" -v n="$3" -v c="$2" 'BEGIN { printf "%.0f", (b - a) / ((n - 1) * c) }'
+}
+if [ -n "${CLIENTS:-}" ] && [ "${FRESH:-0}" != 0 ]; then
+    psql >/dev/null <<SQL
+INSERT INTO le_lease_history (lease_id, lease_key, holder, holder_role, fencing_token, acquired_at, ended_at, end_reason)
+SELECT l.lease_id, l.lease_key, 'earlier', 'postgres', -g, now() - interval '1 day', now() - interval '1 day', 'released'
+  FROM le_lease AS l, generate_series(1, ${HISTORY:-200}) AS g
+ WHERE l.lease_key ~ '^k[0-9]+\$';
+SQL
+    echo "| cycle, new backends | 1 client × ${FRESH_ONE:-12000} | $CLIENTS clients × ${FRESH_MANY:-1700} | ratio |"
+    echo "| --- | --- | --- | --- |"
+    for s in le_cycle.pgb pglock_cycle.pgb; do
+        one=$(count_fresh "$s" 1 "${FRESH_ONE:-12000}"); many=$(count_fresh "$s" "$CLIENTS" "${FRESH_MANY:-1700}")
+        printf '| %s | %s | %s | %s |\n' "$s" "$one" "$many" "$(le_ratio "$many" "$one")"
+    done
+    exit 0
+fi
 if [ -n "${CLIENTS:-}" ]; then
     echo "| cycle | 1 client | $CLIENTS clients | ratio |"
     echo "| --- | --- | --- | --- |"
