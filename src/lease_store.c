@@ -575,9 +575,12 @@ le_prune_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
  * instructions with one client and 14,400 with 16, per first grant).  A row
  * made "in the future" (a clock stepped forward and back, a restore or a
  * failover from a server whose clock was ahead) is not trusted while the
- * clock is still behind it; once the clock has passed it, a grant may keep a
- * due row of such a lease for at most as long as that clock was ahead, the
- * rows le_prune_history() takes (review of this shortcut, issue 9).
+ * clock is still behind it; once the clock has passed it, this skip keeps a
+ * due row of such a lease for at most created_at - ended_at past its due
+ * time (le_prune_history() takes it; review of this shortcut, issue 9).
+ * Apart from this skip, a period that ended by a clock that was ahead stops
+ * every prune of its lease until it is due itself (the scan stops at the
+ * first row not due: le_store_prune_lease_history).
  */
 int64
 le_store_prune_history(LeaseStoreState *st, int64 lease_id, TimestampTz created_at)
