@@ -119,41 +119,68 @@ count_clients() {   # script clients: instructions per transaction per backend
     awk -v a="$a" -v b="$b" -v n="$N" -v c="$2" 'BEGIN { printf "%.0f", (b - a) / (n * c) }'
 }
 # CLIENTS=16 FRESH=1: the backends of a tps run instead (test/bench/clients.sh):
-# new ones, each running about as many cycles as in one of its 9-s runs
-# (FRESH_ONE=12000 with one client, FRESH_MANY=1700 each with CLIENTS), on a
-# history that has HISTORY=200 ended periods per key, as clients.sh's
-# repetitions leave behind (put there by hand: tokens below any real one,
-# ended a day ago).  A backend's start-up (about 46 M instructions, 27 k per
-# cycle over 1,700 cycles) is left out, as pgbench's tps leaves out its
-# connections: the same clients run 1 cycle each first, and the figure is
-# the difference of the two runs' totals per further cycle.  What differs
-# from the warm counts above is each backend's first use of each key, which
-# a backend with 1,700 cycles over 1,000 keys meets in about half of its
-# grants.  ~6 min.
+# new ones, each running FRESH_ONE=12000 cycles with one client and
+# FRESH_MANY=1700 each with CLIENTS, on a history of HISTORY=200 ended
+# periods per key.  The defaults are a 9-s run of clients.sh on a machine
+# that does ~3,000 cycles/s with 16 clients and the history its repetitions
+# leave there; on a quicker one give its own figures (at ~9,300 cycles/s:
+# FRESH_ONE=20000 FRESH_MANY=5200 HISTORY=700).  The history rows are put
+# there by hand (tokens below any real one, ended a day ago or, for a
+# younger lease row, when it was made: none due, none before its row).  LEASE_AGE='8 days' makes the lease rows that old first (older
+# than the default retention: grants then scan the history, as for a
+# long-lived key).  Each backend's start-up and first cycle (about 46 M
+# instructions) are left out: the same clients run one cycle each first,
+# and the figure is the difference of the two runs' totals per further
+# cycle.  What differs from the warm counts above is each backend's first
+# use of each key: a backend running n cycles over the 1,000 keys meets
+# about 1000 (1 - e^(-n/1000)) of them for the first time.
+# FRESH_SCRIPTS=le_cycle.pgb counts le_'s cycle only.  ~6 min.
+fresh_total() {   # marker n: total Ir of the n backends whose profiles were written after marker
+    local f n s t i
+    for i in $(seq 120); do
+        n=0; s=0
+        for f in $(find "$dir/cg" -name 'cg.*' -newer "$1"); do
+            grep -q 'PostgresMain' "$f" || continue
+            t=$(sed -n 's/^\(summary\|totals\): *\([0-9]*\).*/\2/p' "$f" | head -1)
+            [ -n "$t" ] || continue
+            n=$((n + 1)); s=$((s + t))
+        done
+        [ "$n" -ge "$2" ] && break
+        sleep 1
+    done
+    [ "$n" -eq "$2" ] || { echo "expected $2 backend profiles after $1, found $n" >&2; exit 1; }
+    echo "$s"
+}
 count_fresh() {   # script clients cycles: instructions per cycle of new backends, start-up left out
     local a b
-    sleep 3
     touch "$dir/mark.f1"; sleep 1
     le_as_pg "$PG_BINDIR/pgbench" -n -M prepared -h "$dir" -p "$port" -U postgres -c "$2" -j 2 -t 1 \
         -f "$dir/$1" postgres >/dev/null 2>&1
-    a=$(backends_total "$dir/mark.f1")
+    # one backend per client and one for pgbench's set-up connection
+    a=$(fresh_total "$dir/mark.f1" $(($2 + 1))) || exit 1
     touch "$dir/mark.fn"; sleep 1
     le_as_pg "$PG_BINDIR/pgbench" -n -M prepared -h "$dir" -p "$port" -U postgres -c "$2" -j 2 -t "$3" \
         -f "$dir/$1" postgres >/dev/null 2>&1
-    b=$(backends_total "$dir/mark.fn")
+    b=$(fresh_total "$dir/mark.fn" $(($2 + 1))) || exit 1
     awk -v a="$a" -v b="$b" -v n="$3" -v c="$2" 'BEGIN { printf "%.0f", (b - a) / ((n - 1) * c) }'
 }
 if [ -n "${CLIENTS:-}" ] && [ "${FRESH:-0}" != 0 ]; then
-    psql >/dev/null <<SQL
-INSERT INTO le_lease_history (lease_id, lease_key, holder, holder_role, fencing_token, acquired_at, ended_at, end_reason)
-SELECT l.lease_id, l.lease_key, 'earlier', 'postgres', -g, now() - interval '1 day', now() - interval '1 day', 'released'
-  FROM le_lease AS l, generate_series(1, ${HISTORY:-200}) AS g
- WHERE l.lease_key ~ '^k[0-9]+\$';
+    [ -z "${LEASE_AGE:-}" ] || psql -v age="$LEASE_AGE" >/dev/null <<'SQL'
+UPDATE le_lease SET created_at = created_at - :'age'::interval WHERE lease_key ~ '^k[0-9]+$';
 SQL
-    echo "| cycle, new backends | 1 client × ${FRESH_ONE:-12000} | $CLIENTS clients × ${FRESH_MANY:-1700} | ratio |"
+    psql -v n="${HISTORY:-200}" >/dev/null <<'SQL'
+INSERT INTO le_lease_history (lease_id, lease_key, holder, holder_role, fencing_token, acquired_at, ended_at, end_reason)
+SELECT l.lease_id, l.lease_key, 'earlier', 'postgres', -g, e.at, e.at, 'released'
+  FROM le_lease AS l, generate_series(1, :n) AS g,
+       LATERAL (SELECT greatest(l.created_at, now() - interval '1 day') AS at) AS e
+ WHERE l.lease_key ~ '^k[0-9]+$';
+SQL
+    sleep 3   # the profiles of those sessions' backends are written as they exit
+    echo "| cycle, new backends (history ${HISTORY:-200} periods per key${LEASE_AGE:+, lease rows $LEASE_AGE old}) | 1 client × ${FRESH_ONE:-12000} | $CLIENTS clients × ${FRESH_MANY:-1700} | ratio |"
     echo "| --- | --- | --- | --- |"
-    for s in le_cycle.pgb pglock_cycle.pgb; do
-        one=$(count_fresh "$s" 1 "${FRESH_ONE:-12000}"); many=$(count_fresh "$s" "$CLIENTS" "${FRESH_MANY:-1700}")
+    for s in ${FRESH_SCRIPTS:-le_cycle.pgb pglock_cycle.pgb}; do
+        one=$(count_fresh "$s" 1 "${FRESH_ONE:-12000}") || exit 1
+        many=$(count_fresh "$s" "$CLIENTS" "${FRESH_MANY:-1700}") || exit 1
         printf '| %s | %s | %s | %s |\n' "$s" "$one" "$many" "$(le_ratio "$many" "$one")"
     done
     exit 0
