@@ -15,9 +15,30 @@ BEGIN
     PERFORM le_release('hp', 'o', (SELECT fencing_token FROM le_acquire('hp', 'o', '1 minute')));
   END LOOP;
 END $$;
-CREATE FUNCTION hp_rows(OUT closed bigint, OUT open bigint) LANGUAGE sql AS $$
+CREATE FUNCTION hp_rows(k text DEFAULT 'hp', OUT closed bigint, OUT open bigint) LANGUAGE sql AS $$
   SELECT count(*) FILTER (WHERE ended_at IS NOT NULL), count(*) FILTER (WHERE ended_at IS NULL)
-    FROM le_lease_history WHERE lease_key = 'hp' $$;
+    FROM le_lease_history WHERE lease_key = k $$;
+-- A grant of key 'hy' and the scans of the history index it made (counted
+-- within the transaction: PostgreSQL 15's pending counts also hold earlier
+-- transactions').
+CREATE FUNCTION hy_grant(OUT acquired boolean, OUT history_scans bigint) LANGUAGE plpgsql AS $$
+DECLARE
+  before bigint := pg_stat_get_xact_numscans('le_lease_history_pkey'::regclass);
+BEGIN
+  acquired := (SELECT a.acquired FROM le_acquire('hy', 'o', '1 minute') AS a);
+  history_scans := pg_stat_get_xact_numscans('le_lease_history_pkey'::regclass) - before;
+END $$;
+-- End the period of 'hy', add one more, make both end two hours earlier,
+-- and give the lease row the creation time made_at (by hand, as the
+-- superuser: what a clock that was off would have left).
+CREATE FUNCTION hy_age(made_at timestamptz) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM le_release('hy', 'o', fencing_token) FROM le_leases WHERE lease_key = 'hy';
+  PERFORM le_release('hy', 'o', (SELECT fencing_token FROM le_acquire('hy', 'o', '1 minute')));
+  UPDATE le_lease_history SET acquired_at = acquired_at - interval '2 hours',
+         ended_at = ended_at - interval '2 hours' WHERE lease_key = 'hy';
+  UPDATE le_lease SET created_at = made_at WHERE lease_key = 'hy';
+END $$;
 
 -- Three ended periods, all young: every grant keeps them.
 SELECT hp_cycle(3);
@@ -99,51 +120,30 @@ SELECT * FROM hp_rows();
 -- Every history row of a lease ended after its le_lease row was created, so
 -- while that row is younger than the retention no row can be due: a grant
 -- then scans no history at all (not even the first grant of the lease in
--- a backend, which otherwise scans once).  (The scans are counted within
--- one transaction: PostgreSQL 15's pending counts also hold earlier ones.)
+-- a backend, which otherwise scans once).
 RESET leader_election.history_retention;
-BEGIN;
-SELECT pg_stat_get_xact_numscans('le_lease_history_pkey'::regclass) AS scans_before \gset
-SELECT acquired FROM le_acquire('hy', 'o', '1 minute');
-SELECT pg_stat_get_xact_numscans('le_lease_history_pkey'::regclass) - :scans_before AS history_scans;
-COMMIT;
--- Once the row is older than the retention, the grant prunes as before
--- (the row and its periods made older here by hand, as the superuser).
-SELECT le_release('hy', 'o', fencing_token) FROM le_leases WHERE lease_key = 'hy';
-SELECT le_release('hy', 'o', (SELECT fencing_token FROM le_acquire('hy', 'o', '1 minute')));
-UPDATE le_lease_history SET acquired_at = acquired_at - interval '2 hours',
-       ended_at = ended_at - interval '2 hours' WHERE lease_key = 'hy';
-UPDATE le_lease SET created_at = created_at - interval '3 hours' WHERE lease_key = 'hy';
+SELECT * FROM hy_grant();
+-- Once the row is older than the retention, the grant (in a new session:
+-- no backend shortcut) prunes as before.
+SELECT hy_age((SELECT created_at - interval '3 hours' FROM le_lease WHERE lease_key = 'hy'));
 \c
 \set VERBOSITY sqlstate
 SET leader_election.history_retention = 3600;
-BEGIN;
-SELECT pg_stat_get_xact_numscans('le_lease_history_pkey'::regclass) AS scans_before \gset
-SELECT acquired FROM le_acquire('hy', 'o', '1 minute');
-SELECT pg_stat_get_xact_numscans('le_lease_history_pkey'::regclass) - :scans_before AS history_scans;
-COMMIT;
-SELECT count(*) FILTER (WHERE ended_at IS NOT NULL) AS closed, count(*) FILTER (WHERE ended_at IS NULL) AS open
-  FROM le_lease_history WHERE lease_key = 'hy';
+SELECT * FROM hy_grant();
+SELECT * FROM hp_rows('hy');
 -- A row made "in the future" (a clock that was ahead: stepped back since,
 -- or another server's before a restore or failover) is not trusted: the
 -- grant scans, and prunes the due rows.
-SELECT le_release('hy', 'o', fencing_token) FROM le_leases WHERE lease_key = 'hy';
-SELECT le_release('hy', 'o', (SELECT fencing_token FROM le_acquire('hy', 'o', '1 minute')));
-UPDATE le_lease_history SET acquired_at = acquired_at - interval '2 hours',
-       ended_at = ended_at - interval '2 hours' WHERE lease_key = 'hy';
-UPDATE le_lease SET created_at = clock_timestamp() + interval '1 day' WHERE lease_key = 'hy';
+SELECT hy_age(clock_timestamp() + interval '1 day');
 \c
 \set VERBOSITY sqlstate
 SET leader_election.history_retention = 3600;
-BEGIN;
-SELECT pg_stat_get_xact_numscans('le_lease_history_pkey'::regclass) AS scans_before \gset
-SELECT acquired FROM le_acquire('hy', 'o', '1 minute');
-SELECT pg_stat_get_xact_numscans('le_lease_history_pkey'::regclass) - :scans_before AS history_scans;
-COMMIT;
-SELECT count(*) FILTER (WHERE ended_at IS NOT NULL) AS closed, count(*) FILTER (WHERE ended_at IS NULL) AS open
-  FROM le_lease_history WHERE lease_key = 'hy';
+SELECT * FROM hy_grant();
+SELECT * FROM hp_rows('hy');
 
 RESET leader_election.history_retention;
 DROP FUNCTION hp_cycle(int);
-DROP FUNCTION hp_rows();
+DROP FUNCTION hp_rows(text);
+DROP FUNCTION hy_grant();
+DROP FUNCTION hy_age(timestamptz);
 DROP EXTENSION leader_election;
