@@ -10,6 +10,7 @@
 #   W=1000 test/bench/instructions.sh # warm-up transactions before them (default 2000)
 #   CLIENTS=16 W=300 N=300 test/bench/instructions.sh  # the cycles with 1 and 16 clients (~4 min)
 #   CLIENTS=16 FRESH=1 test/bench/instructions.sh      # the same with new backends, as in a tps run (~6 min)
+#   KEEP=1 ... test/bench/instructions.sh             # keep the callgrind profiles
 #
 # The server runs under callgrind (fsync = off, autovacuum off), with the
 # extension, test/bench/baseline.sql and 1,000 keys acquired and released
@@ -36,7 +37,10 @@ port=${LE_BENCH_PORT:-$(( 56000 + RANDOM % 2000 ))}
 mkdir "$dir/cg"
 [ "$(id -u)" -eq 0 ] && chown -R postgres: "$dir"
 # Valgrind's processes write their profiles as they exit: wait for them.
-trap 'le_as_pg "$PG_BINDIR/pg_ctl" -D "$dir/data" -m fast -w -t 120 stop >/dev/null 2>&1; sleep 3; rm -rf "$dir"' EXIT
+# KEEP=1 keeps the directory, with every backend's profile in $dir/cg (for
+# callgrind_annotate; the marker files mark.* date each run).
+trap 'le_as_pg "$PG_BINDIR/pg_ctl" -D "$dir/data" -m fast -w -t 120 stop >/dev/null 2>&1; sleep 3
+      if [ "${KEEP:-0}" != 0 ]; then echo "profiles kept in $dir/cg" >&2; else rm -rf "$dir"; fi' EXIT
 le_as_pg "$PG_BINDIR/initdb" -D "$dir/data" -A trust -U postgres >/dev/null
 cat >> "$dir/data/postgresql.conf" <<CONF
 listen_addresses = ''
@@ -94,48 +98,9 @@ count() {   # script [PGOPTIONS]: instructions per transaction
 # running the same W and W + N transactions (W=N=300 suit it: the server
 # under valgrind serves 16 backends slowly), so that what differs is what
 # the other backends' concurrent changes cost.  Sums the totals of all the
-# backends that ran the script (their profiles name PostgresMain).
-backends_total() {   # marker file: total Ir of the backends that exited since it
-    local f s=0 t
-    sleep 3
-    for f in $(find "$dir/cg" -name 'cg.*' -newer "$1"); do
-        grep -q 'PostgresMain' "$f" && grep -q 'ExecInsert' "$f" || continue
-        t=$(sed -n 's/^\(summary\|totals\): *\([0-9]*\).*/\2/p' "$f" | head -1)
-        s=$((s + t))
-    done
-    echo "$s"
-}
-count_clients() {   # script clients: instructions per transaction per backend
-    local a b
-    sleep 3   # backends of earlier sessions write their profiles as they exit
-    touch "$dir/mark.a"; sleep 1
-    le_as_pg "$PG_BINDIR/pgbench" -n -M prepared -h "$dir" -p "$port" -U postgres -c "$2" -j 2 -t "$W" \
-        -f "$dir/$1" postgres >/dev/null 2>&1
-    a=$(backends_total "$dir/mark.a")
-    touch "$dir/mark.b"; sleep 1
-    le_as_pg "$PG_BINDIR/pgbench" -n -M prepared -h "$dir" -p "$port" -U postgres -c "$2" -j 2 -t $((W + N)) \
-        -f "$dir/$1" postgres >/dev/null 2>&1
-    b=$(backends_total "$dir/mark.b")
-    awk -v a="$a" -v b="$b" -v n="$N" -v c="$2" 'BEGIN { printf "%.0f", (b - a) / (n * c) }'
-}
-# CLIENTS=16 FRESH=1: the backends of a tps run instead (test/bench/clients.sh):
-# new ones, each running FRESH_ONE=12000 cycles with one client and
-# FRESH_MANY=1700 each with CLIENTS, on a history of HISTORY=200 ended
-# periods per key.  The defaults are a 9-s run of clients.sh on a machine
-# that does ~3,000 cycles/s with 16 clients and the history its repetitions
-# leave there; on a quicker one give its own figures (at ~9,300 cycles/s:
-# FRESH_ONE=20000 FRESH_MANY=5200 HISTORY=700).  The history rows are put
-# there by hand (tokens below any real one, ended a day ago or, for a
-# younger lease row, when it was made: none due, none before its row).  LEASE_AGE='8 days' makes the lease rows that old first (older
-# than the default retention: grants then scan the history, as for a
-# long-lived key).  Each backend's start-up and first cycle (about 46 M
-# instructions) are left out: the same clients run one cycle each first,
-# and the figure is the difference of the two runs' totals per further
-# cycle.  What differs from the warm counts above is each backend's first
-# use of each key: a backend running n cycles over the 1,000 keys meets
-# about 1000 (1 - e^(-n/1000)) of them for the first time.
-# FRESH_SCRIPTS=le_cycle.pgb counts le_'s cycle only.  ~6 min.
-fresh_total() {   # marker n: total Ir of the n backends whose profiles were written after marker
+# backends that ran the script (their profiles name PostgresMain), waiting
+# until each has written its profile.
+backends_total() {   # marker n: total Ir of the n backends whose profiles were written after marker
     local f n s t i
     for i in $(seq 120); do
         n=0; s=0
@@ -151,17 +116,49 @@ fresh_total() {   # marker n: total Ir of the n backends whose profiles were wri
     [ "$n" -eq "$2" ] || { echo "expected $2 backend profiles after $1, found $n" >&2; exit 1; }
     echo "$s"
 }
+count_clients() {   # script clients: instructions per transaction per backend
+    local a b
+    sleep 3   # backends of earlier sessions write their profiles as they exit
+    touch "$dir/mark.$1.$2.a"; sleep 1
+    le_as_pg "$PG_BINDIR/pgbench" -n -M prepared -h "$dir" -p "$port" -U postgres -c "$2" -j 2 -t "$W" \
+        -f "$dir/$1" postgres >/dev/null 2>&1
+    # one backend per client and one for pgbench's set-up connection (the
+    # same in both runs, so it cancels out)
+    a=$(backends_total "$dir/mark.$1.$2.a" $(($2 + 1))) || exit 1
+    touch "$dir/mark.$1.$2.b"; sleep 1
+    le_as_pg "$PG_BINDIR/pgbench" -n -M prepared -h "$dir" -p "$port" -U postgres -c "$2" -j 2 -t $((W + N)) \
+        -f "$dir/$1" postgres >/dev/null 2>&1
+    b=$(backends_total "$dir/mark.$1.$2.b" $(($2 + 1))) || exit 1
+    awk -v a="$a" -v b="$b" -v n="$N" -v c="$2" 'BEGIN { printf "%.0f", (b - a) / (n * c) }'
+}
+# CLIENTS=16 FRESH=1: the backends of a tps run instead (test/bench/clients.sh):
+# new ones, each running FRESH_ONE=12000 cycles with one client and
+# FRESH_MANY=1700 each with CLIENTS, on a history of HISTORY=200 ended
+# periods per key.  The defaults are a 9-s run of clients.sh on a machine
+# that does ~3,000 cycles/s with 16 clients and the history its repetitions
+# leave there; on a quicker one give its own figures (at ~9,300 cycles/s:
+# FRESH_ONE=20000 FRESH_MANY=5200 HISTORY=700).  The history rows are put
+# there by hand (tokens below any real one, ended a day ago or, for a
+# younger lease row, when it was made: none due, none before its row).
+# LEASE_AGE='8 days' makes the lease rows that old first (older than the
+# default retention: grants then scan the history, as for a long-lived key).  Each backend's start-up and first cycle (about 46 M
+# instructions) are left out: the same clients run one cycle each first,
+# and the figure is the difference of the two runs' totals per further
+# cycle.  What differs from the warm counts above is each backend's first
+# use of each key: a backend running n cycles over the 1,000 keys meets
+# about 1000 (1 - e^(-n/1000)) of them for the first time.
+# FRESH_SCRIPTS=le_cycle.pgb counts le_'s cycle only.  ~6 min.
 count_fresh() {   # script clients cycles: instructions per cycle of new backends, start-up left out
     local a b
-    touch "$dir/mark.f1"; sleep 1
+    touch "$dir/mark.$1.$2.f1"; sleep 1
     le_as_pg "$PG_BINDIR/pgbench" -n -M prepared -h "$dir" -p "$port" -U postgres -c "$2" -j 2 -t 1 \
         -f "$dir/$1" postgres >/dev/null 2>&1
     # one backend per client and one for pgbench's set-up connection
-    a=$(fresh_total "$dir/mark.f1" $(($2 + 1))) || exit 1
-    touch "$dir/mark.fn"; sleep 1
+    a=$(backends_total "$dir/mark.$1.$2.f1" $(($2 + 1))) || exit 1
+    touch "$dir/mark.$1.$2.fn"; sleep 1
     le_as_pg "$PG_BINDIR/pgbench" -n -M prepared -h "$dir" -p "$port" -U postgres -c "$2" -j 2 -t "$3" \
         -f "$dir/$1" postgres >/dev/null 2>&1
-    b=$(fresh_total "$dir/mark.fn" $(($2 + 1))) || exit 1
+    b=$(backends_total "$dir/mark.$1.$2.fn" $(($2 + 1))) || exit 1
     awk -v a="$a" -v b="$b" -v n="$3" -v c="$2" 'BEGIN { printf "%.0f", (b - a) / ((n - 1) * c) }'
 }
 if [ -n "${CLIENTS:-}" ] && [ "${FRESH:-0}" != 0 ]; then
@@ -189,7 +186,8 @@ if [ -n "${CLIENTS:-}" ]; then
     echo "| cycle | 1 client | $CLIENTS clients | ratio |"
     echo "| --- | --- | --- | --- |"
     for s in le_cycle.pgb pglock_cycle.pgb; do
-        one=$(count_clients "$s" 1); many=$(count_clients "$s" "$CLIENTS")
+        one=$(count_clients "$s" 1) || exit 1
+        many=$(count_clients "$s" "$CLIENTS") || exit 1
         printf '| %s | %s | %s | %s |\n' "$s" "$one" "$many" "$(le_ratio "$many" "$one")"
     done
     exit 0
