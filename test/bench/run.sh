@@ -42,6 +42,7 @@
 # at PASSES=3, T=5);
 # ONLY=fence: 2 x FENCE_PASSES runs x FENCE_T s + ~10 s.
 #   FENCE_PASSES=8 FENCE_T=3     # the fence's runs (defaults)
+#   FENCE_CLIENTS=2              # clients of the fence's runs (default 2)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 bench=$here/test/bench
@@ -51,6 +52,7 @@ T=${T:-5}
 PASSES=${PASSES:-2}
 FENCE_PASSES=${FENCE_PASSES:-8}
 FENCE_T=${FENCE_T:-3}
+FENCE_CLIENTS=${FENCE_CLIENTS:-2}
 ONLY=${ONLY:-}
 case "$ONLY" in
     ''|fence) ;;
@@ -184,7 +186,7 @@ mixed() {
 fence_mixed() {   # name base_script le_script floor_script
     psql -c "TRUNCATE plain_t, trig_t" -c "SET leader_election.fencing_token = $ftok" \
         -c "TRUNCATE fenced_t" -c "CHECKPOINT" >/dev/null
-    mixed "$1" "$FENCE_T" 2 "-c synchronous_commit=off" "$2" "$3" "$4"
+    mixed "$1" "$FENCE_T" "$FENCE_CLIENTS" "-c synchronous_commit=off" "$2" "$3" "$4"
 }
 # The cycle interleaved with pglock's in the same way (PASSES runs of T s):
 # with flushes, both wait for the disk, whose flush latency moves by half
