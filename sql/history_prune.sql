@@ -1,9 +1,10 @@
 -- A grant prunes its lease's history rows that ended longer ago than
--- leader_election.history_retention.  Each backend remembers, per lease,
--- when a row can next be due and skips the scan until then: these steps
--- check that the shortcut never keeps a row past its due time, after a
--- prune that deleted rows, after one that deleted nothing, when the
--- retention is lowered, and after a rollback.
+-- leader_election.history_retention.  The lease row's history_min_ended_at
+-- says when a row can next be due and the grant skips the scan until then:
+-- these steps check that the shortcut never keeps a row past its due time,
+-- after a prune that deleted rows, after one that deleted nothing, when the
+-- retention is lowered, and after a rollback; and, at every step (hp_rows'
+-- bound_ok), that no ended period lies before that bound.
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS leader_election;
 RESET client_min_messages;
@@ -15,9 +16,13 @@ BEGIN
     PERFORM le_release('hp', 'o', (SELECT fencing_token FROM le_acquire('hp', 'o', '1 minute')));
   END LOOP;
 END $$;
-CREATE FUNCTION hp_rows(k text DEFAULT 'hp', OUT closed bigint, OUT open bigint) LANGUAGE sql AS $$
-  SELECT count(*) FILTER (WHERE ended_at IS NOT NULL), count(*) FILTER (WHERE ended_at IS NULL)
-    FROM le_lease_history WHERE lease_key = k $$;
+CREATE FUNCTION hp_rows(k text DEFAULT 'hp', OUT closed bigint, OUT open bigint, OUT bound_ok boolean)
+LANGUAGE sql AS $$
+  SELECT count(*) FILTER (WHERE h.ended_at IS NOT NULL), count(*) FILTER (WHERE h.ended_at IS NULL),
+         CASE WHEN min(h.ended_at) IS NULL THEN true
+              ELSE coalesce((SELECT l.history_min_ended_at <= min(h.ended_at)
+                               FROM le_lease AS l WHERE l.lease_key = k), false) END
+    FROM le_lease_history AS h WHERE h.lease_key = k $$;
 -- A grant of key 'hy' and the scans of the history index it made (counted
 -- within the transaction: PostgreSQL 15's pending counts also hold earlier
 -- transactions').
@@ -28,16 +33,11 @@ BEGIN
   acquired := (SELECT a.acquired FROM le_acquire('hy', 'o', '1 minute') AS a);
   history_scans := pg_stat_get_xact_numscans('le_lease_history_pkey'::regclass) - before;
 END $$;
--- End the period of 'hy', add one more, make both end two hours earlier,
--- and give the lease row the creation time made_at (by hand, as the
--- superuser: what a clock that was off would have left).
-CREATE FUNCTION hy_age(made_at timestamptz) RETURNS void LANGUAGE plpgsql AS $$
+-- End the period of 'hy' and add one more, both ended.
+CREATE FUNCTION hy_two_periods() RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
   PERFORM le_release('hy', 'o', fencing_token) FROM le_leases WHERE lease_key = 'hy';
   PERFORM le_release('hy', 'o', (SELECT fencing_token FROM le_acquire('hy', 'o', '1 minute')));
-  UPDATE le_lease_history SET acquired_at = acquired_at - interval '2 hours',
-         ended_at = ended_at - interval '2 hours' WHERE lease_key = 'hy';
-  UPDATE le_lease SET created_at = made_at WHERE lease_key = 'hy';
 END $$;
 
 -- Three ended periods, all young: every grant keeps them.
@@ -50,8 +50,8 @@ SELECT pg_sleep(1.1);
 SELECT acquired FROM le_acquire('hp', 'o', '1 minute');
 SELECT * FROM hp_rows();
 
--- That grant deleted rows, so the next one scans again: a young row stays
--- (this grant deletes nothing and remembers when that row is due) ...
+-- A young row stays (the grant after it scans, as the bound is still the
+-- deleted rows', and keeps it as the new bound) ...
 SELECT le_release('hp', 'o', fencing_token) FROM le_leases WHERE lease_key = 'hp';
 SELECT acquired FROM le_acquire('hp', 'o', '1 minute');
 SELECT le_release('hp', 'o', fencing_token) FROM le_leases WHERE lease_key = 'hp';
@@ -61,8 +61,8 @@ SELECT pg_sleep(1.1);
 SELECT acquired FROM le_acquire('hp', 'o', '1 minute');
 SELECT * FROM hp_rows();
 
--- With a long retention a grant remembers "nothing due for an hour"; a
--- lower retention set afterwards still applies at the next grant.
+-- The bound is a time, not a verdict: with a long retention a grant finds
+-- nothing due; a lower retention set afterwards applies at the next grant.
 SET leader_election.history_retention = 3600;
 SELECT le_release('hp', 'o', fencing_token) FROM le_leases WHERE lease_key = 'hp';
 SELECT hp_cycle(2);
@@ -72,9 +72,8 @@ SELECT pg_sleep(0.01);
 SELECT acquired FROM le_acquire('hp', 'o', '1 minute');
 SELECT * FROM hp_rows();
 
--- A prune that rolls back: the rows it deleted come back, and the next
--- grant, right after it (a prune that deleted rows remembers nothing),
--- deletes them again.
+-- A prune that rolls back: the rows it deleted come back, with the bound
+-- it moved, and the next grant deletes them again.
 SELECT le_release('hp', 'o', fencing_token) FROM le_leases WHERE lease_key = 'hp';
 SET leader_election.history_retention = 3600;
 SELECT hp_cycle(2);
@@ -91,7 +90,8 @@ SELECT * FROM hp_rows();
 -- A rolled-back transaction whose first prune deleted the due rows and
 -- whose later grant then found nothing due: after the rollback the rows are
 -- back and the next grant must not trust what that transaction saw (both
--- with a grant's prune and with le_prune_history() doing the deleting).
+-- with a grant's prune and with le_prune_history(), which leaves the bounds
+-- alone, doing the deleting).
 SELECT le_release('hp', 'o', fencing_token) FROM le_leases WHERE lease_key = 'hp';
 SET leader_election.history_retention = 3600;
 SELECT hp_cycle(2);
@@ -117,27 +117,67 @@ SELECT * FROM hp_rows();
 SELECT le_release('hp', 'o', (SELECT fencing_token FROM le_acquire('hp', 'o', '1 minute')));
 SELECT * FROM hp_rows();
 
--- Every history row of a lease ended after its le_lease row was created, so
--- while that row is younger than the retention no row can be due: a grant
--- then scans no history at all (not even the first grant of the lease in
--- a backend, which otherwise scans once).
+-- A lease none of whose periods has ended yet: a grant scans no history at
+-- all (not even the first grant of the lease in a backend).
 RESET leader_election.history_retention;
 SELECT * FROM hy_grant();
--- Once the row is older than the retention, the grant (in a new session:
--- no backend shortcut) prunes as before.
-SELECT hy_age((SELECT created_at - interval '3 hours' FROM le_lease WHERE lease_key = 'hy'));
+-- A lease made long ago (older than the retention) whose ended periods are
+-- young: the grant, in a new session, still scans nothing and keeps them.
+SELECT hy_two_periods();
+UPDATE le_lease SET created_at = created_at - interval '3 hours' WHERE lease_key = 'hy';
 \c
 \set VERBOSITY sqlstate
 SET leader_election.history_retention = 3600;
 SELECT * FROM hy_grant();
 SELECT * FROM hp_rows('hy');
--- A row made "in the future" (a clock that was ahead: stepped back since,
--- or another server's before a restore or failover) is not trusted: the
--- grant scans, and prunes the due rows.
-SELECT hy_age(clock_timestamp() + interval '1 day');
+-- The same periods made two hours old (by hand, as the superuser, bound
+-- included: what a clock two hours further would see): the grant, in a new
+-- session, scans and deletes them.
+SELECT le_release('hy', 'o', fencing_token) FROM le_leases WHERE lease_key = 'hy';
+UPDATE le_lease_history SET acquired_at = acquired_at - interval '2 hours',
+       ended_at = ended_at - interval '2 hours' WHERE lease_key = 'hy';
+UPDATE le_lease SET history_min_ended_at = history_min_ended_at - interval '2 hours' WHERE lease_key = 'hy';
 \c
 \set VERBOSITY sqlstate
 SET leader_election.history_retention = 3600;
+SELECT * FROM hy_grant();
+SELECT * FROM hp_rows('hy');
+-- The bound follows every way a period ends: a release, a lapse taken over
+-- by the next grant (ended at its expiry, before the grant's time), a
+-- forced release; and it is the oldest end, not the latest.
+SELECT le_release('hy', 'o', fencing_token) FROM le_leases WHERE lease_key = 'hy';
+SELECT l.history_min_ended_at = h.ended_at AS bound_is_that_release
+  FROM le_lease AS l JOIN le_lease_history AS h USING (lease_id, fencing_token) WHERE l.lease_key = 'hy';
+SELECT acquired FROM le_acquire('hy', 'lapsing', '10 milliseconds');
+SELECT pg_sleep(0.05);
+SELECT acquired FROM le_acquire('hy', 'next', '1 minute');
+SELECT end_reason, ended_at < acquired_at + interval '1 second' AS ended_at_expiry
+  FROM le_lease_history WHERE lease_key = 'hy' AND holder = 'lapsing';
+SELECT le_force_release('hy');
+SELECT * FROM hp_rows('hy');
+SELECT l.history_min_ended_at = min(h.ended_at) AS bound_is_oldest_end
+  FROM le_lease AS l JOIN le_lease_history AS h USING (lease_id) WHERE l.lease_key = 'hy'
+ GROUP BY l.history_min_ended_at;
+-- The first period of a lease that ends by lapsing sets the bound too.
+SELECT acquired FROM le_acquire('hz', 'lapsing', '10 milliseconds');
+SELECT pg_sleep(0.05);
+SELECT acquired FROM le_acquire('hz', 'next', '1 minute');
+SELECT * FROM hp_rows('hz');
+-- A grant that rolls back takes its bound with it; the prune after it still
+-- finds the due rows.
+UPDATE le_lease_history SET acquired_at = acquired_at - interval '2 hours',
+       ended_at = ended_at - interval '2 hours' WHERE lease_key = 'hy';
+UPDATE le_lease SET history_min_ended_at = history_min_ended_at - interval '2 hours' WHERE lease_key = 'hy';
+BEGIN;
+SELECT * FROM hy_grant();
+SELECT * FROM hp_rows('hy');
+ROLLBACK;
+SELECT * FROM hp_rows('hy');
+SELECT * FROM hy_grant();
+SELECT * FROM hp_rows('hy');
+-- That prune left no ended period and wrote the bound back: the next
+-- grant, after a release, scans nothing.
+SELECT le_release('hy', 'o', fencing_token) FROM le_leases WHERE lease_key = 'hy';
 SELECT * FROM hy_grant();
 SELECT * FROM hp_rows('hy');
 
@@ -145,5 +185,5 @@ RESET leader_election.history_retention;
 DROP FUNCTION hp_cycle(int);
 DROP FUNCTION hp_rows(text);
 DROP FUNCTION hy_grant();
-DROP FUNCTION hy_age(timestamptz);
+DROP FUNCTION hy_two_periods();
 DROP EXTENSION leader_election;

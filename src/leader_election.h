@@ -65,7 +65,7 @@ typedef struct LeaseRow
 	TimestampTz expires_at;
 	int64		transitions;
 	int64		token_system_id;	/* cluster that issued fencing_token */
-	TimestampTz created_at;		/* when the row was made, by the clock then */
+	TimestampTz history_min_ended_at;	/* see le_lease_history_bound; 0: NULL */
 } LeaseRow;
 
 /* GUC variables (leader_election.c). */
@@ -133,7 +133,7 @@ extern void le_store_end(LeaseStoreState *st);
 extern void le_bound_idle_holder(int64 bound_us);
 extern void le_store_create(LeaseStoreState *st, const char *key);
 extern int64 le_store_prune_all_history(LeaseStoreState *st, TimestampTz cutoff);
-extern int64 le_store_prune_history(LeaseStoreState *st, int64 lease_id, TimestampTz created_at);
+extern int64 le_store_prune_history(LeaseStoreState *st, int64 lease_id, TimestampTz *min_ended_at);
 
 /* Rows of le_lease and le_lease_history, by direct access (lease_rows.c). */
 extern bool le_store_peek(LeaseStoreState *st, const char *key, LeaseRow *row);

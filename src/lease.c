@@ -119,17 +119,53 @@ le_acquire_result(FunctionCallInfo fcinfo, bool acquired, bool new_period,
 	return HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls));
 }
 
-/* End the current ownership period of a row in the history. */
+/*
+ * When the current period of old ends if it is ended now: at its expiry if
+ * it lapsed before (it is then recorded as expired).
+ */
+static TimestampTz
+le_period_end(const LeaseRow *old, TimestampTz now)
+{
+	return old->expires_at <= now ? old->expires_at : now;
+}
+
+/*
+ * Fold the end of old's period, ended now, into the history_min_ended_at of
+ * row, the version of the lease row about to be written: it must stay at or
+ * below the ended_at of every ended period of the lease in the history
+ * (le_store_prune_history relies on it to skip its scan).
+ */
 static void
-le_close_period(LeaseStoreState *st, const LeaseRow *row, TimestampTz now,
+le_note_period_end(LeaseRow *row, const LeaseRow *old, TimestampTz now)
+{
+	TimestampTz ended_at = le_period_end(old, now);
+
+	if (row->history_min_ended_at == 0 || ended_at < row->history_min_ended_at)
+		row->history_min_ended_at = ended_at;
+}
+
+/*
+ * After a grant wrote row (and its history): delete the lease's periods
+ * past the retention, if its history_min_ended_at says some may be, and
+ * write the row again when the prune moved that bound.
+ */
+static void
+le_prune_period_history(LeaseStoreState *st, LeaseRow *row)
+{
+	TimestampTz before = row->history_min_ended_at;
+
+	(void) le_store_prune_history(st, row->lease_id, &row->history_min_ended_at);
+	if (row->history_min_ended_at != before && !le_store_write(st, row))
+		elog(ERROR, "leader_election: lease row \"%s\" changed under its lock", row->lease_key);
+}
+
+/* End the current ownership period of old in the history, now. */
+static void
+le_close_period(LeaseStoreState *st, const LeaseRow *old, TimestampTz now,
 				const char *reason)
 {
-	/* A period that lapsed before it was ended is recorded as expired. */
-	if (row->expires_at <= now)
-		le_store_history_close(st, row->lease_id, row->fencing_token,
-							   row->expires_at, "expired");
-	else
-		le_store_history_close(st, row->lease_id, row->fencing_token, now, reason);
+	le_store_history_close(st, old->lease_id, old->fencing_token, le_period_end(old, now),
+						   old->expires_at <= now ? "expired" : reason);
 }
 
 /*
@@ -296,6 +332,8 @@ retry:
 		row.renewed_at = now;
 		row.expires_at = now + ttl;
 		row.transitions++;
+		if (old.holder != NULL)
+			le_note_period_end(&row, &old, now);
 
 		/*
 		 * The row changed since it was read: decide again on the version
@@ -308,7 +346,7 @@ retry:
 		if (old.holder != NULL)
 			le_close_period(&st, &old, now, "expired");
 		le_store_history_open(&st, &row);
-		(void) le_store_prune_history(&st, row.lease_id, row.created_at);
+		le_prune_period_history(&st, &row);
 		le_notify(&st, "acquired", &row);
 	}
 
@@ -480,6 +518,7 @@ retry:
 	row.holder = NULL;
 	row.holder_role = NULL;
 	row.expires_at = 0;
+	le_note_period_end(&row, &old, now);
 	if (!le_store_write(&st, &row))
 		goto retry;				/* the row changed since it was read */
 	le_close_period(&st, &old, now, reason);
@@ -526,7 +565,7 @@ le_prune_history(PG_FUNCTION_ARGS)
 
 	le_check_writable("prune the history of");
 	le_store_begin(&st, fcinfo->flinfo->fn_oid, NULL);
-	deleted = le_store_prune_history(&st, 0, 0);
+	deleted = le_store_prune_history(&st, 0, NULL);
 	le_store_end(&st);
 	PG_RETURN_INT64(deleted);
 }

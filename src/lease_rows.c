@@ -104,7 +104,8 @@
 #define Anum_le_lease_transitions		10
 #define Anum_le_lease_created_at		11
 #define Anum_le_lease_token_system_id	12
-#define Natts_le_lease					12
+#define Anum_le_lease_history_min_ended_at	13
+#define Natts_le_lease					13
 
 #define Anum_le_history_history_id		1
 #define Anum_le_history_lease_id		2
@@ -120,7 +121,8 @@
 /* Expected type of each column, to refuse a table that is not ours. */
 static const Oid le_lease_types[Natts_le_lease] = {
 	INT8OID, TEXTOID, TEXTOID, NAMEOID, INT8OID, INT4OID,
-	TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID, INT8OID
+	TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID, INT8OID,
+	TIMESTAMPTZOID
 };
 static const Oid le_history_types[Natts_le_history] = {
 	INT8OID, INT8OID, TEXTOID, TEXTOID, NAMEOID, INT8OID,
@@ -308,7 +310,7 @@ le_rows_values_row(const Datum *values, const bool *isnull, LeaseRow *row)
 	row->expires_at = le_rows_time(values, isnull, Anum_le_lease_expires_at);
 	row->transitions = DatumGetInt64(values[Anum_le_lease_transitions - 1]);
 	row->token_system_id = DatumGetInt64(values[Anum_le_lease_token_system_id - 1]);
-	row->created_at = le_rows_time(values, isnull, Anum_le_lease_created_at);
+	row->history_min_ended_at = le_rows_time(values, isnull, Anum_le_lease_history_min_ended_at);
 }
 
 /* Copy the le_lease tuple in slot into *row (strings in the current context). */
@@ -1082,6 +1084,8 @@ le_store_write(LeaseStoreState *st, const LeaseRow *row)
 		le_rows_time_datum(row->holder ? row->expires_at : 0, &nulls[Anum_le_lease_expires_at - 1]);
 	values[Anum_le_lease_transitions - 1] = Int64GetDatum(row->transitions);
 	values[Anum_le_lease_token_system_id - 1] = Int64GetDatum(row->token_system_id);
+	values[Anum_le_lease_history_min_ended_at - 1] =
+		le_rows_time_datum(row->history_min_ended_at, &nulls[Anum_le_lease_history_min_ended_at - 1]);
 
 	rel = le_rows_lease(st);
 	if (!st->lease_rowex)
@@ -1279,9 +1283,8 @@ le_store_history_close(LeaseStoreState *st, int64 lease_id, int64 token,
  * order the ended_at of its rows rise: the scan stops at the first row that
  * is open or young enough, having touched only the rows it deletes and one
  * more.  (A server clock set back can leave a few rows for
- * le_prune_history() to take.)  *earliest is set to a lower bound of the
- * ended_at of the rows left: that first row's, or now when it is open or
- * there is none (a period still open ends later).
+ * le_prune_history() to take.)  *earliest is set to the ended_at of that
+ * first row (now if it lies ahead), 0 when it is open or there is none.
  */
 int64
 le_store_prune_lease_history(LeaseStoreState *st, int64 lease_id, TimestampTz cutoff,
@@ -1294,7 +1297,7 @@ le_store_prune_lease_history(LeaseStoreState *st, int64 lease_id, TimestampTz cu
 	TupleTableSlot *slot;
 	int64		deleted = 0;
 
-	*earliest = now;
+	*earliest = 0;
 	CommandCounterIncrement();
 	rel = le_rows_open_history(st);
 	snap = RegisterSnapshot(GetLatestSnapshot());
@@ -1308,8 +1311,8 @@ le_store_prune_lease_history(LeaseStoreState *st, int64 lease_id, TimestampTz cu
 
 		if (isnull || DatumGetTimestampTz(ended) >= cutoff)
 		{
-			if (!isnull && DatumGetTimestampTz(ended) < now)
-				*earliest = DatumGetTimestampTz(ended);
+			if (!isnull)
+				*earliest = Min(DatumGetTimestampTz(ended), now);
 			break;
 		}
 

@@ -517,105 +517,39 @@ le_bound_idle_holder(int64 bound_us)
 }
 
 /*
- * What a grant's prune of one lease's history last found, per backend: no
- * row of that lease can be due before "earliest" + retention, so grants
- * before then skip the index scan (it was 4% of a grant's instructions with
- * nothing to delete).  Only a shortcut, bounded in size: a slot is
- * overwritten by any other lease that hashes to it, and keyed by le_lease's
- * oid too (a recreated extension reuses lease ids).  It is filled only by a
- * prune that deleted nothing, so a rollback cannot bring back rows it did
- * not see, and forgotten when any (sub)transaction aborts (see below);
- * rows of a lease are added only under its row lock and always end later
- * than now.  Staleness can only delay a prune, never lose a row.
- */
-#define LE_PRUNE_SLOTS 1024
-typedef struct PruneSlot
-{
-	Oid			lease_relid;
-	int64		lease_id;
-	TimestampTz earliest;		/* lower bound of the ended_at of any row left */
-	uint64		generation;		/* prune_generation when filled */
-} PruneSlot;
-static PruneSlot prune_slots[LE_PRUNE_SLOTS];
-
-/*
- * Bumped when a transaction or subtransaction aborts, which forgets every
- * slot: a prune that deleted nothing may have seen rows that earlier work
- * of the same transaction deleted, and they are back after the rollback.
- */
-static uint64 prune_generation = 1;
-
-static void
-le_prune_xact_callback(XactEvent event, void *arg)
-{
-	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
-		prune_generation++;
-}
-
-static void
-le_prune_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
-						  SubTransactionId parentSubid, void *arg)
-{
-	if (event == SUBXACT_EVENT_ABORT_SUB)
-		prune_generation++;
-}
-
-/*
  * Delete history rows that ended longer ago than the retention setting,
- * for one lease (lease_id > 0, whose le_lease row was made at created_at)
- * or for all; returns how many went.
+ * for one lease (lease_id > 0) or for all; returns how many went.
  *
- * With one clock that never goes back, a period of a lease ends after the
- * lease's row was made (rows of a lease are added only under its row lock,
- * ended at the clock's time or at an expiry later than the grant), so while
- * the row is younger than the retention none of its rows can be due and the
- * scan is skipped, with no state kept: this spares every young lease the
- * scan that each backend's first grant of it would otherwise make (with a
- * long history, most of a leaf page of the index read: callgrind, 13,700
- * instructions per scan with a few periods per key, 20,700 with tens).  A row
- * made "in the future" (a clock stepped forward and back, a restore or a
- * failover from a server whose clock was ahead) is not trusted while the
- * clock is still behind it; once the clock has passed it, this skip keeps a
- * due row of such a lease for at most created_at - ended_at past its due
- * time (le_prune_history() takes it; review of this shortcut, issue 9).
- * Apart from this skip, a period that ended by a clock that was ahead stops
- * every prune of its lease until it is due itself (the scan stops at the
- * first row not due: le_store_prune_lease_history).
+ * For one lease, *min_ended_at is the history_min_ended_at of its le_lease
+ * row as the caller is about to leave it (0: NULL): at or below the
+ * ended_at of every ended period of the lease in the history.  Periods are
+ * added and ended only by the lease calls, under the row's lock, and each
+ * folds the end it records into that column of the same row, in the same
+ * transaction (le_note_period_end), so a rollback undoes both; deleting
+ * rows (here, or le_prune_history()) only raises the true minimum.  So
+ * while the bound is NULL or not older than the retention nothing can be
+ * due and the index scan is skipped: a grant of a lease with nothing to
+ * prune reads none of its history, in a new backend too (the scan was
+ * 13,700 instructions with a few periods per lease, 20,700 with tens:
+ * callgrind, issue 9).  When it scans, *min_ended_at is set to what the scan
+ * found: the ended_at of the first row it kept (now if that lies ahead),
+ * 0 when no ended row is left.  Periods follow each other, so ended_at
+ * rises with the token and the scan stops at that row; only a server clock
+ * that went back can leave a later row ending earlier, which then waits
+ * until the row found is due itself, or for le_prune_history().
  */
 int64
-le_store_prune_history(LeaseStoreState *st, int64 lease_id, TimestampTz created_at)
+le_store_prune_history(LeaseStoreState *st, int64 lease_id, TimestampTz *min_ended_at)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz cutoff;
 
 	cutoff = now - (int64) le_history_retention_s * USECS_PER_SEC;
-	if (lease_id > 0)
-	{
-		PruneSlot  *slot = &prune_slots[(uint64) lease_id % LE_PRUNE_SLOTS];
-		TimestampTz earliest;
-		int64		deleted;
-
-		static bool registered = false;
-
-		if (!registered)
-		{
-			RegisterXactCallback(le_prune_xact_callback, NULL);
-			RegisterSubXactCallback(le_prune_subxact_callback, NULL);
-			registered = true;
-		}
-		if (cutoff <= created_at && created_at <= now)
-			return 0;
-		if (slot->lease_relid == st->lease_relid && slot->lease_id == lease_id &&
-			slot->generation == prune_generation && cutoff <= slot->earliest)
-			return 0;
-		deleted = le_store_prune_lease_history(st, lease_id, cutoff, now, &earliest);
-		slot->lease_relid = deleted == 0 ? st->lease_relid : InvalidOid;
-		slot->lease_id = lease_id;
-		slot->earliest = earliest;
-		slot->generation = prune_generation;
-		return deleted;
-	}
-	return le_store_prune_all_history(st, cutoff);
+	if (lease_id <= 0)
+		return le_store_prune_all_history(st, cutoff);
+	if (*min_ended_at == 0 || cutoff <= *min_ended_at)
+		return 0;
+	return le_store_prune_lease_history(st, lease_id, cutoff, now, min_ended_at);
 }
 
 /* The oid of le_token_seq, the source of new tokens. */

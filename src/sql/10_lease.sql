@@ -29,6 +29,7 @@ CREATE TABLE @extschema@.le_lease (
     transitions     bigint      NOT NULL DEFAULT 0,
     created_at      timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
     token_system_id bigint      NOT NULL DEFAULT 0,
+    history_min_ended_at timestamptz,
     CONSTRAINT le_lease_pkey PRIMARY KEY (lease_id),
     CONSTRAINT le_lease_key_unique UNIQUE (lease_key),
     CONSTRAINT le_lease_token_nonnegative CHECK (fencing_token >= 0),
@@ -44,6 +45,8 @@ COMMENT ON COLUMN @extschema@.le_lease.token_timeline IS
     'WAL timeline that issued fencing_token; a grant on a newer timeline jumps the token above anything an older timeline could have issued';
 COMMENT ON COLUMN @extschema@.le_lease.token_system_id IS
     'database system identifier of the cluster that issued fencing_token (0: never granted); a row restored into another cluster is no longer comparable by timeline, so its next grant jumps to a new range of tokens';
+COMMENT ON COLUMN @extschema@.le_lease.history_min_ended_at IS
+    'no ended period of this lease in le_lease_history ended before this (NULL: none has ended); a grant looks for periods to prune only once it is older than leader_election.history_retention';
 COMMENT ON COLUMN @extschema@.le_lease.holder IS
     'owner id of the current ownership period, NULL when released';
 
