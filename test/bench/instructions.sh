@@ -139,9 +139,12 @@ count_clients() {   # script clients: instructions per transaction per backend
 # leave there; on a quicker one give its own figures (at ~9,300 cycles/s:
 # FRESH_ONE=20000 FRESH_MANY=5200 HISTORY=700).  The history rows are put
 # there by hand (tokens below any real one, ended a day ago or, for a
-# younger lease row, when it was made: none due, none before its row).
-# LEASE_AGE='8 days' makes the lease rows that old first (older than the
-# default retention: grants then scan the history, as for a long-lived key).  Each backend's start-up and first cycle (about 46 M
+# younger lease row, when it was made: none due, none before its row),
+# with the lease rows' history_min_ended_at set to their oldest end, as the
+# lease calls keep it.  LEASE_AGE='8 days' makes the lease rows that old
+# first (older than the default retention, as for a long-lived key: the
+# extension before history_min_ended_at then scanned the history at each
+# backend's first grant of a key).  Each backend's start-up and first cycle (about 46 M
 # instructions) are left out: the same clients run one cycle each first,
 # and the figure is the difference of the two runs' totals per further
 # cycle.  What differs from the warm counts above is each backend's first
@@ -171,6 +174,10 @@ SELECT l.lease_id, l.lease_key, 'earlier', 'postgres', -g, e.at, e.at, 'released
   FROM le_lease AS l, generate_series(1, :n) AS g,
        LATERAL (SELECT greatest(l.created_at, now() - interval '1 day') AS at) AS e
  WHERE l.lease_key ~ '^k[0-9]+$';
+-- as the lease calls keep it: no ended period lies before the bound
+UPDATE le_lease AS l SET history_min_ended_at = h.m
+  FROM (SELECT lease_id, min(ended_at) AS m FROM le_lease_history GROUP BY lease_id) AS h
+ WHERE h.lease_id = l.lease_id AND l.lease_key ~ '^k[0-9]+$';
 SQL
     sleep 3   # the profiles of those sessions' backends are written as they exit
     echo "| cycle, new backends (history ${HISTORY:-200} periods per key${LEASE_AGE:+, lease rows $LEASE_AGE old}) | 1 client × ${FRESH_ONE:-12000} | $CLIENTS clients × ${FRESH_MANY:-1700} | ratio |"
