@@ -20,17 +20,17 @@ CREATE FUNCTION hp_rows(k text DEFAULT 'hp', OUT closed bigint, OUT open bigint,
 LANGUAGE sql AS $$
   SELECT count(*) FILTER (WHERE h.ended_at IS NOT NULL), count(*) FILTER (WHERE h.ended_at IS NULL),
          CASE WHEN min(h.ended_at) IS NULL THEN true
-              ELSE coalesce((SELECT l.history_min_ended_at <= min(h.ended_at)
+              ELSE coalesce((SELECT l.history_min_ended_at IS NULL OR l.history_min_ended_at <= min(h.ended_at)
                                FROM le_lease AS l WHERE l.lease_key = k), false) END
     FROM le_lease_history AS h WHERE h.lease_key = k $$;
--- A grant of key 'hy' and the scans of the history index it made (counted
+-- A grant of key k and the scans of the history index it made (counted
 -- within the transaction: PostgreSQL 15's pending counts also hold earlier
 -- transactions').
-CREATE FUNCTION hy_grant(OUT acquired boolean, OUT history_scans bigint) LANGUAGE plpgsql AS $$
+CREATE FUNCTION hy_grant(k text DEFAULT 'hy', OUT acquired boolean, OUT history_scans bigint) LANGUAGE plpgsql AS $$
 DECLARE
   before bigint := pg_stat_get_xact_numscans('le_lease_history_pkey'::regclass);
 BEGIN
-  acquired := (SELECT a.acquired FROM le_acquire('hy', 'o', '1 minute') AS a);
+  acquired := (SELECT a.acquired FROM le_acquire(k, 'o', '1 minute') AS a);
   history_scans := pg_stat_get_xact_numscans('le_lease_history_pkey'::regclass) - before;
 END $$;
 -- End the period of 'hy' and add one more, both ended.
@@ -50,8 +50,8 @@ SELECT pg_sleep(1.1);
 SELECT acquired FROM le_acquire('hp', 'o', '1 minute');
 SELECT * FROM hp_rows();
 
--- A young row stays (the grant after it scans, as the bound is still the
--- deleted rows', and keeps it as the new bound) ...
+-- A young row stays (that grant left no ended period, so the release's end
+-- is the bound: the grant after it does not scan) ...
 SELECT le_release('hp', 'o', fencing_token) FROM le_leases WHERE lease_key = 'hp';
 SELECT acquired FROM le_acquire('hp', 'o', '1 minute');
 SELECT le_release('hp', 'o', fencing_token) FROM le_leases WHERE lease_key = 'hp';
@@ -181,9 +181,37 @@ SELECT le_release('hy', 'o', fencing_token) FROM le_leases WHERE lease_key = 'hy
 SELECT * FROM hy_grant();
 SELECT * FROM hp_rows('hy');
 
+-- A prune that deletes the due rows and keeps a younger one: the bound
+-- becomes the end of the row kept, which the grant after it is due deletes.
+SELECT le_release('hw', 'o', (SELECT fencing_token FROM le_acquire('hw', 'o', '1 minute')));
+SELECT le_release('hw', 'o', (SELECT fencing_token FROM le_acquire('hw', 'o', '1 minute')));
+UPDATE le_lease_history SET acquired_at = acquired_at - interval '2 hours',
+       ended_at = ended_at - interval '2 hours'
+ WHERE lease_key = 'hw' AND fencing_token = (SELECT min(fencing_token) FROM le_lease_history WHERE lease_key = 'hw');
+UPDATE le_lease SET history_min_ended_at = history_min_ended_at - interval '2 hours' WHERE lease_key = 'hw';
+SELECT * FROM hy_grant('hw');
+SELECT * FROM hp_rows('hw');
+SELECT l.history_min_ended_at = h.ended_at AS bound_is_kept_end
+  FROM le_lease AS l JOIN le_lease_history AS h USING (lease_id) WHERE l.lease_key = 'hw' AND h.ended_at IS NOT NULL;
+SELECT le_release('hw', 'o', fencing_token) FROM le_leases WHERE lease_key = 'hw';
+UPDATE le_lease_history SET acquired_at = acquired_at - interval '2 hours', ended_at = ended_at - interval '2 hours'
+ WHERE lease_key = 'hw' AND fencing_token = (SELECT min(fencing_token) FROM le_lease_history WHERE lease_key = 'hw');
+UPDATE le_lease SET history_min_ended_at = history_min_ended_at - interval '2 hours' WHERE lease_key = 'hw';
+SELECT * FROM hy_grant('hw');
+SELECT * FROM hp_rows('hw');
+-- An unknown bound (NULL: a row restored from a dump made before the
+-- column existed) makes the next grant scan, prune the due rows and set it.
+SELECT le_release('hw', 'o', fencing_token) FROM le_leases WHERE lease_key = 'hw';
+UPDATE le_lease_history SET acquired_at = acquired_at - interval '2 hours', ended_at = ended_at - interval '2 hours'
+ WHERE lease_key = 'hw';
+UPDATE le_lease SET history_min_ended_at = NULL WHERE lease_key = 'hw';
+SELECT * FROM hy_grant('hw');
+SELECT * FROM hp_rows('hw');
+SELECT history_min_ended_at FROM le_lease WHERE lease_key = 'hw';
+
 RESET leader_election.history_retention;
 DROP FUNCTION hp_cycle(int);
 DROP FUNCTION hp_rows(text);
-DROP FUNCTION hy_grant();
+DROP FUNCTION hy_grant(text);
 DROP FUNCTION hy_two_periods();
 DROP EXTENSION leader_election;

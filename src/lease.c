@@ -131,32 +131,18 @@ le_period_end(const LeaseRow *old, TimestampTz now)
 
 /*
  * Fold the end of old's period, ended now, into the history_min_ended_at of
- * row, the version of the lease row about to be written: it must stay at or
- * below the ended_at of every ended period of the lease in the history
- * (le_store_prune_history relies on it to skip its scan).
+ * row, the version of the lease row about to be written, so that it stays
+ * at or below the ended_at of every ended period of the lease in the
+ * history (see le_store_prune_history).  Unknown (NULL, 0 here) stays
+ * unknown; 'infinity' (none ended) becomes this end.
  */
 static void
 le_note_period_end(LeaseRow *row, const LeaseRow *old, TimestampTz now)
 {
 	TimestampTz ended_at = le_period_end(old, now);
 
-	if (row->history_min_ended_at == 0 || ended_at < row->history_min_ended_at)
+	if (row->history_min_ended_at != 0 && ended_at < row->history_min_ended_at)
 		row->history_min_ended_at = ended_at;
-}
-
-/*
- * After a grant wrote row (and its history): delete the lease's periods
- * past the retention, if its history_min_ended_at says some may be, and
- * write the row again when the prune moved that bound.
- */
-static void
-le_prune_period_history(LeaseStoreState *st, LeaseRow *row)
-{
-	TimestampTz before = row->history_min_ended_at;
-
-	(void) le_store_prune_history(st, row->lease_id, &row->history_min_ended_at);
-	if (row->history_min_ended_at != before && !le_store_write(st, row))
-		elog(ERROR, "leader_election: lease row \"%s\" changed under its lock", row->lease_key);
 }
 
 /* End the current ownership period of old in the history, now. */
@@ -332,13 +318,22 @@ retry:
 		row.renewed_at = now;
 		row.expires_at = now + ttl;
 		row.transitions++;
+
+		/*
+		 * Periods past the retention go first, so that the bound the prune
+		 * leaves is written with the grant (the lapsed period, if any, is
+		 * still open in the history then: the scan stops at it).  They are
+		 * due whatever becomes of this call, so a retry below does not undo
+		 * anything.  Then the lapsed period's end is folded in.
+		 */
+		(void) le_store_prune_history(&st, row.lease_id, &row.history_min_ended_at);
 		if (old.holder != NULL)
 			le_note_period_end(&row, &old, now);
 
 		/*
 		 * The row changed since it was read: decide again on the version
 		 * then locked (the token drawn is skipped: tokens may have gaps,
-		 * never repeats).  History rows are written only after the row.
+		 * never repeats).  New history rows are written only after the row.
 		 */
 		if (!le_store_write(&st, &row))
 			goto retry;
@@ -346,7 +341,6 @@ retry:
 		if (old.holder != NULL)
 			le_close_period(&st, &old, now, "expired");
 		le_store_history_open(&st, &row);
-		le_prune_period_history(&st, &row);
 		le_notify(&st, "acquired", &row);
 	}
 

@@ -1284,7 +1284,12 @@ le_store_history_close(LeaseStoreState *st, int64 lease_id, int64 token,
  * is open or young enough, having touched only the rows it deletes and one
  * more.  (A server clock set back can leave a few rows for
  * le_prune_history() to take.)  *earliest is set to the ended_at of that
- * first row (now if it lies ahead), 0 when it is open or there is none.
+ * first row (now if it lies ahead or the row is open), 'infinity' when the
+ * scan found no row left.  A row that another transaction is deleting (a
+ * le_prune_history() still open, a competing grant) is not waited for: a
+ * grant must not wait for an idle administrator's transaction (invariant 5).
+ * The scan stops there, and that row's ended_at, which is due, becomes
+ * *earliest: the next grant looks again.
  */
 int64
 le_store_prune_lease_history(LeaseStoreState *st, int64 lease_id, TimestampTz cutoff,
@@ -1297,7 +1302,7 @@ le_store_prune_lease_history(LeaseStoreState *st, int64 lease_id, TimestampTz cu
 	TupleTableSlot *slot;
 	int64		deleted = 0;
 
-	*earliest = 0;
+	*earliest = DT_NOEND;
 	CommandCounterIncrement();
 	rel = le_rows_open_history(st);
 	snap = RegisterSnapshot(GetLatestSnapshot());
@@ -1309,17 +1314,24 @@ le_store_prune_lease_history(LeaseStoreState *st, int64 lease_id, TimestampTz cu
 		Datum		ended = slot_getattr(slot, Anum_le_history_ended_at, &isnull);
 		TM_FailureData tmfd;
 
+		TM_Result	res;
+
 		if (isnull || DatumGetTimestampTz(ended) >= cutoff)
 		{
-			if (!isnull)
-				*earliest = Min(DatumGetTimestampTz(ended), now);
+			*earliest = isnull ? now : Min(DatumGetTimestampTz(ended), now);
 			break;
 		}
 
 		/* A concurrent le_prune_history() may have deleted it: skip it then. */
-		if (table_tuple_delete(rel, &slot->tts_tid, GetCurrentCommandId(true), snap,
-							   InvalidSnapshot, true, &tmfd, false) == TM_Ok)
+		res = table_tuple_delete(rel, &slot->tts_tid, GetCurrentCommandId(true), snap,
+								 InvalidSnapshot, false, &tmfd, false);
+		if (res == TM_Ok)
 			deleted++;
+		else if (res == TM_BeingModified)
+		{
+			*earliest = DatumGetTimestampTz(ended);
+			break;
+		}
 	}
 	le_rows_history_scan_end(scan, idx);
 	ExecDropSingleTupleTableSlot(slot);
@@ -1356,10 +1368,12 @@ le_store_create(LeaseStoreState *st, const char *key)
 	values[Anum_le_lease_transitions - 1] = Int64GetDatum(0);
 	values[Anum_le_lease_created_at - 1] = TimestampTzGetDatum(GetCurrentTimestamp());
 	values[Anum_le_lease_token_system_id - 1] = Int64GetDatum(0);
+	values[Anum_le_lease_history_min_ended_at - 1] = TimestampTzGetDatum(DT_NOEND);
 	nulls[Anum_le_lease_lease_id - 1] = nulls[Anum_le_lease_lease_key - 1] =
 		nulls[Anum_le_lease_fencing_token - 1] = nulls[Anum_le_lease_token_timeline - 1] =
 		nulls[Anum_le_lease_transitions - 1] = nulls[Anum_le_lease_created_at - 1] =
-		nulls[Anum_le_lease_token_system_id - 1] = false;
+		nulls[Anum_le_lease_token_system_id - 1] =
+		nulls[Anum_le_lease_history_min_ended_at - 1] = false;
 
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(cxt);

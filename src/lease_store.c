@@ -521,22 +521,23 @@ le_bound_idle_holder(int64 bound_us)
  * for one lease (lease_id > 0) or for all; returns how many went.
  *
  * For one lease, *min_ended_at is the history_min_ended_at of its le_lease
- * row as the caller is about to leave it (0: NULL): at or below the
- * ended_at of every ended period of the lease in the history.  Periods are
+ * row as the caller read it (0: NULL, unknown; 'infinity': no ended
+ * period), and is set to what the caller must write back.  Periods are
  * added and ended only by the lease calls, under the row's lock, and each
- * folds the end it records into that column of the same row, in the same
- * transaction (le_note_period_end), so a rollback undoes both; deleting
- * rows (here, or le_prune_history()) only raises the true minimum.  So
- * while the bound is NULL or not older than the retention nothing can be
- * due and the index scan is skipped: a grant of a lease with nothing to
- * prune reads none of its history, in a new backend too (the scan was
- * 13,700 instructions with a few periods per lease, 20,700 with tens:
- * callgrind, issue 9).  When it scans, *min_ended_at is set to what the scan
- * found: the ended_at of the first row it kept (now if that lies ahead),
- * 0 when no ended row is left.  Periods follow each other, so ended_at
- * rises with the token and the scan stops at that row; only a server clock
- * that went back can leave a later row ending earlier, which then waits
- * until the row found is due itself, or for le_prune_history().
+ * folds the end it records into that column of the same row version
+ * (le_note_period_end in lease.c), so a rollback undoes both; deleting
+ * rows (here, or le_prune_history(), which leaves the column alone) only
+ * raises the true minimum.  So while the bound is not older than the
+ * retention nothing can be due, and the index scan is skipped: a grant of
+ * a lease with nothing to prune reads none of its history, in a new backend
+ * too (the scan was 13,700 instructions with a few periods per lease,
+ * 20,700 with tens: callgrind, issue 9).  NULL, from a row written before
+ * the column existed (restored from such a dump), makes the grant scan.
+ * When it scans, the bound becomes what the scan found (see
+ * le_store_prune_lease_history).  Periods follow each other, so their
+ * ended_at rise with the token; only a server clock that went back can end
+ * a later period before an earlier one, and such a row then waits until the
+ * row the scan stopped at is due itself (or for le_prune_history()).
  */
 int64
 le_store_prune_history(LeaseStoreState *st, int64 lease_id, TimestampTz *min_ended_at)
@@ -547,7 +548,7 @@ le_store_prune_history(LeaseStoreState *st, int64 lease_id, TimestampTz *min_end
 	cutoff = now - (int64) le_history_retention_s * USECS_PER_SEC;
 	if (lease_id <= 0)
 		return le_store_prune_all_history(st, cutoff);
-	if (*min_ended_at == 0 || cutoff <= *min_ended_at)
+	if (*min_ended_at != 0 && cutoff <= *min_ended_at)
 		return 0;
 	return le_store_prune_lease_history(st, lease_id, cutoff, now, min_ended_at);
 }

@@ -46,7 +46,7 @@ COMMENT ON COLUMN @extschema@.le_lease.token_timeline IS
 COMMENT ON COLUMN @extschema@.le_lease.token_system_id IS
     'database system identifier of the cluster that issued fencing_token (0: never granted); a row restored into another cluster is no longer comparable by timeline, so its next grant jumps to a new range of tokens';
 COMMENT ON COLUMN @extschema@.le_lease.history_min_ended_at IS
-    'no ended period of this lease in le_lease_history ended before this (NULL: none has ended); a grant looks for periods to prune only once it is older than leader_election.history_retention';
+    'a grant looks for periods of this lease to prune in le_lease_history only once this is older than leader_election.history_retention: at or below the ended_at of every ended period (infinity: none has ended; NULL: unknown, the next grant looks)';
 COMMENT ON COLUMN @extschema@.le_lease.holder IS
     'owner id of the current ownership period, NULL when released';
 
