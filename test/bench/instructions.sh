@@ -19,8 +19,8 @@
 # by N is the figure printed: connection start-up, first-call catalog
 # loading and the W warm-up transactions cancel out, so the figure is that
 # of a long-lived session (a pooled connection, a pg_leader campaign), whose
-# per-backend caches are warm (for example the history-prune shortcut,
-# which scans a lease's history the first time a backend grants it).
+# per-backend caches are warm (for example the hints of where each key's
+# lease row lies, which a backend finds by index the first time).
 # Needs valgrind (apt-get install valgrind); ~5 min.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -142,9 +142,9 @@ count_clients() {   # script clients: instructions per transaction per backend
 # younger lease row, when it was made: none due, none before its row),
 # with the lease rows' history_min_ended_at set to their oldest end, as the
 # lease calls keep it.  LEASE_AGE='8 days' makes the lease rows that old
-# first (older than the default retention, as for a long-lived key: the
-# extension before history_min_ended_at then scanned the history at each
-# backend's first grant of a key).  Each backend's start-up and first cycle (about 46 M
+# first (older than the default retention, as for a long-lived key: before
+# le_lease.history_min_ended_at the extension then scanned the history at
+# each backend's first grant of a key).  Each backend's start-up and first cycle (about 46 M
 # instructions) are left out: the same clients run one cycle each first,
 # and the figure is the difference of the two runs' totals per further
 # cycle.  What differs from the warm counts above is each backend's first
