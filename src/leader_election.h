@@ -133,6 +133,7 @@ extern void le_store_end(LeaseStoreState *st);
 extern void le_bound_idle_holder(int64 bound_us);
 extern void le_store_create(LeaseStoreState *st, const char *key);
 extern int64 le_store_prune_all_history(LeaseStoreState *st, TimestampTz cutoff);
+extern bool le_store_prune_due(TimestampTz min_ended_at);
 extern int64 le_store_prune_history(LeaseStoreState *st, int64 lease_id, TimestampTz *min_ended_at);
 
 /* Rows of le_lease and le_lease_history, by direct access (lease_rows.c). */
@@ -141,6 +142,7 @@ typedef bool (*LeaseRowCheck) (const LeaseRow *row, void *arg);
 extern bool le_store_lock(LeaseStoreState *st, const char *key, LeaseRow *row,
 						  LeaseRowCheck check, void *arg);
 extern bool le_store_write(LeaseStoreState *st, const LeaseRow *row);
+extern void le_store_lock_instead(LeaseStoreState *st);
 extern void le_store_history_open(LeaseStoreState *st, const LeaseRow *row);
 extern void le_store_history_close(LeaseStoreState *st, int64 lease_id, int64 token,
 								   TimestampTz ended_at, const char *reason);

@@ -309,6 +309,17 @@ retry:
 			tried_fence_id = row.lease_id;
 			now = GetCurrentTimestamp();
 		}
+
+		/*
+		 * A grant that prunes deletes history rows before it writes this
+		 * row, so it locks the row first (le_store_prune_due): about once
+		 * per retention and key.
+		 */
+		if (st.tentative && le_store_prune_due(row.history_min_ended_at))
+		{
+			le_store_lock_instead(&st);
+			goto retry;
+		}
 		old = row;
 		row.fencing_token = le_next_token(&st, &row, &row.token_timeline,
 										  &row.token_system_id);

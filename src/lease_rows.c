@@ -1105,15 +1105,13 @@ le_store_write(LeaseStoreState *st, const LeaseRow *row)
 		PreventCommandIfReadOnly("UPDATE");
 		res = heap_update(rel, &st->tid, newtup, GetCurrentCommandId(true), InvalidSnapshot,
 						  false, &tmfd, &lockmode);
-		st->tentative = false;
 		if (res != TM_Ok)
 		{
 			/* Updated, deleted, or locked by someone (maybe us) meanwhile. */
-			st->must_lock = true;
-			st->locked_tuple = NULL;
-			ItemPointerSetInvalid(&st->tid);
+			le_store_lock_instead(st);
 			return false;
 		}
+		st->tentative = false;
 		if (!HeapTupleIsHeapOnly(newtup))
 			le_rows_index_tuple(rel, newtup);
 		le_lease_locks_taken();
@@ -1124,6 +1122,20 @@ le_store_write(LeaseStoreState *st, const LeaseRow *row)
 	st->tid = newtup->t_self;
 	st->locked_tuple = newtup;
 	return true;
+}
+
+/*
+ * Drop the version that le_store_lock read without locking it: the next
+ * le_store_lock of this call locks the row (waiting for whoever has it),
+ * for the caller to decide again on the version then locked.
+ */
+void
+le_store_lock_instead(LeaseStoreState *st)
+{
+	st->tentative = false;
+	st->must_lock = true;
+	st->locked_tuple = NULL;
+	ItemPointerSetInvalid(&st->tid);
 }
 
 /* Open le_lease_history for writing. */

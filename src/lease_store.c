@@ -516,6 +516,20 @@ le_bound_idle_holder(int64 bound_us)
 							 true, 0, false);
 }
 
+/* Periods that ended before this are past the retention. */
+static TimestampTz
+le_history_cutoff(TimestampTz now)
+{
+	return now - (int64) le_history_retention_s * USECS_PER_SEC;
+}
+
+/* Can a lease with this history_min_ended_at (0: unknown) have rows due? */
+static bool
+le_prune_due_by(TimestampTz min_ended_at, TimestampTz cutoff)
+{
+	return min_ended_at == 0 || min_ended_at < cutoff;
+}
+
 /*
  * Delete history rows that ended longer ago than the retention setting,
  * for one lease (lease_id > 0) or for all; returns how many went.
@@ -543,14 +557,29 @@ int64
 le_store_prune_history(LeaseStoreState *st, int64 lease_id, TimestampTz *min_ended_at)
 {
 	TimestampTz now = GetCurrentTimestamp();
-	TimestampTz cutoff;
+	TimestampTz cutoff = le_history_cutoff(now);
 
-	cutoff = now - (int64) le_history_retention_s * USECS_PER_SEC;
 	if (lease_id <= 0)
 		return le_store_prune_all_history(st, cutoff);
-	if (*min_ended_at != 0 && cutoff <= *min_ended_at)
+	if (!le_prune_due_by(*min_ended_at, cutoff) || st->tentative)
 		return 0;
 	return le_store_prune_lease_history(st, lease_id, cutoff, now, min_ended_at);
+}
+
+/*
+ * Would a grant now prune the history of a lease whose row has this
+ * history_min_ended_at?  A grant that would must hold the row's lock
+ * before it deletes anything (it deletes before it writes the row): a
+ * tentative write (le_store_write) that failed after the deletions would
+ * wait for the row's lock while holding them, a deadlock with a holder
+ * whose open transaction then prunes too, or refuse with them done.
+ * le_store_prune_history itself never prunes for a tentative version (a
+ * bound that became due in between waits for the next grant).
+ */
+bool
+le_store_prune_due(TimestampTz min_ended_at)
+{
+	return le_prune_due_by(min_ended_at, le_history_cutoff(GetCurrentTimestamp()));
 }
 
 /* The oid of le_token_seq, the source of new tokens. */
