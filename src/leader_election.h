@@ -125,6 +125,11 @@ typedef struct LeaseStoreState
 	bool		tentative;		/* tid/locked_tuple were read, not locked (see le_store_lock) */
 	bool		must_lock;		/* a tentative write lost a race: lock from now on */
 	int64		idle_bound_us;	/* how long the transaction may then idle; 0: unbounded */
+	/* a grant's prune: rows found due before the lease row was written */
+	ItemPointerData *prune_tids;	/* le_lease_history rows to delete */
+	TimestampTz *prune_ends;	/* ... and their ended_at */
+	int			prune_n;
+	Snapshot	prune_snap;		/* that found them, registered until they go */
 	ErrorContextCallback errcallback;
 } LeaseStoreState;
 
@@ -133,8 +138,9 @@ extern void le_store_end(LeaseStoreState *st);
 extern void le_bound_idle_holder(int64 bound_us);
 extern void le_store_create(LeaseStoreState *st, const char *key);
 extern int64 le_store_prune_all_history(LeaseStoreState *st, TimestampTz cutoff);
-extern bool le_store_prune_due(TimestampTz min_ended_at);
-extern int64 le_store_prune_history(LeaseStoreState *st, int64 lease_id, TimestampTz *min_ended_at);
+extern void le_store_prune_plan(LeaseStoreState *st, int64 lease_id, TimestampTz *min_ended_at);
+extern TimestampTz le_store_prune_apply(LeaseStoreState *st);
+extern int64 le_store_prune_history(LeaseStoreState *st);
 
 /* Rows of le_lease and le_lease_history, by direct access (lease_rows.c). */
 extern bool le_store_peek(LeaseStoreState *st, const char *key, LeaseRow *row);
@@ -142,13 +148,12 @@ typedef bool (*LeaseRowCheck) (const LeaseRow *row, void *arg);
 extern bool le_store_lock(LeaseStoreState *st, const char *key, LeaseRow *row,
 						  LeaseRowCheck check, void *arg);
 extern bool le_store_write(LeaseStoreState *st, const LeaseRow *row);
-extern void le_store_lock_instead(LeaseStoreState *st);
 extern void le_store_history_open(LeaseStoreState *st, const LeaseRow *row);
 extern void le_store_history_close(LeaseStoreState *st, int64 lease_id, int64 token,
 								   TimestampTz ended_at, const char *reason);
-extern int64 le_store_prune_lease_history(LeaseStoreState *st, int64 lease_id,
-										  TimestampTz cutoff, TimestampTz now,
-										  TimestampTz *earliest);
+extern TimestampTz le_store_find_due_history(LeaseStoreState *st, int64 lease_id,
+											 TimestampTz cutoff, TimestampTz now);
+extern TimestampTz le_store_delete_due_history(LeaseStoreState *st);
 extern void le_rows_end(LeaseStoreState *st);
 extern void le_rows_let_go(LeaseStoreState *st);
 

@@ -201,6 +201,7 @@ le_acquire(PG_FUNCTION_ARGS)
 	LeaseStoreState st;
 	LeaseRow	row;
 	TimestampTz now;
+	TimestampTz busy_end;
 	bool		found;
 	bool		fenced = false;
 	bool		new_period = false;
@@ -310,16 +311,6 @@ retry:
 			now = GetCurrentTimestamp();
 		}
 
-		/*
-		 * A grant that prunes deletes history rows before it writes this
-		 * row, so it locks the row first (le_store_prune_due): about once
-		 * per retention and key.
-		 */
-		if (st.tentative && le_store_prune_due(row.history_min_ended_at))
-		{
-			le_store_lock_instead(&st);
-			goto retry;
-		}
 		old = row;
 		row.fencing_token = le_next_token(&st, &row, &row.token_timeline,
 										  &row.token_system_id);
@@ -331,13 +322,13 @@ retry:
 		row.transitions++;
 
 		/*
-		 * Periods past the retention go first, so that the bound the prune
-		 * leaves is written with the grant (the lapsed period, if any, is
-		 * still open in the history then: the scan stops at it).  They are
-		 * due whatever becomes of this call, so a retry below does not undo
-		 * anything.  Then the lapsed period's end is folded in.
+		 * Periods past the retention are found first, so that the bound
+		 * they leave goes out with the grant's write (the lapsed period, if
+		 * any, is still open in the history then: the scan stops at it),
+		 * and deleted after it, under the row's lock.  Then the lapsed
+		 * period's end is folded in.
 		 */
-		(void) le_store_prune_history(&st, row.lease_id, &row.history_min_ended_at);
+		le_store_prune_plan(&st, row.lease_id, &row.history_min_ended_at);
 		if (old.holder != NULL)
 			le_note_period_end(&row, &old, now);
 
@@ -352,6 +343,18 @@ retry:
 		if (old.holder != NULL)
 			le_close_period(&st, &old, now, "expired");
 		le_store_history_open(&st, &row);
+		busy_end = le_store_delete_due_history(&st);
+		if (busy_end != 0 && busy_end < row.history_min_ended_at)
+		{
+			/*
+			 * Rows another transaction is deleting: look again next time.
+			 * (A new command, so that this one sees the version it wrote.)
+			 */
+			row.history_min_ended_at = busy_end;
+			CommandCounterIncrement();
+			if (!le_store_write(&st, &row))
+				elog(ERROR, "leader_election: lease row \"%s\" changed under its lock", key);
+		}
 		le_notify(&st, "acquired", &row);
 	}
 
@@ -570,7 +573,7 @@ le_prune_history(PG_FUNCTION_ARGS)
 
 	le_check_writable("prune the history of");
 	le_store_begin(&st, fcinfo->flinfo->fn_oid, NULL);
-	deleted = le_store_prune_history(&st, 0, NULL);
+	deleted = le_store_prune_history(&st);
 	le_store_end(&st);
 	PG_RETURN_INT64(deleted);
 }

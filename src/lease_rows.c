@@ -776,6 +776,10 @@ le_rows_end(LeaseStoreState *st)
 	if (st->snap != NULL)
 		UnregisterSnapshot(st->snap);
 	st->snap = NULL;
+	if (st->prune_snap != NULL)
+		UnregisterSnapshot(st->prune_snap);
+	st->prune_snap = NULL;
+	st->prune_n = 0;
 	ItemPointerSetInvalid(&st->tid);
 	st->locked_tuple = NULL;
 	st->peeked_tuple = NULL;
@@ -1105,13 +1109,15 @@ le_store_write(LeaseStoreState *st, const LeaseRow *row)
 		PreventCommandIfReadOnly("UPDATE");
 		res = heap_update(rel, &st->tid, newtup, GetCurrentCommandId(true), InvalidSnapshot,
 						  false, &tmfd, &lockmode);
+		st->tentative = false;
 		if (res != TM_Ok)
 		{
 			/* Updated, deleted, or locked by someone (maybe us) meanwhile. */
-			le_store_lock_instead(st);
+			st->must_lock = true;
+			st->locked_tuple = NULL;
+			ItemPointerSetInvalid(&st->tid);
 			return false;
 		}
-		st->tentative = false;
 		if (!HeapTupleIsHeapOnly(newtup))
 			le_rows_index_tuple(rel, newtup);
 		le_lease_locks_taken();
@@ -1122,20 +1128,6 @@ le_store_write(LeaseStoreState *st, const LeaseRow *row)
 	st->tid = newtup->t_self;
 	st->locked_tuple = newtup;
 	return true;
-}
-
-/*
- * Drop the version that le_store_lock read without locking it: the next
- * le_store_lock of this call locks the row (waiting for whoever has it),
- * for the caller to decide again on the version then locked.
- */
-void
-le_store_lock_instead(LeaseStoreState *st)
-{
-	st->tentative = false;
-	st->must_lock = true;
-	st->locked_tuple = NULL;
-	ItemPointerSetInvalid(&st->tid);
 }
 
 /* Open le_lease_history for writing. */
@@ -1290,66 +1282,104 @@ le_store_history_close(LeaseStoreState *st, int64 lease_id, int64 token,
 }
 
 /*
- * Delete the history rows of one lease whose period ended before cutoff;
- * returns how many went.  Periods of a lease follow each other, so in token
- * order the ended_at of its rows rise: the scan stops at the first row that
- * is open or young enough, having touched only the rows it deletes and one
+ * Find the history rows of one lease whose period ended before cutoff, for
+ * le_store_delete_due_history to delete once the grant has written the
+ * lease row (and so holds its lock: a grant whose write failed then waits
+ * for the row without holding any deletion, which a holder's open
+ * transaction pruning too would otherwise wait for: a deadlock, review of
+ * 9b8b139).  Reads only.  Periods of a lease follow each other, so in token
+ * order the ended_at of its rows rise: the scan stops at the first row
+ * that is open or young enough, having read only the rows due and one
  * more.  (A server clock set back can leave a few rows for
- * le_prune_history() to take.)  *earliest is set to the ended_at of that
- * first row (now if it lies ahead or the row is open), 'infinity' when the
- * scan found no row left.  A row that another transaction is deleting (a
- * le_prune_history() still open, a competing grant) is not waited for: a
- * grant must not wait for an idle administrator's transaction (invariant 5).
- * The scan stops there, and that row's ended_at, which is due, becomes
- * *earliest: the next grant looks again.
+ * le_prune_history() to take.)  Returns the history_min_ended_at the lease
+ * will have once they are gone: that first row's ended_at (now if it lies
+ * ahead or the row is open), 'infinity' when no row is left.  The snapshot
+ * that found them stays registered until they are deleted, so that none of
+ * their line pointers can be pruned and given to another row meanwhile.
  */
-int64
-le_store_prune_lease_history(LeaseStoreState *st, int64 lease_id, TimestampTz cutoff,
-							 TimestampTz now, TimestampTz *earliest)
+TimestampTz
+le_store_find_due_history(LeaseStoreState *st, int64 lease_id, TimestampTz cutoff,
+						  TimestampTz now)
 {
 	Relation	rel;
 	Relation	idx;
-	Snapshot	snap;
 	IndexScanDesc scan;
 	TupleTableSlot *slot;
-	int64		deleted = 0;
+	int			size = 0;
+	TimestampTz earliest = DT_NOEND;
 
-	*earliest = DT_NOEND;
+	if (st->prune_snap != NULL)
+		UnregisterSnapshot(st->prune_snap);
+	st->prune_n = 0;
 	CommandCounterIncrement();
 	rel = le_rows_open_history(st);
-	snap = RegisterSnapshot(GetLatestSnapshot());
+	st->prune_snap = RegisterSnapshot(GetLatestSnapshot());
 	slot = table_slot_create(rel, NULL);
-	scan = le_rows_history_scan(st, rel, &idx, snap, lease_id, 0);
+	scan = le_rows_history_scan(st, rel, &idx, st->prune_snap, lease_id, 0);
 	while (index_getnext_slot(scan, ForwardScanDirection, slot))
 	{
 		bool		isnull;
 		Datum		ended = slot_getattr(slot, Anum_le_history_ended_at, &isnull);
-		TM_FailureData tmfd;
-
-		TM_Result	res;
 
 		if (isnull || DatumGetTimestampTz(ended) >= cutoff)
 		{
-			*earliest = isnull ? now : Min(DatumGetTimestampTz(ended), now);
+			earliest = isnull ? now : Min(DatumGetTimestampTz(ended), now);
 			break;
 		}
-
-		/* A concurrent le_prune_history() may have deleted it: skip it then. */
-		res = table_tuple_delete(rel, &slot->tts_tid, GetCurrentCommandId(true), snap,
-								 InvalidSnapshot, false, &tmfd, false);
-		if (res == TM_Ok)
-			deleted++;
-		else if (res == TM_BeingModified)
+		if (st->prune_n == size)
 		{
-			*earliest = DatumGetTimestampTz(ended);
-			break;
+			MemoryContext old = MemoryContextSwitchTo(CurTransactionContext);
+
+			size = size == 0 ? 8 : size * 2;
+			st->prune_tids = st->prune_n == 0 ? palloc(size * sizeof(ItemPointerData)) :
+				repalloc(st->prune_tids, size * sizeof(ItemPointerData));
+			st->prune_ends = st->prune_n == 0 ? palloc(size * sizeof(TimestampTz)) :
+				repalloc(st->prune_ends, size * sizeof(TimestampTz));
+			MemoryContextSwitchTo(old);
 		}
+		st->prune_tids[st->prune_n] = slot->tts_tid;
+		st->prune_ends[st->prune_n] = DatumGetTimestampTz(ended);
+		st->prune_n++;
 	}
 	le_rows_history_scan_end(scan, idx);
 	ExecDropSingleTupleTableSlot(slot);
-	UnregisterSnapshot(snap);
 	table_close(rel, NoLock);
-	return deleted;
+	return earliest;
+}
+
+/*
+ * Delete the rows le_store_find_due_history found; the caller holds the
+ * lease row's lock.  A row that another transaction is deleting (an open
+ * le_prune_history()) is not waited for: a grant must not wait for an idle
+ * administrator's transaction (invariant 5).  Returns the lowest ended_at
+ * of such rows (0: none), which the caller folds back into the lease's
+ * history_min_ended_at (should that transaction roll back, the next grant
+ * looks again); a row deleted meanwhile by one that committed is skipped.
+ */
+TimestampTz
+le_store_delete_due_history(LeaseStoreState *st)
+{
+	Relation	rel;
+	TimestampTz busy = 0;
+	int			i;
+
+	if (st->prune_n == 0)
+		return 0;
+	rel = le_rows_open_history(st);
+	for (i = 0; i < st->prune_n; i++)
+	{
+		TM_FailureData tmfd;
+
+		if (table_tuple_delete(rel, &st->prune_tids[i], GetCurrentCommandId(true), st->prune_snap,
+							   InvalidSnapshot, false, &tmfd, false) == TM_BeingModified &&
+			(busy == 0 || st->prune_ends[i] < busy))
+			busy = st->prune_ends[i];
+	}
+	table_close(rel, NoLock);
+	st->prune_n = 0;
+	UnregisterSnapshot(st->prune_snap);
+	st->prune_snap = NULL;
+	return busy;
 }
 
 /*

@@ -448,6 +448,10 @@ le_store_begin(LeaseStoreState *st, Oid fn_oid, const char *lease_key)
 	st->keep_lease_lock = false;
 	st->lease_rowex = false;
 	st->snap = NULL;
+	st->prune_tids = NULL;
+	st->prune_ends = NULL;
+	st->prune_n = 0;
+	st->prune_snap = NULL;
 	st->peeked_tuple = NULL;
 	ItemPointerSetInvalid(&st->tid);
 	st->locked_tuple = NULL;
@@ -523,63 +527,52 @@ le_history_cutoff(TimestampTz now)
 	return now - (int64) le_history_retention_s * USECS_PER_SEC;
 }
 
-/* Can a lease with this history_min_ended_at (0: unknown) have rows due? */
-static bool
-le_prune_due_by(TimestampTz min_ended_at, TimestampTz cutoff)
-{
-	return min_ended_at == 0 || min_ended_at < cutoff;
-}
-
 /*
- * Delete history rows that ended longer ago than the retention setting,
- * for one lease (lease_id > 0) or for all; returns how many went.
+ * A grant's prune of its lease's history, first half: before the grant
+ * writes the lease row, find the history rows past the retention (read
+ * only; le_store_delete_due_history deletes them once the row is written)
+ * and set *min_ended_at to the bound the row must then carry.
  *
- * For one lease, *min_ended_at is the history_min_ended_at of its le_lease
- * row as the caller read it (0: NULL, unknown; 'infinity': no ended
- * period), and is set to what the caller must write back.  Periods are
- * added and ended only by the lease calls, under the row's lock, and each
- * folds the end it records into that column of the same row version
+ * *min_ended_at is the history_min_ended_at of the lease row as read (0:
+ * NULL, unknown; 'infinity': no ended period).  Periods are added and
+ * ended only by the lease calls, under the row's lock, and each folds the
+ * end it records into that column of the same row version
  * (le_note_period_end in lease.c), so a rollback undoes both; deleting
- * rows (here, or le_prune_history(), which leaves the column alone) only
- * raises the true minimum.  So while the bound is not older than the
+ * rows (a grant, or le_prune_history(), which leaves the column alone)
+ * only raises the true minimum.  So while the bound is not older than the
  * retention nothing can be due, and the index scan is skipped: a grant of
  * a lease with nothing to prune reads none of its history, in a new backend
  * too (the scan was 13,700 instructions with a few periods per lease,
  * 20,700 with tens: callgrind, issue 9).  NULL, from a row written before
  * the column existed (restored from such a dump), makes the grant scan.
- * When it scans, the bound becomes what the scan found (see
- * le_store_prune_lease_history).  Periods follow each other, so their
- * ended_at rise with the token; only a server clock that went back can end
- * a later period before an earlier one, and such a row then waits until the
- * row the scan stopped at is due itself (or for le_prune_history()).
+ * Periods follow each other, so their ended_at rise with the token; only a
+ * server clock that went back can end a later period before an earlier
+ * one, and such a row then waits until the row the scan stopped at is due
+ * itself (or for le_prune_history()).
  */
-int64
-le_store_prune_history(LeaseStoreState *st, int64 lease_id, TimestampTz *min_ended_at)
+void
+le_store_prune_plan(LeaseStoreState *st, int64 lease_id, TimestampTz *min_ended_at)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz cutoff = le_history_cutoff(now);
 
-	if (lease_id <= 0)
-		return le_store_prune_all_history(st, cutoff);
-	if (!le_prune_due_by(*min_ended_at, cutoff) || st->tentative)
-		return 0;
-	return le_store_prune_lease_history(st, lease_id, cutoff, now, min_ended_at);
+	if (*min_ended_at != 0 && cutoff <= *min_ended_at)
+	{
+		/* Nothing due; forget what an earlier try of this call found. */
+		st->prune_n = 0;
+		return;
+	}
+	*min_ended_at = le_store_find_due_history(st, lease_id, cutoff, now);
 }
 
 /*
- * Would a grant now prune the history of a lease whose row has this
- * history_min_ended_at?  A grant that would must hold the row's lock
- * before it deletes anything (it deletes before it writes the row): a
- * tentative write (le_store_write) that failed after the deletions would
- * wait for the row's lock while holding them, a deadlock with a holder
- * whose open transaction then prunes too, or refuse with them done.
- * le_store_prune_history itself never prunes for a tentative version (a
- * bound that became due in between waits for the next grant).
+ * Delete the history rows of every lease that ended longer ago than the
+ * retention setting (le_prune_history()); returns how many went.
  */
-bool
-le_store_prune_due(TimestampTz min_ended_at)
+int64
+le_store_prune_history(LeaseStoreState *st)
 {
-	return le_prune_due_by(min_ended_at, le_history_cutoff(GetCurrentTimestamp()));
+	return le_store_prune_all_history(st, le_history_cutoff(GetCurrentTimestamp()));
 }
 
 /* The oid of le_token_seq, the source of new tokens. */
