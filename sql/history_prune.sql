@@ -209,6 +209,52 @@ SELECT * FROM hy_grant('hw');
 SELECT * FROM hp_rows('hw');
 SELECT history_min_ended_at FROM le_lease WHERE lease_key = 'hw';
 
+-- A lease that lapsed longer ago than the retention: the grant that takes
+-- it over deletes the lapsed period's row instead of closing it (it is due
+-- already), and so does a release of such a lease by its holder.
+SELECT acquired FROM le_acquire('hl', 'gone', '1 minute');
+UPDATE le_lease SET acquired_at = acquired_at - interval '3 hours', expires_at = expires_at - interval '3 hours'
+ WHERE lease_key = 'hl';
+UPDATE le_lease_history SET acquired_at = acquired_at - interval '3 hours' WHERE lease_key = 'hl';
+SELECT acquired FROM le_acquire('hl', 'next', '1 minute');
+SELECT holder, end_reason FROM le_lease_history WHERE lease_key = 'hl' ORDER BY fencing_token;
+SELECT * FROM hp_rows('hl');
+UPDATE le_lease SET acquired_at = acquired_at - interval '3 hours', expires_at = expires_at - interval '3 hours'
+ WHERE lease_key = 'hl';
+SELECT le_release('hl', 'next', fencing_token) FROM le_leases WHERE lease_key = 'hl';
+SELECT * FROM hp_rows('hl');
+
+-- A long backlog goes 1,024 rows per grant (the bound left due), the rest
+-- at the next grant.
+INSERT INTO le_lease_history (lease_id, lease_key, holder, holder_role, fencing_token, acquired_at, ended_at, end_reason)
+SELECT l.lease_id, l.lease_key, 'earlier', 'postgres', -g, now() - interval '3 hours', now() - interval '3 hours', 'released'
+  FROM le_lease AS l, generate_series(1, 1100) AS g WHERE l.lease_key = 'hl';
+UPDATE le_lease SET history_min_ended_at = now() - interval '3 hours' WHERE lease_key = 'hl';
+SELECT acquired FROM le_acquire('hl', 'o', '1 minute');
+SELECT * FROM hp_rows('hl');
+SELECT history_min_ended_at < now() - interval '1 hour' AS bound_due FROM le_lease WHERE lease_key = 'hl';
+SELECT le_release('hl', 'o', fencing_token) FROM le_leases WHERE lease_key = 'hl';
+SELECT acquired FROM le_acquire('hl', 'o', '1 minute');
+SELECT * FROM hp_rows('hl');
+
+-- What a grant's prune allocates is freed by the call: grants that prune,
+-- each in a subtransaction, leave no memory context behind.
+CREATE FUNCTION hm_loop(n int) RETURNS bigint LANGUAGE plpgsql AS $$
+BEGIN
+  FOR i IN 1 .. n LOOP
+    BEGIN
+      PERFORM le_release('hm', 'o', (SELECT fencing_token FROM le_acquire('hm', 'o', '1 minute')));
+    EXCEPTION WHEN others THEN RAISE;
+    END;
+  END LOOP;
+  RETURN (SELECT count(*) FROM pg_backend_memory_contexts WHERE name = 'CurTransactionContext');
+END $$;
+SET leader_election.history_retention = 0;
+SELECT hm_loop(50) AS cur_transaction_contexts;
+SELECT * FROM hp_rows('hm');
+SET leader_election.history_retention = 3600;
+DROP FUNCTION hm_loop(int);
+
 RESET leader_election.history_retention;
 DROP FUNCTION hp_cycle(int);
 DROP FUNCTION hp_rows(text);

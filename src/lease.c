@@ -145,13 +145,27 @@ le_note_period_end(LeaseRow *row, const LeaseRow *old, TimestampTz now)
 		row->history_min_ended_at = ended_at;
 }
 
-/* End the current ownership period of old in the history, now. */
+/*
+ * Is the period of old, ended now, past the retention already (it lapsed
+ * longer ago)?  Its history row is then deleted instead of closed, and its
+ * end not folded into the bound.  Decided once per call, for both.
+ */
+static bool
+le_period_gone(const LeaseRow *old, TimestampTz now)
+{
+	return le_store_history_due(le_period_end(old, now));
+}
+
+/*
+ * End the current ownership period of old in the history, now: close its
+ * row, or delete it when gone (le_period_gone).
+ */
 static void
 le_close_period(LeaseStoreState *st, const LeaseRow *old, TimestampTz now,
-				const char *reason)
+				const char *reason, bool gone)
 {
 	le_store_history_close(st, old->lease_id, old->fencing_token, le_period_end(old, now),
-						   old->expires_at <= now ? "expired" : reason);
+						   gone ? NULL : old->expires_at <= now ? "expired" : reason);
 }
 
 /*
@@ -202,6 +216,7 @@ le_acquire(PG_FUNCTION_ARGS)
 	LeaseRow	row;
 	TimestampTz now;
 	TimestampTz busy_end;
+	bool		lapsed_gone;
 	bool		found;
 	bool		fenced = false;
 	bool		new_period = false;
@@ -326,10 +341,11 @@ retry:
 		 * they leave goes out with the grant's write (the lapsed period, if
 		 * any, is still open in the history then: the scan stops at it),
 		 * and deleted after it, under the row's lock.  Then the lapsed
-		 * period's end is folded in.
+		 * period's end is folded in, unless it is gone already.
 		 */
 		le_store_prune_plan(&st, row.lease_id, &row.history_min_ended_at);
-		if (old.holder != NULL)
+		lapsed_gone = old.holder != NULL && le_period_gone(&old, now);
+		if (old.holder != NULL && !lapsed_gone)
 			le_note_period_end(&row, &old, now);
 
 		/*
@@ -341,7 +357,7 @@ retry:
 			goto retry;
 		new_period = true;
 		if (old.holder != NULL)
-			le_close_period(&st, &old, now, "expired");
+			le_close_period(&st, &old, now, "expired", lapsed_gone);
 		le_store_history_open(&st, &row);
 		busy_end = le_store_delete_due_history(&st);
 		if (busy_end != 0 && busy_end < row.history_min_ended_at)
@@ -474,6 +490,7 @@ le_free_lease(FunctionCallInfo fcinfo, const char *key, const char *owner,
 	int64		locked_id;
 	FreeCheck	fc;
 	LeaseRow	old;
+	bool		gone;
 
 	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
 	fc.owner = owner;
@@ -526,10 +543,12 @@ retry:
 	row.holder = NULL;
 	row.holder_role = NULL;
 	row.expires_at = 0;
-	le_note_period_end(&row, &old, now);
+	gone = le_period_gone(&old, now);
+	if (!gone)
+		le_note_period_end(&row, &old, now);
 	if (!le_store_write(&st, &row))
 		goto retry;				/* the row changed since it was read */
-	le_close_period(&st, &old, now, reason);
+	le_close_period(&st, &old, now, reason, gone);
 	le_notify(&st, reason, &row);
 	le_commit_durably();
 	le_store_end(&st);

@@ -776,10 +776,7 @@ le_rows_end(LeaseStoreState *st)
 	if (st->snap != NULL)
 		UnregisterSnapshot(st->snap);
 	st->snap = NULL;
-	if (st->prune_snap != NULL)
-		UnregisterSnapshot(st->prune_snap);
-	st->prune_snap = NULL;
-	st->prune_n = 0;
+	le_store_forget_due_history(st);
 	ItemPointerSetInvalid(&st->tid);
 	st->locked_tuple = NULL;
 	st->peeked_tuple = NULL;
@@ -1264,7 +1261,9 @@ le_store_history_close(LeaseStoreState *st, int64 lease_id, int64 token,
 		HeapTuple	newtup;
 
 		(void) slot_getattr(slot, Anum_le_history_ended_at, &isnull);
-		if (isnull)				/* else already closed */
+		if (isnull && reason == NULL)
+			simple_heap_delete(rel, &slot->tts_tid);
+		else if (isnull)		/* else already closed */
 		{
 			memset(replace, false, sizeof(replace));
 			memset(nulls, false, sizeof(nulls));
@@ -1281,6 +1280,30 @@ le_store_history_close(LeaseStoreState *st, int64 lease_id, int64 token,
 	table_close(rel, NoLock);
 }
 
+/* Drop what le_store_find_due_history found (its snapshot, its arrays). */
+void
+le_store_forget_due_history(LeaseStoreState *st)
+{
+	if (st->prune_snap != NULL)
+		UnregisterSnapshot(st->prune_snap);
+	st->prune_snap = NULL;
+	if (st->prune_tids != NULL)
+	{
+		pfree(st->prune_tids);
+		pfree(st->prune_ends);
+	}
+	st->prune_tids = NULL;
+	st->prune_ends = NULL;
+	st->prune_n = 0;
+}
+
+/*
+ * At most this many history rows go per grant: a grant after a long backlog
+ * (the retention lowered, le_prune_history() never run) stays short, and
+ * the rest goes at the next grants (the bound left is a due row's end).
+ */
+#define LE_PRUNE_BATCH	1024
+
 /*
  * Find the history rows of one lease whose period ended before cutoff, for
  * le_store_delete_due_history to delete once the grant has written the
@@ -1291,11 +1314,12 @@ le_store_history_close(LeaseStoreState *st, int64 lease_id, int64 token,
  * order the ended_at of its rows rise: the scan stops at the first row
  * that is open or young enough, having read only the rows due and one
  * more.  (A server clock set back can leave a few rows for
- * le_prune_history() to take.)  Returns the history_min_ended_at the lease
- * will have once they are gone: that first row's ended_at (now if it lies
- * ahead or the row is open), 'infinity' when no row is left.  The snapshot
- * that found them stays registered until they are deleted, so that none of
- * their line pointers can be pruned and given to another row meanwhile.
+ * le_prune_history() to take.)  Returns the history_min_ended_at
+ * the lease will have once the rows collected are gone: the ended_at of
+ * the first row kept (now if it lies ahead or the row is open), 'infinity'
+ * when none is left.  The snapshot that found them stays registered until
+ * they are deleted, and le_lease_history locked, so that none of their line
+ * pointers can be pruned and given to another row meanwhile.
  */
 TimestampTz
 le_store_find_due_history(LeaseStoreState *st, int64 lease_id, TimestampTz cutoff,
@@ -1305,14 +1329,12 @@ le_store_find_due_history(LeaseStoreState *st, int64 lease_id, TimestampTz cutof
 	Relation	idx;
 	IndexScanDesc scan;
 	TupleTableSlot *slot;
-	int			size = 0;
 	TimestampTz earliest = DT_NOEND;
 
-	if (st->prune_snap != NULL)
-		UnregisterSnapshot(st->prune_snap);
-	st->prune_n = 0;
+	le_store_forget_due_history(st);
 	CommandCounterIncrement();
-	rel = le_rows_open_history(st);
+	rel = le_rows_open(le_rows_relid(st->nsp, LE_REL_HISTORY), AccessShareLock,
+					   le_history_types, Natts_le_history);
 	st->prune_snap = RegisterSnapshot(GetLatestSnapshot());
 	slot = table_slot_create(rel, NULL);
 	scan = le_rows_history_scan(st, rel, &idx, st->prune_snap, lease_id, 0);
@@ -1320,25 +1342,27 @@ le_store_find_due_history(LeaseStoreState *st, int64 lease_id, TimestampTz cutof
 	{
 		bool		isnull;
 		Datum		ended = slot_getattr(slot, Anum_le_history_ended_at, &isnull);
+		TimestampTz end = isnull ? 0 : DatumGetTimestampTz(ended);
 
-		if (isnull || DatumGetTimestampTz(ended) >= cutoff)
+		if (isnull || end >= cutoff)
 		{
-			earliest = isnull ? now : Min(DatumGetTimestampTz(ended), now);
+			earliest = isnull ? now : Min(end, now);
 			break;
 		}
-		if (st->prune_n == size)
+		if (st->prune_n == LE_PRUNE_BATCH)
 		{
-			MemoryContext old = MemoryContextSwitchTo(CurTransactionContext);
-
-			size = size == 0 ? 8 : size * 2;
-			st->prune_tids = st->prune_n == 0 ? palloc(size * sizeof(ItemPointerData)) :
-				repalloc(st->prune_tids, size * sizeof(ItemPointerData));
-			st->prune_ends = st->prune_n == 0 ? palloc(size * sizeof(TimestampTz)) :
-				repalloc(st->prune_ends, size * sizeof(TimestampTz));
-			MemoryContextSwitchTo(old);
+			earliest = end;		/* due: the next grant goes on */
+			break;
+		}
+		if (st->prune_tids == NULL)
+		{
+			st->prune_tids = MemoryContextAlloc(st->caller_cxt,
+												LE_PRUNE_BATCH * sizeof(ItemPointerData));
+			st->prune_ends = MemoryContextAlloc(st->caller_cxt,
+												LE_PRUNE_BATCH * sizeof(TimestampTz));
 		}
 		st->prune_tids[st->prune_n] = slot->tts_tid;
-		st->prune_ends[st->prune_n] = DatumGetTimestampTz(ended);
+		st->prune_ends[st->prune_n] = end;
 		st->prune_n++;
 	}
 	le_rows_history_scan_end(scan, idx);
@@ -1352,15 +1376,16 @@ le_store_find_due_history(LeaseStoreState *st, int64 lease_id, TimestampTz cutof
  * lease row's lock.  A row that another transaction is deleting (an open
  * le_prune_history()) is not waited for: a grant must not wait for an idle
  * administrator's transaction (invariant 5).  Returns the lowest ended_at
- * of such rows (0: none), which the caller folds back into the lease's
- * history_min_ended_at (should that transaction roll back, the next grant
- * looks again); a row deleted meanwhile by one that committed is skipped.
+ * of the rows that did not go (0: none), which the caller folds back into
+ * the lease's history_min_ended_at (should that transaction roll back, or a
+ * row have been changed meanwhile, the next grant looks again); a row that
+ * a committed transaction deleted meanwhile is gone, as wanted.
  */
 TimestampTz
 le_store_delete_due_history(LeaseStoreState *st)
 {
 	Relation	rel;
-	TimestampTz busy = 0;
+	TimestampTz kept = 0;
 	int			i;
 
 	if (st->prune_n == 0)
@@ -1369,17 +1394,16 @@ le_store_delete_due_history(LeaseStoreState *st)
 	for (i = 0; i < st->prune_n; i++)
 	{
 		TM_FailureData tmfd;
+		TM_Result	res;
 
-		if (table_tuple_delete(rel, &st->prune_tids[i], GetCurrentCommandId(true), st->prune_snap,
-							   InvalidSnapshot, false, &tmfd, false) == TM_BeingModified &&
-			(busy == 0 || st->prune_ends[i] < busy))
-			busy = st->prune_ends[i];
+		res = table_tuple_delete(rel, &st->prune_tids[i], GetCurrentCommandId(true), st->prune_snap,
+								 InvalidSnapshot, false, &tmfd, false);
+		if (res != TM_Ok && res != TM_Deleted && (kept == 0 || st->prune_ends[i] < kept))
+			kept = st->prune_ends[i];
 	}
 	table_close(rel, NoLock);
-	st->prune_n = 0;
-	UnregisterSnapshot(st->prune_snap);
-	st->prune_snap = NULL;
-	return busy;
+	le_store_forget_due_history(st);
+	return kept;
 }
 
 /*

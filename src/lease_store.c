@@ -549,6 +549,7 @@ le_history_cutoff(TimestampTz now)
  * server clock that went back can end a later period before an earlier
  * one, and such a row then waits until the row the scan stopped at is due
  * itself (or for le_prune_history()).
+
  */
 void
 le_store_prune_plan(LeaseStoreState *st, int64 lease_id, TimestampTz *min_ended_at)
@@ -559,10 +560,22 @@ le_store_prune_plan(LeaseStoreState *st, int64 lease_id, TimestampTz *min_ended_
 	if (*min_ended_at != 0 && cutoff <= *min_ended_at)
 	{
 		/* Nothing due; forget what an earlier try of this call found. */
-		st->prune_n = 0;
+		le_store_forget_due_history(st);
 		return;
 	}
 	*min_ended_at = le_store_find_due_history(st, lease_id, cutoff, now);
+}
+
+/*
+ * Is a period that ended at ended_at past the retention already?  A call
+ * that ends such a period (a lease that lapsed longer ago than the
+ * retention, taken over or released only now) deletes its history row
+ * instead of closing it, as the next grant would.
+ */
+bool
+le_store_history_due(TimestampTz ended_at)
+{
+	return ended_at < le_history_cutoff(GetCurrentTimestamp());
 }
 
 /*
