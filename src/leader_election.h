@@ -139,7 +139,7 @@ extern void le_bound_idle_holder(int64 bound_us);
 extern void le_store_create(LeaseStoreState *st, const char *key);
 extern int64 le_store_prune_all_history(LeaseStoreState *st, TimestampTz cutoff);
 extern void le_store_prune_plan(LeaseStoreState *st, int64 lease_id, TimestampTz *min_ended_at);
-extern bool le_store_history_due(TimestampTz ended_at);
+extern bool le_store_history_due(TimestampTz ended_at, TimestampTz now);
 extern TimestampTz le_store_prune_apply(LeaseStoreState *st);
 extern int64 le_store_prune_history(LeaseStoreState *st);
 

@@ -153,7 +153,7 @@ le_note_period_end(LeaseRow *row, const LeaseRow *old, TimestampTz now)
 static bool
 le_period_gone(const LeaseRow *old, TimestampTz now)
 {
-	return le_store_history_due(le_period_end(old, now));
+	return le_store_history_due(le_period_end(old, now), now);
 }
 
 /*

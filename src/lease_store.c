@@ -567,15 +567,16 @@ le_store_prune_plan(LeaseStoreState *st, int64 lease_id, TimestampTz *min_ended_
 }
 
 /*
- * Is a period that ended at ended_at past the retention already?  A call
- * that ends such a period (a lease that lapsed longer ago than the
- * retention, taken over or released only now) deletes its history row
- * instead of closing it, as the next grant would.
+ * Is a period that ended at ended_at past the retention at now (the
+ * calling lease call's time)?  A call that ends such a period (a lease
+ * that lapsed longer ago than the retention, taken over or released only
+ * now) deletes its history row instead of closing it, as the next grant
+ * would.
  */
 bool
-le_store_history_due(TimestampTz ended_at)
+le_store_history_due(TimestampTz ended_at, TimestampTz now)
 {
-	return ended_at < le_history_cutoff(GetCurrentTimestamp());
+	return ended_at < le_history_cutoff(now);
 }
 
 /*
