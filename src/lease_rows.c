@@ -1330,11 +1330,11 @@ le_store_find_due_history(LeaseStoreState *st, int64 lease_id, TimestampTz cutof
 	IndexScanDesc scan;
 	TupleTableSlot *slot;
 	TimestampTz earliest = DT_NOEND;
+	int			size = 0;
 
 	le_store_forget_due_history(st);
 	CommandCounterIncrement();
-	rel = le_rows_open(le_rows_relid(st->nsp, LE_REL_HISTORY), AccessShareLock,
-					   le_history_types, Natts_le_history);
+	rel = le_rows_open_history(st);
 	st->prune_snap = RegisterSnapshot(GetLatestSnapshot());
 	slot = table_slot_create(rel, NULL);
 	scan = le_rows_history_scan(st, rel, &idx, st->prune_snap, lease_id, 0);
@@ -1354,12 +1354,19 @@ le_store_find_due_history(LeaseStoreState *st, int64 lease_id, TimestampTz cutof
 			earliest = end;		/* due: the next grant goes on */
 			break;
 		}
-		if (st->prune_tids == NULL)
+		if (st->prune_n == size)
 		{
-			st->prune_tids = MemoryContextAlloc(st->caller_cxt,
-												LE_PRUNE_BATCH * sizeof(ItemPointerData));
-			st->prune_ends = MemoryContextAlloc(st->caller_cxt,
-												LE_PRUNE_BATCH * sizeof(TimestampTz));
+			size = size == 0 ? 8 : Min(size * 2, LE_PRUNE_BATCH);
+			if (st->prune_tids == NULL)
+			{
+				st->prune_tids = MemoryContextAlloc(st->caller_cxt, size * sizeof(ItemPointerData));
+				st->prune_ends = MemoryContextAlloc(st->caller_cxt, size * sizeof(TimestampTz));
+			}
+			else
+			{
+				st->prune_tids = repalloc(st->prune_tids, size * sizeof(ItemPointerData));
+				st->prune_ends = repalloc(st->prune_ends, size * sizeof(TimestampTz));
+			}
 		}
 		st->prune_tids[st->prune_n] = slot->tts_tid;
 		st->prune_ends[st->prune_n] = end;
