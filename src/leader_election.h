@@ -130,6 +130,7 @@ typedef struct LeaseStoreState
 	TimestampTz *prune_ends;	/* ... and their ended_at */
 	int			prune_n;
 	Snapshot	prune_snap;		/* that found them, registered until they go */
+	bool		prune_locked;	/* the find's own locks of the history are held */
 	ErrorContextCallback errcallback;
 } LeaseStoreState;
 

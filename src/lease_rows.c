@@ -118,6 +118,8 @@
 #define Anum_le_history_end_reason		9
 #define Natts_le_history				9
 
+static void le_rows_release_due_history(LeaseStoreState *st);
+
 /* Expected type of each column, to refuse a table that is not ours. */
 static const Oid le_lease_types[Natts_le_lease] = {
 	INT8OID, TEXTOID, TEXTOID, NAMEOID, INT8OID, INT4OID,
@@ -1110,6 +1112,7 @@ le_store_write(LeaseStoreState *st, const LeaseRow *row)
 		if (res != TM_Ok)
 		{
 			/* Updated, deleted, or locked by someone (maybe us) meanwhile. */
+			le_rows_release_due_history(st);
 			st->must_lock = true;
 			st->locked_tuple = NULL;
 			ItemPointerSetInvalid(&st->tid);
@@ -1335,6 +1338,7 @@ le_store_find_due_history(LeaseStoreState *st, int64 lease_id, TimestampTz cutof
 	le_store_forget_due_history(st);
 	CommandCounterIncrement();
 	rel = le_rows_open_history(st);
+	st->prune_locked = true;
 	st->prune_snap = RegisterSnapshot(GetLatestSnapshot());
 	slot = table_slot_create(rel, NULL);
 	scan = le_rows_history_scan(st, rel, &idx, st->prune_snap, lease_id, 0);
@@ -1410,7 +1414,27 @@ le_store_delete_due_history(LeaseStoreState *st)
 	}
 	table_close(rel, NoLock);
 	le_store_forget_due_history(st);
+	st->prune_locked = false;	/* kept: the grant wrote */
 	return kept;
+}
+
+/*
+ * A grant's tentative write failed after le_store_find_due_history: forget
+ * what the find found and give back the locks it took on le_lease_history
+ * and its index (only its own hold: one the transaction took before
+ * stays), so that the call's coming wait for the row lock holds nothing of
+ * the history, on which a VACUUM FULL, and every lease call behind it,
+ * would otherwise queue (review of the two-phase prune).
+ */
+static void
+le_rows_release_due_history(LeaseStoreState *st)
+{
+	if (!st->prune_locked)
+		return;
+	le_store_forget_due_history(st);
+	UnlockRelationOid(le_rows_relid(st->nsp, LE_REL_HISTORY_PKEY), AccessShareLock);
+	UnlockRelationOid(le_rows_relid(st->nsp, LE_REL_HISTORY), RowExclusiveLock);
+	st->prune_locked = false;
 }
 
 /*

@@ -452,6 +452,7 @@ le_store_begin(LeaseStoreState *st, Oid fn_oid, const char *lease_key)
 	st->prune_ends = NULL;
 	st->prune_n = 0;
 	st->prune_snap = NULL;
+	st->prune_locked = false;
 	st->peeked_tuple = NULL;
 	ItemPointerSetInvalid(&st->tid);
 	st->locked_tuple = NULL;
