@@ -130,7 +130,9 @@ typedef struct LeaseStoreState
 	TimestampTz *prune_ends;	/* ... and their ended_at */
 	int			prune_n;
 	Snapshot	prune_snap;		/* that found them, registered until they go */
-	bool		prune_locked;	/* the find's own locks of the history are held */
+	bool		prune_locked;	/* the find's own locks of the history are held: */
+	Oid			prune_relid;	/* ... le_lease_history */
+	Oid			prune_indexid;	/* ... and the index it scanned */
 	ErrorContextCallback errcallback;
 } LeaseStoreState;
 

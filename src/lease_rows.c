@@ -1338,10 +1338,12 @@ le_store_find_due_history(LeaseStoreState *st, int64 lease_id, TimestampTz cutof
 	le_store_forget_due_history(st);
 	CommandCounterIncrement();
 	rel = le_rows_open_history(st);
-	st->prune_locked = true;
 	st->prune_snap = RegisterSnapshot(GetLatestSnapshot());
 	slot = table_slot_create(rel, NULL);
 	scan = le_rows_history_scan(st, rel, &idx, st->prune_snap, lease_id, 0);
+	st->prune_locked = true;
+	st->prune_relid = RelationGetRelid(rel);
+	st->prune_indexid = RelationGetRelid(idx);
 	while (index_getnext_slot(scan, ForwardScanDirection, slot))
 	{
 		bool		isnull;
@@ -1399,6 +1401,7 @@ le_store_delete_due_history(LeaseStoreState *st)
 	TimestampTz kept = 0;
 	int			i;
 
+	st->prune_locked = false;	/* kept: the grant wrote */
 	if (st->prune_n == 0)
 		return 0;
 	rel = le_rows_open_history(st);
@@ -1414,7 +1417,6 @@ le_store_delete_due_history(LeaseStoreState *st)
 	}
 	table_close(rel, NoLock);
 	le_store_forget_due_history(st);
-	st->prune_locked = false;	/* kept: the grant wrote */
 	return kept;
 }
 
@@ -1424,7 +1426,9 @@ le_store_delete_due_history(LeaseStoreState *st)
  * and its index (only its own hold: one the transaction took before
  * stays), so that the call's coming wait for the row lock holds nothing of
  * the history, on which a VACUUM FULL, and every lease call behind it,
- * would otherwise queue (review of the two-phase prune).
+ * would otherwise queue (review of the two-phase prune).  By the oids the
+ * find opened, not looked up again by name (a rename in between must not
+ * make us give back another relation's lock).
  */
 static void
 le_rows_release_due_history(LeaseStoreState *st)
@@ -1432,8 +1436,8 @@ le_rows_release_due_history(LeaseStoreState *st)
 	if (!st->prune_locked)
 		return;
 	le_store_forget_due_history(st);
-	UnlockRelationOid(le_rows_relid(st->nsp, LE_REL_HISTORY_PKEY), AccessShareLock);
-	UnlockRelationOid(le_rows_relid(st->nsp, LE_REL_HISTORY), RowExclusiveLock);
+	UnlockRelationOid(st->prune_indexid, AccessShareLock);
+	UnlockRelationOid(st->prune_relid, RowExclusiveLock);
 	st->prune_locked = false;
 }
 
