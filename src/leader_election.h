@@ -65,7 +65,7 @@ typedef struct LeaseRow
 	TimestampTz expires_at;
 	int64		transitions;
 	int64		token_system_id;	/* cluster that issued fencing_token */
-	TimestampTz history_min_ended_at;	/* see le_lease_history_bound; 0: NULL */
+	TimestampTz history_min_ended_at;	/* see le_store_prune_plan; 0: NULL */
 } LeaseRow;
 
 /* GUC variables (leader_election.c). */
@@ -141,9 +141,9 @@ extern void le_store_end(LeaseStoreState *st);
 extern void le_bound_idle_holder(int64 bound_us);
 extern void le_store_create(LeaseStoreState *st, const char *key);
 extern int64 le_store_prune_all_history(LeaseStoreState *st, TimestampTz cutoff);
-extern void le_store_prune_plan(LeaseStoreState *st, int64 lease_id, TimestampTz *min_ended_at);
+extern void le_store_prune_plan(LeaseStoreState *st, int64 lease_id, TimestampTz *min_ended_at,
+								TimestampTz now);
 extern bool le_store_history_due(TimestampTz ended_at, TimestampTz now);
-extern TimestampTz le_store_prune_apply(LeaseStoreState *st);
 extern int64 le_store_prune_history(LeaseStoreState *st);
 
 /* Rows of le_lease and le_lease_history, by direct access (lease_rows.c). */

@@ -133,7 +133,7 @@ le_period_end(const LeaseRow *old, TimestampTz now)
  * Fold the end of old's period, ended now, into the history_min_ended_at of
  * row, the version of the lease row about to be written, so that it stays
  * at or below the ended_at of every ended period of the lease in the
- * history (see le_store_prune_history).  Unknown (NULL, 0 here) stays
+ * history (see le_store_prune_plan).  Unknown (NULL, 0 here) stays
  * unknown; 'infinity' (none ended) becomes this end.
  */
 static void
@@ -343,7 +343,7 @@ retry:
 		 * and deleted after it, under the row's lock.  Then the lapsed
 		 * period's end is folded in, unless it is gone already.
 		 */
-		le_store_prune_plan(&st, row.lease_id, &row.history_min_ended_at);
+		le_store_prune_plan(&st, row.lease_id, &row.history_min_ended_at, now);
 		lapsed_gone = old.holder != NULL && le_period_gone(&old, now);
 		if (old.holder != NULL && !lapsed_gone)
 			le_note_period_end(&row, &old, now);

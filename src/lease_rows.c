@@ -1213,7 +1213,11 @@ le_rows_history_scan_end(IndexScanDesc scan, Relation idx)
 	index_close(idx, NoLock);
 }
 
-/* Record the end of the ownership period that had the given token. */
+/*
+ * Record the end of the ownership period that had the given token; with
+ * reason NULL, delete its row instead (a period that ends already past the
+ * retention, see le_period_gone in lease.c).
+ */
 void
 le_store_history_close(LeaseStoreState *st, int64 lease_id, int64 token,
 					   TimestampTz ended_at, const char *reason)

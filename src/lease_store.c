@@ -549,13 +549,12 @@ le_history_cutoff(TimestampTz now)
  * Periods follow each other, so their ended_at rise with the token; only a
  * server clock that went back can end a later period before an earlier
  * one, and such a row then waits until the row the scan stopped at is due
- * itself (or for le_prune_history()).
-
+ * itself (or for le_prune_history()).  now is the grant's time.
  */
 void
-le_store_prune_plan(LeaseStoreState *st, int64 lease_id, TimestampTz *min_ended_at)
+le_store_prune_plan(LeaseStoreState *st, int64 lease_id, TimestampTz *min_ended_at,
+					TimestampTz now)
 {
-	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz cutoff = le_history_cutoff(now);
 
 	if (*min_ended_at != 0 && cutoff <= *min_ended_at)
