@@ -11,6 +11,9 @@
 #   CLIENTS=16 W=300 N=300 test/bench/instructions.sh  # the cycles with 1 and 16 clients (~4 min)
 #   CLIENTS=16 FRESH=1 test/bench/instructions.sh      # the same with new backends, as in a tps run (~6 min)
 #   KEEP=1 ... test/bench/instructions.sh             # keep the callgrind profiles
+#   CYCLE_OPTS='-c leader_election.history_retention=0' test/bench/instructions.sh
+#                                    # only the cycles, with these PGOPTIONS (here:
+#                                    # every grant prunes, a key churning past its retention)
 #
 # The server runs under callgrind (fsync = off, autovacuum off), with the
 # extension, test/bench/baseline.sql and 1,000 keys acquired and released
@@ -206,6 +209,10 @@ pair() {   # label le_script base_script [PGOPTIONS]
     l=$(count "$2" "${4:-}"); b=$(count "$3" "${4:-}")
     printf '| %s | %s | %s | %s |\n' "$1" "$l" "$b" "$(le_ratio "$l" "$b")"
 }
+if [ -n "${CYCLE_OPTS:-}" ]; then
+    pair "acquire + release (le_cycle) vs pglock's cycle, PGOPTIONS $CYCLE_OPTS" le_cycle.pgb pglock_cycle.pgb "$CYCLE_OPTS"
+    exit 0
+fi
 pair "acquire + release (le_cycle) vs pglock's cycle" le_cycle.pgb pglock_cycle.pgb
 pair "renew vs single-row UPDATE" le_renew.pgb raw_update.pgb
 pair "refused acquire vs refused pg_try_advisory_lock" le_refused.pgb adv_refused.pgb
