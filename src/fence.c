@@ -117,6 +117,20 @@ typedef struct LeaseIdEntry
 {
 	char		key[LE_MAX_KEY_LEN + 1];	/* hash key */
 	ItemPointerData tid;		/* where the index last found the row */
+	Buffer		recent;			/* shared buffer tid's block was last read in */
+
+	/*
+	 * What the last read found, reused while the page still has the LSN it
+	 * had then (le_store_page_unchanged): only for a version that was final
+	 * (stamp.lsn valid, see le_rows_read_in_place), whose every change
+	 * moves that LSN.
+	 */
+	LeaseRowStamp stamp;
+	int64		lease_id;
+	int64		token;
+	TimestampTz expires_at;
+	bool		held;
+	NameData	role;
 } LeaseIdEntry;
 
 static bool cache_callbacks_registered = false;
@@ -614,14 +628,48 @@ le_fence_check_token(Oid nsp, const char *key, int64 token, bool strict, const v
 	{
 		entry = (LeaseIdEntry *) hash_search(cache_lease_ids, key, HASH_ENTER, &found);
 		if (!found)
+		{
 			ItemPointerSetInvalid(&entry->tid);
+			entry->recent = InvalidBuffer;
+			entry->stamp.lsn = InvalidXLogRecPtr;
+		}
 		cache_last_entry = entry;
 	}
 
-	/* The latest committed row (and this transaction's own changes). */
-	if (!le_store_read_latest(cache_lease_relid, cache_key_indexid, key, &entry->tid, &row, NULL,
-							  &stamp))
-		le_fence_reject_unknown(key, token);
+	/*
+	 * The latest committed row (and this transaction's own changes): what
+	 * the last read found if its page has not changed since; else read
+	 * where it was found last time if its block is still in the same
+	 * buffer, without a lock on le_lease; else with one.
+	 */
+	if (le_store_page_unchanged(&entry->stamp, &found) && found)
+	{
+		memset(&row, 0, sizeof(row));
+		row.lease_id = entry->lease_id;
+		row.fencing_token = entry->token;
+		row.expires_at = entry->expires_at;
+		row.holder = entry->held ? entry->key : NULL;
+		row.holder_role = entry->held ? NameStr(entry->role) : NULL;
+		stamp = entry->stamp;
+	}
+	else
+	{
+		entry->stamp.lsn = InvalidXLogRecPtr;
+		if (!le_store_read_unlocked(cache_lease_relid, key, &entry->tid, entry->recent, &row, &stamp) &&
+			!le_store_read_latest(cache_lease_relid, cache_key_indexid, key, &entry->tid, &row, NULL,
+								  &stamp))
+		{
+			entry->recent = InvalidBuffer;
+			le_fence_reject_unknown(key, token);
+		}
+		entry->recent = stamp.buffer;
+		entry->lease_id = row.lease_id;
+		entry->token = row.fencing_token;
+		entry->expires_at = row.expires_at;
+		entry->held = (row.holder != NULL);
+		namestrcpy(&entry->role, row.holder_role != NULL ? row.holder_role : "");
+		entry->stamp = stamp;
+	}
 	now = GetCurrentTimestamp();
 
 	if (row.fencing_token != token)

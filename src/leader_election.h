@@ -18,6 +18,7 @@
 #include "fmgr.h"
 #include "access/htup.h"
 #include "access/xlogdefs.h"
+#include "storage/buf.h"
 #include "storage/itemptr.h"
 #include "storage/lockdefs.h"
 #include "storage/relfilenode.h"
@@ -193,19 +194,25 @@ extern void le_store_relids(Oid nsp, Oid *lease_relid, Oid *key_indexid);
 
 /*
  * Where le_store_read_latest found the version it returned: le_lease's file,
- * the page, and the page's LSN at the time of the read; lsn is invalid when
- * the read cannot vouch for the version (see le_rows_read_in_place).
+ * the page, the shared buffer that held it and the page's LSN at the time of
+ * the read.  buffer is invalid when the version was not read in place (by
+ * the hint); lsn is invalid when the read cannot vouch for the version (see
+ * le_rows_read_in_place).
  */
 typedef struct LeaseRowStamp
 {
 	RelFileNode node;
 	BlockNumber blkno;
+	Buffer		buffer;
 	XLogRecPtr	lsn;
 } LeaseRowStamp;
 
 extern bool le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
 								 ItemPointer hint, LeaseRow *row, bool *written_by_us,
 								 LeaseRowStamp *stamp);
+extern bool le_store_read_unlocked(Oid lease_relid, const char *key, ItemPointer hint,
+								   Buffer recent, LeaseRow *row, LeaseRowStamp *stamp);
+extern bool le_store_page_unchanged(const LeaseRowStamp *stamp, bool *unchanged);
 extern bool le_store_row_unchanged(Oid lease_relid, const LeaseRowStamp *stamp);
 extern void le_fence_lock_writer(int64 lease_id, const char *key);
 
