@@ -40,13 +40,22 @@
  * Speed.  A fenced INSERT must cost little more than an unfenced one, so the
  * trigger uses no SPI, no user switch and no setting changes on its normal
  * path, and reads the lease row directly (le_store_read_latest: on its
- * page, from the hint, no slot, no snapshot built, no lseek).  Per backend we cache
+ * page, from the hint, no slot, no snapshot built, no lseek).  In a warm
+ * session it takes no lock on le_lease at all: it reuses what its last
+ * read of the key's row found (lease id, token, expiry, holder role) while
+ * that row's page keeps the LSN it had then (le_store_page_unchanged: the
+ * page pinned by ReadRecentBuffer in the buffer it was read in; only for a
+ * final version, see le_rows_read_in_place), else reads the row where it
+ * found it last if that block is still in the same shared buffer
+ * (le_store_read_unlocked, which says why no table lock is needed), and
+ * only otherwise opens le_lease with AccessShareLock.  Per backend we cache
  * the oids of le_lease and its key index, and per key the heap TID where
  * the row was last found, a hint only (checked against the key and the
  * table's size when used; all hints are dropped on any relcache
  * invalidation of le_lease or its index, e.g. VACUUM FULL, CLUSTER,
- * TRUNCATE, DROP and CREATE EXTENSION).  No lease id is cached, and no row
- * read: every check reads the row again.  Each trigger's parsed arguments
+ * TRUNCATE, DROP and CREATE EXTENSION).  What a read found is reused only
+ * while the page's LSN vouches for it (above); otherwise every check reads
+ * the row again.  Each trigger's parsed arguments
  * are cached by trigger oid until any relcache or pg_proc invalidation;
  * the last trigger's and the last key's entries are remembered, so a
  * statement of one row makes none of our hash lookups.  Within one command,
@@ -106,10 +115,12 @@ PG_FUNCTION_INFO_V1(le_unprotect);
 #define LE_FENCE_TRUNCATE_TRIGGER	"le_fence_truncate"
 
 /*
- * Per-backend cache of where le_lease lives and, per key, where (heap TID)
- * the row was last found.  No lease id is cached: the fence always judges a
- * write by the row it reads.  A hint is only a place to look first (see
- * le_store_read_latest); all hints are dropped on any relcache
+ * Per-backend cache of where le_lease lives and, per key, where (heap TID,
+ * shared buffer) the row was last found and what that read found.  The
+ * fence judges a write by the row it reads, or by what the last read found
+ * while the page's LSN shows that nothing on it changed since.  A hint is
+ * only a place to look first (see le_store_read_latest); all hints are
+ * dropped on any relcache
  * invalidation of le_lease or its index (VACUUM FULL, CLUSTER, TRUNCATE,
  * DROP and CREATE EXTENSION).
  */
@@ -642,7 +653,7 @@ le_fence_check_token(Oid nsp, const char *key, int64 token, bool strict, const v
 	 * where it was found last time if its block is still in the same
 	 * buffer, without a lock on le_lease; else with one.
 	 */
-	if (le_store_page_unchanged(&entry->stamp, &found) && found)
+	if (le_store_page_unchanged(cache_lease_relid, &entry->stamp, &found) && found)
 	{
 		memset(&row, 0, sizeof(row));
 		row.lease_id = entry->lease_id;

@@ -168,6 +168,39 @@ le_rels_forget(Datum arg, int cacheid, uint32 hashvalue)
 	le_rels_nsp = InvalidOid;
 }
 
+/*
+ * le_lease's current file as this backend last saw it, with the shared
+ * invalidations read up to then: the only file le_store_page_unchanged
+ * trusts a page of.  Forgotten at any relcache invalidation of that table
+ * (a rewrite or truncation gives it a new file and sends one before it
+ * releases its lock; one made by this transaction is read at its next
+ * command) or of all tables.
+ */
+static Oid	le_rows_file_relid = InvalidOid;
+static RelFileNode le_rows_file_node;
+
+static void
+le_rows_file_forget(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == le_rows_file_relid)
+		le_rows_file_relid = InvalidOid;
+}
+
+/* rel, open and up to date with the invalidations read, is le_lease: remember its file. */
+static void
+le_rows_file_seen(Relation rel)
+{
+	static bool registered = false;
+
+	if (!registered)
+	{
+		CacheRegisterRelcacheCallback(le_rows_file_forget, (Datum) 0);
+		registered = true;
+	}
+	le_rows_file_relid = RelationGetRelid(rel);
+	le_rows_file_node = rel->rd_node;
+}
+
 /* Keep relids for schema nsp from now on (forgetting those of another). */
 static void
 le_rels_for(Oid nsp)
@@ -676,6 +709,7 @@ le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
 	bool		found;
 
 	rel = le_rows_open(lease_relid, AccessShareLock, le_lease_types, Natts_le_lease);
+	le_rows_file_seen(rel);
 
 	/*
 	 * SnapshotSelf judges each version when it is looked at: committed (by
@@ -746,21 +780,20 @@ le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
  * does; the table lock only keeps le_lease's file and layout in place, and
  * here what stands in for it is:
  *	- the relcache entry is brought up to date first (AcceptInvalidationMessages,
- *	  as a lock acquisition does), and its current file is the one asked for;
- *	- a rewrite or truncation (VACUUM FULL, CLUSTER, TRUNCATE, SET TABLESPACE,
- *	  a lazy VACUUM cutting empty trailing pages) drops the buffers of the
- *	  blocks it retires when it commits (truncation: before it cuts), before
- *	  it releases its AccessExclusiveLock, waiting for any pin; a block read
- *	  here still in its buffer is therefore one of a file no lease call has
- *	  written since (they need a lock on le_lease).  Until that commit the
- *	  old file holds the table's committed contents, which is what a locked
- *	  read made just before the rewrite's lock request would have seen;
- *	- a layout change without a rewrite that committed before our
- *	  invalidations were read is seen (le_rows_layout_ok); one committing at
- *	  this moment changes no page, and our row was written with the layout
- *	  we check against.
- * The early check only decides whether to reject early; the commit-time
- * check decides under the fence lock (le_store_row_unchanged).
+ *	  as a lock acquisition does), and the block is read only from its
+ *	  current file (rd_node: ReadRecentBuffer checks the buffer's tag);
+ *	- a layout change that committed before our invalidations were read is
+ *	  seen (le_rows_layout_ok); one committing at this moment changes no
+ *	  page, and the row was written with the layout we check against.
+ * A rewrite that has queued its invalidation after we read them (or whose
+ * invalidation we have not seen yet) can have released its lock, and a
+ * takeover can have committed in the new file, while the old file's pages
+ * are still in their buffers (they are dropped after the rewrite released
+ * its locks): then this read sees the lease as it was before the rewrite
+ * and may accept a write that the takeover made stale.  That is why this
+ * check only decides whether to reject early: the commit-time check
+ * decides, under the fence lock and with the invalidations read after it
+ * was granted (le_store_page_unchanged, or a read with the table lock).
  */
 bool
 le_store_read_unlocked(Oid lease_relid, const char *key, ItemPointer hint, Buffer recent,
@@ -779,27 +812,40 @@ le_store_read_unlocked(Oid lease_relid, const char *key, ItemPointer hint, Buffe
 	stamp->buffer = InvalidBuffer;
 	if (rel->rd_rel->relkind == RELKIND_RELATION &&
 		le_rows_layout_ok(rel, le_lease_types, Natts_le_lease))
+	{
+		le_rows_file_seen(rel);
 		found = le_rows_read_in_place(rel, key, hint, recent, row, NULL, stamp);
+	}
 	RelationClose(rel);
 	return found;
 }
 
 /*
- * le_store_row_unchanged without opening le_lease: when the page is still in
- * the shared buffer it was read from, set *unchanged (its LSN is the one in
- * *stamp) and return true; false when that cannot be told this way (no
- * stamp, or the block left that buffer).  A block of a file that a rewrite
- * or truncation retired is dropped from shared buffers before anyone can
- * write le_lease again (see le_store_read_unlocked), and nothing brings it
- * back (ReadRecentBuffer reads nothing from disk, and every read that does
- * holds a lock on le_lease, so it reads the current file): if the block is
- * still there, any change of the version since the read, a token change
- * included, wrote on this very page.
+ * le_store_row_unchanged without opening le_lease: when the page is of the
+ * table's current file and still in the shared buffer it was read from,
+ * set *unchanged (its LSN is the one in *stamp) and return true; false when
+ * that cannot be told this way (no stamp, another file, or the block left
+ * that buffer).  Any change of the version since the read, a token change
+ * included, wrote on this very page if the file is the same.  The file is
+ * judged by what this backend last saw of le_lease with the invalidations
+ * read now (le_rows_file_seen): a rewrite or truncation of le_lease sends
+ * its invalidation before it releases its lock, but drops the old file's
+ * buffers only after (smgrDoPendingDeletes runs after the locks are
+ * released), and not at all until its own transaction ends, so a page still
+ * found in its buffer can belong to a file that the table has left
+ * (helper 38: a release after a CLUSTER in the writer's own transaction, and
+ * a takeover after another session's CLUSTER, committed).  At the
+ * commit-time check, the fence lock was granted before we read the
+ * invalidations: a token change that committed before that took its locks
+ * after the rewrite had queued its invalidation, so we read it here.
  */
 bool
-le_store_page_unchanged(const LeaseRowStamp *stamp, bool *unchanged)
+le_store_page_unchanged(Oid lease_relid, const LeaseRowStamp *stamp, bool *unchanged)
 {
-	if (XLogRecPtrIsInvalid(stamp->lsn) || !BufferIsValid(stamp->buffer) ||
+	if (XLogRecPtrIsInvalid(stamp->lsn) || !BufferIsValid(stamp->buffer))
+		return false;
+	AcceptInvalidationMessages();
+	if (le_rows_file_relid != lease_relid || !RelFileNodeEquals(le_rows_file_node, stamp->node) ||
 		!ReadRecentBuffer(stamp->node, MAIN_FORKNUM, stamp->blkno, stamp->buffer))
 		return false;
 	LockBuffer(stamp->buffer, BUFFER_LOCK_SHARE);
@@ -836,7 +882,7 @@ le_store_row_unchanged(Oid lease_relid, const LeaseRowStamp *stamp)
 
 	if (XLogRecPtrIsInvalid(stamp->lsn))
 		return false;
-	if (le_store_page_unchanged(stamp, &unchanged))
+	if (le_store_page_unchanged(lease_relid, stamp, &unchanged))
 		return unchanged;
 	rel = le_rows_open(lease_relid, AccessShareLock, le_lease_types, Natts_le_lease);
 	if (RelFileNodeEquals(rel->rd_node, stamp->node) && RelationNeedsWAL(rel) &&
