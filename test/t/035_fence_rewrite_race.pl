@@ -1,0 +1,91 @@
+# Rule 3 and the fence's look at a page by its shared buffer (src/lease_rows.c,
+# le_store_page_unchanged): a rewrite of le_lease (here CLUSTER) releases its
+# locks before it drops the old file's buffers, so a takeover can commit in
+# the new file while the old file's page, unchanged, is still in its buffer.
+# A warm writer that wrote with the old token before must still fail at
+# COMMIT (LE001), and none of its rows may commit (helper 38, issue 9: it
+# committed).  gdb holds the CLUSTER's backend where it drops the old file
+# (smgrdounlinkall), after its commit and the release of its locks.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use IPC::Run;
+
+my $node = PostgreSQL::Test::Cluster->new('rewrite_race');
+# wal_level = replica (at minimal the page LSNs vouch for nothing); shared
+# buffers large enough that the CLUSTER's own work does not evict the old
+# file's lease page before the writer's COMMIT looks at it.
+$node->init(allows_streaming => 1);
+$node->append_conf('postgresql.conf', "autovacuum = off\nshared_buffers = 128MB\n");
+$node->start;
+$node->safe_psql('postgres', q{
+CREATE EXTENSION leader_election;
+CREATE TABLE warm (id serial PRIMARY KEY, note text, fencing_token bigint NOT NULL);
+SELECT le_protect('warm', 'kw');
+});
+my $tok = $node->safe_psql('postgres', "SELECT fencing_token FROM le_acquire('kw', 'A', '1 hour')");
+# Nothing left on the lease row's page for the CLUSTER's scan to prune (which
+# would move the old page's LSN and hide what is tested).
+$node->safe_psql('postgres', 'VACUUM le_lease');
+my $timer = IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default);
+
+sub session
+{
+	my %s = (in => '', out => '', err => '');
+	$s{h} = IPC::Run::start(
+		[ 'psql', '-XAtq', '-v', 'VERBOSITY=verbose', '-d', $node->connstr('postgres') ],
+		'<', \$s{in}, '>', \$s{out}, '2>', \$s{err}, $timer);
+	return \%s;
+}
+
+sub run_until
+{
+	my ($s, $sql, $re) = @_;
+	$s->{in} .= $sql;
+	$s->{h}->pump until $s->{out} =~ $re || $s->{err} =~ /ERROR/ || $timer->is_expired;
+}
+
+# W: three one-row transactions (the last judged by its page's LSN, as a
+# warm session's are), then a write in an open transaction.
+my $w = session();
+run_until($w, "INSERT INTO warm (note, fencing_token) VALUES ('warm', $tok);\n" x 3
+	  . "BEGIN;\nINSERT INTO warm (note, fencing_token) VALUES ('race', $tok);\nSELECT 'written';\n",
+	qr/written/);
+like($w->{out}, qr/written/, 'W wrote with the current token') or diag($w->{err});
+
+# R: CLUSTER le_lease, held by gdb once it has committed and released its locks.
+my $r = session();
+run_until($r, "SELECT 'pid=' || pg_backend_pid();\n", qr/pid=\d+/);
+my ($rpid) = $r->{out} =~ /pid=(\d+)/;
+my ($gin, $gout, $gerr) = ("set pagination off\nbreak smgrdounlinkall\ncontinue\n", '', '');
+my $gdb = IPC::Run::start([ 'gdb', '-q', '-nx', '-p', $rpid ],
+	'<', \$gin, '>', \$gout, '2>', \$gerr, $timer);
+$gdb->pump until $gout =~ /Continuing/ || $timer->is_expired;
+$r->{in} .= "CLUSTER le_lease USING le_lease_pkey;\nSELECT 'clustered';\n";
+$r->{h}->pump_nb;
+$gdb->pump until $gout =~ /Breakpoint 1,/ || $timer->is_expired;
+like($gout, qr/Breakpoint 1,.*smgrdounlinkall/s, 'the CLUSTER stopped where it drops the old file')
+  or diag($gout . $gerr);
+
+# A: release and take over while the old file's buffers are still there
+# (neither waits: the CLUSTER has released its locks).
+is($node->safe_psql('postgres', "SELECT le_release('kw', 'A', $tok)"), 't', 'A released');
+my $new = $node->safe_psql('postgres', "SELECT fencing_token FROM le_acquire('kw', 'B', '1 hour')");
+ok($new > $tok, "B took the lease with token $new");
+
+run_until($w, "COMMIT;\nSELECT 'done';\n", qr/done/);
+like($w->{err}, qr/LE001: fencing token $tok of lease "kw" became stale before this transaction committed/,
+	"W's COMMIT fails with LE001");
+
+$gin .= "detach\nquit\n";
+$gdb->finish;
+run_until($r, '', qr/clustered/);
+like($r->{out}, qr/clustered/, 'the CLUSTER finished');
+$_->{in} .= "\\q\n", $_->{h}->finish for ($w, $r);
+is($node->safe_psql('postgres', "SELECT count(*) FROM warm WHERE note = 'race'"), '0',
+	'no row written with the old token committed');
+
+$node->stop;
+done_testing();
