@@ -835,9 +835,13 @@ le_store_read_unlocked(Oid lease_relid, const char *key, ItemPointer hint, Buffe
  * found in its buffer can belong to a file that the table has left
  * (helper 38: a release after a CLUSTER in the writer's own transaction, and
  * a takeover after another session's CLUSTER, committed).  At the
- * commit-time check, the fence lock was granted before we read the
- * invalidations: a token change that committed before that took its locks
- * after the rewrite had queued its invalidation, so we read it here.
+ * commit-time check, the fence lock and then a lock on le_lease were
+ * granted before we read the invalidations: a token change of the lease
+ * row we judged that committed before that took its locks after the
+ * rewrite had queued its invalidation, and a rewrite or truncation holding
+ * le_lease (which may have made the key's row anew) has ended, so we read
+ * them here (le_store_row_unchanged).  Used without those locks, by the
+ * write-time check, it only decides whether to reject early.
  */
 bool
 le_store_page_unchanged(Oid lease_relid, const LeaseRowStamp *stamp, bool *unchanged)
@@ -879,10 +883,25 @@ le_store_row_unchanged(Oid lease_relid, const LeaseRowStamp *stamp)
 {
 	Relation	rel;
 	bool		unchanged = false;
+	bool		judged;
 
 	if (XLogRecPtrIsInvalid(stamp->lsn))
 		return false;
-	if (le_store_page_unchanged(lease_relid, stamp, &unchanged))
+
+	/*
+	 * First wait for whoever holds le_lease against readers (a TRUNCATE, a
+	 * rewrite, DROP EXTENSION), so that its invalidations are read before
+	 * its file is judged: such a transaction is seen as committed before it
+	 * sends them (AtEOXact_Inval runs after ProcArrayEndTransaction), and
+	 * when it also made the key's row anew (TRUNCATE le_lease and a grant:
+	 * a new lease id, whose fence lock is not the one we hold), nothing
+	 * else makes us wait for it (helper 40: the stale write committed).
+	 * The lock is given back at once, as by the locked read below.
+	 */
+	LockRelationOid(lease_relid, AccessShareLock);
+	judged = le_store_page_unchanged(lease_relid, stamp, &unchanged);
+	UnlockRelationOid(lease_relid, AccessShareLock);
+	if (judged)
 		return unchanged;
 	rel = le_rows_open(lease_relid, AccessShareLock, le_lease_types, Natts_le_lease);
 	if (RelFileNodeEquals(rel->rd_node, stamp->node) && RelationNeedsWAL(rel) &&
