@@ -5,7 +5,9 @@
 # A warm writer that wrote with the old token before must still fail at
 # COMMIT (LE001), and none of its rows may commit (helper 38, issue 9: it
 # committed).  gdb holds the CLUSTER's backend where it drops the old file
-# (smgrdounlinkall), after its commit and the release of its locks.
+# (smgrdounlinkall), after its commit and the release of its locks.  The
+# second part holds a TRUNCATE of le_lease that also granted the key anew
+# (helper 40).
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -86,6 +88,55 @@ like($r->{out}, qr/clustered/, 'the CLUSTER finished');
 $_->{in} .= "\\q\n", $_->{h}->finish for ($w, $r);
 is($node->safe_psql('postgres', "SELECT count(*) FROM warm WHERE note = 'race'"), '0',
 	'no row written with the old token committed');
+
+# Second race (helper 40): TRUNCATE le_lease and a grant of the key in one
+# transaction, held by gdb where it sends its invalidations (AtEOXact_Inval),
+# after it is seen as committed and before it releases its locks.  The new
+# row has a new lease id, so its fence lock is not the one the writer takes:
+# the writer's COMMIT must wait for the TRUNCATE to end, then fail (LE001).
+$node->safe_psql('postgres', 'VACUUM le_lease');
+my $w2 = session();
+run_until($w2, "INSERT INTO warm (note, fencing_token) VALUES ('warm', $new);\n" x 3
+	  . "BEGIN;\nINSERT INTO warm (note, fencing_token) VALUES ('race2', $new);\nSELECT 'written2';\n",
+	qr/written2/);
+like($w2->{out}, qr/written2/, 'W2 wrote with the current token') or diag($w2->{err});
+my $t = session();
+run_until($t, "SELECT 'pid=' || pg_backend_pid();\nBEGIN;\nTRUNCATE le_lease, le_lease_history;\n"
+	  . "SELECT 'granted=' || fencing_token FROM le_acquire('kw', 'C', '1 hour');\n"
+	  . "SELECT 'xid=' || txid_current();\n", qr/xid=\d+/);
+my ($tpid) = $t->{out} =~ /pid=(\d+)/;
+my ($txid) = $t->{out} =~ /xid=(\d+)/;
+my ($granted) = $t->{out} =~ /granted=(\d+)/;
+ok($granted > $new, "C was granted token $granted after the TRUNCATE") or diag($t->{err});
+($gin, $gout, $gerr) = ("set pagination off\nbreak AtEOXact_Inval\ncontinue\n", '', '');
+$gdb = IPC::Run::start([ 'gdb', '-q', '-nx', '-p', $tpid ], '<', \$gin, '>', \$gout, '2>', \$gerr, $timer);
+$gdb->pump until $gout =~ /Continuing/ || $timer->is_expired;
+$t->{in} .= "COMMIT;\nSELECT 'committed';\n";
+$t->{h}->pump_nb;
+$gdb->pump until $gout =~ /Breakpoint 1,/ || $timer->is_expired;
+like($gout, qr/Breakpoint 1,.*AtEOXact_Inval/s, 'the TRUNCATE stopped before sending its invalidations')
+  or diag($gout . $gerr);
+is($node->safe_psql('postgres', "SELECT txid_status($txid)"), 'committed',
+	"the TRUNCATE's and C's grant's transaction is seen as committed");
+
+$w2->{in} .= "COMMIT;\nSELECT 'done2';\n";
+my $until = time + 2;
+while (time < $until)
+{
+	$w2->{h}->pump_nb;
+	last if $w2->{out} =~ /done2/;
+	select(undef, undef, undef, 0.1);
+}
+unlike($w2->{out}, qr/done2/, "W2's COMMIT waits for the TRUNCATE's transaction to end");
+$gin .= "detach\nquit\n";
+$gdb->finish;
+run_until($w2, '', qr/done2/);
+like($w2->{err}, qr/LE001: lease "kw" was replaced before this transaction committed/, "W2's COMMIT fails with LE001")
+  or diag($w2->{err});
+run_until($t, '', qr/committed/);
+$_->{in} .= "\\q\n", $_->{h}->finish for ($w2, $t);
+is($node->safe_psql('postgres', "SELECT count(*) FROM warm WHERE note = 'race2'"), '0',
+	'no row written with the replaced lease committed');
 
 $node->stop;
 done_testing();
