@@ -19,9 +19,12 @@
  *	  the fence lock of the recorded row id is taken in
  *	  LE_FENCE_WRITER_LOCKMODE (le_fence_lock_writer; the wait is bounded by
  *	  leader_election.lock_timeout, 55P03), the row is read again with a
- *	  snapshot taken after the lock was granted, and the commit fails unless
- *	  it is still the same row (the id locked is the id read), the token is
- *	  current and the lease unexpired.
+ *	  snapshot taken after the lock was granted (or only its page's LSN
+ *	  compared, after a share lock on le_lease has been granted and given
+ *	  back, so that a TRUNCATE or rewrite of le_lease has ended and its
+ *	  invalidations are read: le_store_row_unchanged), and the commit fails
+ *	  unless it is still the same row (the id locked is the id read), the
+ *	  token is current and the lease unexpired.
  * Acquire, release and force-release take the lock in
  * LE_FENCE_CHANGE_LOCKMODE before they change the token or free the lease,
  * until their transaction ends.  So a takeover that committed before our
