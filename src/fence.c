@@ -20,9 +20,10 @@
  *	  LE_FENCE_WRITER_LOCKMODE (le_fence_lock_writer; the wait is bounded by
  *	  leader_election.lock_timeout, 55P03), the row is read again with a
  *	  snapshot taken after the lock was granted (or only its page's LSN
- *	  compared, after a share lock on le_lease has been granted and given
- *	  back, so that a TRUNCATE or rewrite of le_lease has ended and its
- *	  invalidations are read: le_store_row_unchanged), and the commit fails
+ *	  compared), with le_lease held in AccessShareLock from then to the end
+ *	  of the commit (le_store_hold_lease_table: a TRUNCATE or rewrite of
+ *	  le_lease has ended and its invalidations are read, and none starts
+ *	  before our commit ends), and the commit fails
  *	  unless it is still the same row (the id locked is the id read), the
  *	  token is current and the lease unexpired.
  * Acquire, release and force-release take the lock in
@@ -331,6 +332,7 @@ le_fence_commit_check(void)
 
 		if (le_fence_trylock(fl->lease_id, LE_FENCE_WRITER_LOCKMODE))
 		{
+			le_store_hold_lease_table(cache_lease_relid);
 			if (le_store_row_unchanged(cache_lease_relid, &fl->stamp))
 			{
 				/*
@@ -367,6 +369,7 @@ le_fence_commit_check(void)
 			if (!found || !ours)
 			{
 				le_fence_lock_writer(fl->lease_id, fl->key);
+				le_store_hold_lease_table(cache_lease_relid);
 				found = le_store_read_latest(cache_lease_relid, cache_key_indexid, fl->key,
 											 &fl->tid, &row, NULL, &stamp);
 			}

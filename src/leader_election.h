@@ -213,6 +213,7 @@ extern bool le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *k
 extern bool le_store_read_unlocked(Oid lease_relid, const char *key, ItemPointer hint,
 								   Buffer recent, LeaseRow *row, LeaseRowStamp *stamp);
 extern bool le_store_page_unchanged(Oid lease_relid, const LeaseRowStamp *stamp, bool *unchanged);
+extern void le_store_hold_lease_table(Oid lease_relid);
 extern bool le_store_row_unchanged(Oid lease_relid, const LeaseRowStamp *stamp);
 extern void le_fence_lock_writer(int64 lease_id, const char *key);
 

@@ -821,6 +821,27 @@ le_store_read_unlocked(Oid lease_relid, const char *key, ItemPointer hint, Buffe
 }
 
 /*
+ * For the fence's commit-time check, once the lease's fence lock is held:
+ * hold le_lease in AccessShareLock to the end of the transaction, which
+ * waits for whoever holds it against readers (a TRUNCATE, a rewrite, DROP
+ * EXTENSION) and then reads the invalidations.  Such a transaction is seen
+ * as committed before it sends them (AtEOXact_Inval runs after
+ * ProcArrayEndTransaction), and when it also made the key's row anew
+ * (TRUNCATE le_lease and a grant: a new lease id, whose fence lock is not
+ * the one we hold), nothing else makes us wait for it (helper 40: the stale
+ * write committed).  Held to the end, the lock also keeps such a
+ * transaction from starting between the check and our commit record.  It
+ * is taken after the fence lock, the order of the lease calls (fence lock,
+ * then le_lease), and held only while the transaction commits, as the
+ * fence lock is, so no idle writer holds it.
+ */
+void
+le_store_hold_lease_table(Oid lease_relid)
+{
+	LockRelationOid(lease_relid, AccessShareLock);
+}
+
+/*
  * le_store_row_unchanged without opening le_lease: when the page is of the
  * table's current file and still in the shared buffer it was read from,
  * set *unchanged (its LSN is the one in *stamp) and return true; false when
@@ -840,7 +861,7 @@ le_store_read_unlocked(Oid lease_relid, const char *key, ItemPointer hint, Buffe
  * row we judged that committed before that took its locks after the
  * rewrite had queued its invalidation, and a rewrite or truncation holding
  * le_lease (which may have made the key's row anew) has ended, so we read
- * them here (le_store_row_unchanged).  Used without those locks, by the
+ * them here (le_store_hold_lease_table).  Used without those locks, by the
  * write-time check, it only decides whether to reject early.
  */
 bool
@@ -883,25 +904,12 @@ le_store_row_unchanged(Oid lease_relid, const LeaseRowStamp *stamp)
 {
 	Relation	rel;
 	bool		unchanged = false;
-	bool		judged;
 
 	if (XLogRecPtrIsInvalid(stamp->lsn))
 		return false;
 
-	/*
-	 * First wait for whoever holds le_lease against readers (a TRUNCATE, a
-	 * rewrite, DROP EXTENSION), so that its invalidations are read before
-	 * its file is judged: such a transaction is seen as committed before it
-	 * sends them (AtEOXact_Inval runs after ProcArrayEndTransaction), and
-	 * when it also made the key's row anew (TRUNCATE le_lease and a grant:
-	 * a new lease id, whose fence lock is not the one we hold), nothing
-	 * else makes us wait for it (helper 40: the stale write committed).
-	 * The lock is given back at once, as by the locked read below.
-	 */
-	LockRelationOid(lease_relid, AccessShareLock);
-	judged = le_store_page_unchanged(lease_relid, stamp, &unchanged);
-	UnlockRelationOid(lease_relid, AccessShareLock);
-	if (judged)
+	/* the caller holds le_lease (le_store_hold_lease_table) */
+	if (le_store_page_unchanged(lease_relid, stamp, &unchanged))
 		return unchanged;
 	rel = le_rows_open(lease_relid, AccessShareLock, le_lease_types, Natts_le_lease);
 	if (RelFileNodeEquals(rel->rd_node, stamp->node) && RelationNeedsWAL(rel) &&

@@ -7,7 +7,8 @@
 # committed).  gdb holds the CLUSTER's backend where it drops the old file
 # (smgrdounlinkall), after its commit and the release of its locks.  The
 # second part holds a TRUNCATE of le_lease that also granted the key anew
-# (helper 40).
+# (helper 40), the third a writer between its commit-time check and its
+# commit record.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -137,6 +138,43 @@ run_until($t, '', qr/committed/);
 $_->{in} .= "\\q\n", $_->{h}->finish for ($w2, $t);
 is($node->safe_psql('postgres', "SELECT count(*) FROM warm WHERE note = 'race2'"), '0',
 	'no row written with the replaced lease committed');
+
+# Third: a writer that passed its commit-time check and has not yet written
+# its commit record (held by gdb in AfterTriggerEndXact, which runs after the
+# commit callbacks) keeps le_lease from being truncated until its commit has
+# ended, so that no TRUNCATE and new grant of the key can commit before it.
+$node->safe_psql('postgres', 'VACUUM le_lease');
+my $w3 = session();
+run_until($w3, "INSERT INTO warm (note, fencing_token) VALUES ('warm', $granted);\n" x 3
+	  . "BEGIN;\nINSERT INTO warm (note, fencing_token) VALUES ('race3', $granted);\n"
+	  . "SELECT 'pid=' || pg_backend_pid();\n", qr/pid=\d+/);
+my ($w3pid) = $w3->{out} =~ /pid=(\d+)/;
+($gin, $gout, $gerr) = ("set pagination off\nbreak AfterTriggerEndXact\ncontinue\n", '', '');
+$gdb = IPC::Run::start([ 'gdb', '-q', '-nx', '-p', $w3pid ], '<', \$gin, '>', \$gout, '2>', \$gerr, $timer);
+$gdb->pump until $gout =~ /Continuing/ || $timer->is_expired;
+$w3->{in} .= "COMMIT;\nSELECT 'done3';\n";
+$w3->{h}->pump_nb;
+$gdb->pump until $gout =~ /Breakpoint 1,/ || $timer->is_expired;
+like($gout, qr/Breakpoint 1,.*AfterTriggerEndXact/s, "W3 stopped after its commit-time check")
+  or diag($gout . $gerr);
+my $t3 = session();
+$t3->{in} .= "BEGIN;\nTRUNCATE le_lease, le_lease_history;\nSELECT 'truncated';\n"
+  . "SELECT 'granted=' || fencing_token FROM le_acquire('kw', 'D', '1 hour');\nCOMMIT;\n";
+$until = time + 2;
+while (time < $until)
+{
+	$t3->{h}->pump_nb;
+	last if $t3->{out} =~ /truncated/;
+	select(undef, undef, undef, 0.1);
+}
+unlike($t3->{out}, qr/truncated/, "the TRUNCATE waits for W3's commit to end");
+$gin .= "detach\nquit\n";
+$gdb->finish;
+run_until($w3, '', qr/done3/);
+unlike($w3->{err}, qr/ERROR/, "W3's COMMIT, judged before the TRUNCATE, succeeds") or diag($w3->{err});
+run_until($t3, '', qr/granted=\d+/);
+like($t3->{out}, qr/granted=\d+/, 'then D is granted the key') or diag($t3->{err});
+$_->{in} .= "\\q\n", $_->{h}->finish for ($w3, $t3);
 
 $node->stop;
 done_testing();
