@@ -50,6 +50,45 @@ sub run_until
 	$s->{h}->pump until $s->{out} =~ $re || $s->{err} =~ /ERROR/ || $timer->is_expired;
 }
 
+# Send sql to session s and pump it for up to secs seconds; true if its
+# output matched re by then.
+sub answers_within
+{
+	my ($s, $sql, $re, $secs) = @_;
+	my $until = time + $secs;
+	$s->{in} .= $sql;
+	while (time < $until)
+	{
+		$s->{h}->pump_nb;
+		return 1 if $s->{out} =~ $re;
+		select(undef, undef, undef, 0.1);
+	}
+	return 0;
+}
+
+# Attach gdb to backend pid with a breakpoint on function, then send sql to
+# session s, which the breakpoint stops; returns gdb's handle and output.
+sub hold_in
+{
+	my ($pid, $function, $s, $sql) = @_;
+	my %g = (in => "set pagination off\nbreak $function\ncontinue\n", out => '', err => '');
+	$g{h} = IPC::Run::start([ 'gdb', '-q', '-nx', '-p', $pid ],
+		'<', \$g{in}, '>', \$g{out}, '2>', \$g{err}, $timer);
+	$g{h}->pump until $g{out} =~ /Continuing/ || $timer->is_expired;
+	$s->{in} .= $sql;
+	$s->{h}->pump_nb;
+	$g{h}->pump until $g{out} =~ /Breakpoint 1,/ || $timer->is_expired;
+	return \%g;
+}
+
+# Let the backend gdb holds go on.
+sub release_hold
+{
+	my ($g) = @_;
+	$g->{in} .= "detach\nquit\n";
+	$g->{h}->finish;
+}
+
 # W: three one-row transactions (the last judged by its page's LSN, as a
 # warm session's are), then a write in an open transaction.
 my $w = session();
@@ -62,15 +101,9 @@ like($w->{out}, qr/written/, 'W wrote with the current token') or diag($w->{err}
 my $r = session();
 run_until($r, "SELECT 'pid=' || pg_backend_pid();\n", qr/pid=\d+/);
 my ($rpid) = $r->{out} =~ /pid=(\d+)/;
-my ($gin, $gout, $gerr) = ("set pagination off\nbreak smgrdounlinkall\ncontinue\n", '', '');
-my $gdb = IPC::Run::start([ 'gdb', '-q', '-nx', '-p', $rpid ],
-	'<', \$gin, '>', \$gout, '2>', \$gerr, $timer);
-$gdb->pump until $gout =~ /Continuing/ || $timer->is_expired;
-$r->{in} .= "CLUSTER le_lease USING le_lease_pkey;\nSELECT 'clustered';\n";
-$r->{h}->pump_nb;
-$gdb->pump until $gout =~ /Breakpoint 1,/ || $timer->is_expired;
-like($gout, qr/Breakpoint 1,.*smgrdounlinkall/s, 'the CLUSTER stopped where it drops the old file')
-  or diag($gout . $gerr);
+my $g = hold_in($rpid, 'smgrdounlinkall', $r, "CLUSTER le_lease USING le_lease_pkey;\nSELECT 'clustered';\n");
+like($g->{out}, qr/Breakpoint 1,.*smgrdounlinkall/s, 'the CLUSTER stopped where it drops the old file')
+  or diag($g->{out} . $g->{err});
 
 # A: release and take over while the old file's buffers are still there
 # (neither waits: the CLUSTER has released its locks).
@@ -82,8 +115,7 @@ run_until($w, "COMMIT;\nSELECT 'done';\n", qr/done/);
 like($w->{err}, qr/LE001: fencing token $tok of lease "kw" became stale before this transaction committed/,
 	"W's COMMIT fails with LE001");
 
-$gin .= "detach\nquit\n";
-$gdb->finish;
+release_hold($g);
 run_until($r, '', qr/clustered/);
 like($r->{out}, qr/clustered/, 'the CLUSTER finished');
 $_->{in} .= "\\q\n", $_->{h}->finish for ($w, $r);
@@ -109,28 +141,15 @@ my ($tpid) = $t->{out} =~ /pid=(\d+)/;
 my ($txid) = $t->{out} =~ /xid=(\d+)/;
 my ($granted) = $t->{out} =~ /granted=(\d+)/;
 ok($granted > $new, "C was granted token $granted after the TRUNCATE") or diag($t->{err});
-($gin, $gout, $gerr) = ("set pagination off\nbreak AtEOXact_Inval\ncontinue\n", '', '');
-$gdb = IPC::Run::start([ 'gdb', '-q', '-nx', '-p', $tpid ], '<', \$gin, '>', \$gout, '2>', \$gerr, $timer);
-$gdb->pump until $gout =~ /Continuing/ || $timer->is_expired;
-$t->{in} .= "COMMIT;\nSELECT 'committed';\n";
-$t->{h}->pump_nb;
-$gdb->pump until $gout =~ /Breakpoint 1,/ || $timer->is_expired;
-like($gout, qr/Breakpoint 1,.*AtEOXact_Inval/s, 'the TRUNCATE stopped before sending its invalidations')
-  or diag($gout . $gerr);
+$g = hold_in($tpid, 'AtEOXact_Inval', $t, "COMMIT;\nSELECT 'committed';\n");
+like($g->{out}, qr/Breakpoint 1,.*AtEOXact_Inval/s, 'the TRUNCATE stopped before sending its invalidations')
+  or diag($g->{out} . $g->{err});
 is($node->safe_psql('postgres', "SELECT txid_status($txid)"), 'committed',
 	"the TRUNCATE's and C's grant's transaction is seen as committed");
 
-$w2->{in} .= "COMMIT;\nSELECT 'done2';\n";
-my $until = time + 2;
-while (time < $until)
-{
-	$w2->{h}->pump_nb;
-	last if $w2->{out} =~ /done2/;
-	select(undef, undef, undef, 0.1);
-}
-unlike($w2->{out}, qr/done2/, "W2's COMMIT waits for the TRUNCATE's transaction to end");
-$gin .= "detach\nquit\n";
-$gdb->finish;
+ok(!answers_within($w2, "COMMIT;\nSELECT 'done2';\n", qr/done2/, 2),
+	"W2's COMMIT waits for the TRUNCATE's transaction to end");
+release_hold($g);
 run_until($w2, '', qr/done2/);
 like($w2->{err}, qr/LE001: lease "kw" was replaced before this transaction committed/, "W2's COMMIT fails with LE001")
   or diag($w2->{err});
@@ -149,27 +168,14 @@ run_until($w3, "INSERT INTO warm (note, fencing_token) VALUES ('warm', $granted)
 	  . "BEGIN;\nINSERT INTO warm (note, fencing_token) VALUES ('race3', $granted);\n"
 	  . "SELECT 'pid=' || pg_backend_pid();\n", qr/pid=\d+/);
 my ($w3pid) = $w3->{out} =~ /pid=(\d+)/;
-($gin, $gout, $gerr) = ("set pagination off\nbreak AfterTriggerEndXact\ncontinue\n", '', '');
-$gdb = IPC::Run::start([ 'gdb', '-q', '-nx', '-p', $w3pid ], '<', \$gin, '>', \$gout, '2>', \$gerr, $timer);
-$gdb->pump until $gout =~ /Continuing/ || $timer->is_expired;
-$w3->{in} .= "COMMIT;\nSELECT 'done3';\n";
-$w3->{h}->pump_nb;
-$gdb->pump until $gout =~ /Breakpoint 1,/ || $timer->is_expired;
-like($gout, qr/Breakpoint 1,.*AfterTriggerEndXact/s, "W3 stopped after its commit-time check")
-  or diag($gout . $gerr);
+$g = hold_in($w3pid, 'AfterTriggerEndXact', $w3, "COMMIT;\nSELECT 'done3';\n");
+like($g->{out}, qr/Breakpoint 1,.*AfterTriggerEndXact/s, "W3 stopped after its commit-time check")
+  or diag($g->{out} . $g->{err});
 my $t3 = session();
-$t3->{in} .= "BEGIN;\nTRUNCATE le_lease, le_lease_history;\nSELECT 'truncated';\n"
-  . "SELECT 'granted=' || fencing_token FROM le_acquire('kw', 'D', '1 hour');\nCOMMIT;\n";
-$until = time + 2;
-while (time < $until)
-{
-	$t3->{h}->pump_nb;
-	last if $t3->{out} =~ /truncated/;
-	select(undef, undef, undef, 0.1);
-}
-unlike($t3->{out}, qr/truncated/, "the TRUNCATE waits for W3's commit to end");
-$gin .= "detach\nquit\n";
-$gdb->finish;
+ok(!answers_within($t3, "BEGIN;\nTRUNCATE le_lease, le_lease_history;\nSELECT 'truncated';\n"
+	  . "SELECT 'granted=' || fencing_token FROM le_acquire('kw', 'D', '1 hour');\nCOMMIT;\n", qr/truncated/, 2),
+	"the TRUNCATE waits for W3's commit to end");
+release_hold($g);
 run_until($w3, '', qr/done3/);
 unlike($w3->{err}, qr/ERROR/, "W3's COMMIT, judged before the TRUNCATE, succeeds") or diag($w3->{err});
 run_until($t3, '', qr/granted=\d+/);
