@@ -224,6 +224,7 @@ typedef struct FencedLease
 	SubTransactionId subid;		/* (sub)transaction that first passed */
 	ItemPointerData tid;
 	LeaseRowStamp stamp;		/* of the read that gave expires_at */
+	bool		locked_at_once; /* commit check: fence lock had without a wait */
 	char		key[LE_MAX_KEY_LEN + 1];
 } FencedLease;
 
@@ -299,8 +300,9 @@ le_fence_proc_callback(Datum arg, int cacheid, uint32 hashvalue)
  * At commit: the authoritative check.  For every lease this
  * transaction passed the fence with, take its fence lock in
  * LE_FENCE_WRITER_LOCKMODE (the wait bounded by
- * leader_election.lock_timeout, 55P03), then read the latest committed row
- * with a snapshot taken after the lock was granted, and require that it is
+ * leader_election.lock_timeout, 55P03); then hold le_lease
+ * (le_store_hold_lease_table); then, for each, read the latest committed row
+ * with a snapshot taken after the locks were granted, and require that it is
  * still the row the write was judged by, that the token is its current one
  * and that the lease is unexpired now.  Otherwise the commit fails with
  * LE001 or LE002 and the transaction is rolled back.  The lock is held from
@@ -313,13 +315,19 @@ le_fence_commit_check(void)
 {
 	ListCell   *lc;
 
+	if (fenced_leases == NIL)
+		return;
+
+	/*
+	 * Every fence lock first, then le_lease, then the checks: nothing waits
+	 * for a fence lock while holding le_lease, the order of the lease calls
+	 * (helper 41: a commit of writes under two leases held le_lease while it
+	 * waited for the second one's fence lock, a VACUUM FULL queued behind it
+	 * and the taker of that lease behind the VACUUM FULL).
+	 */
 	foreach(lc, fenced_leases)
 	{
 		FencedLease *fl = (FencedLease *) lfirst(lc);
-		TimestampTz now;
-		LeaseRow	row;
-		LeaseRowStamp stamp;
-		bool		found;
 
 		le_fence_cache_prepare(fl->nsp);
 		if (cache_lease_relid != fl->lease_relid)
@@ -330,30 +338,11 @@ le_fence_commit_check(void)
 							   fl->token),
 					 errhint("Acquire the lease again for a new token.")));
 
-		if (le_fence_trylock(fl->lease_id, LE_FENCE_WRITER_LOCKMODE))
+		fl->locked_at_once = le_fence_trylock(fl->lease_id, LE_FENCE_WRITER_LOCKMODE);
+		if (!fl->locked_at_once)
 		{
-			le_store_hold_lease_table(cache_lease_relid);
-			if (le_store_row_unchanged(cache_lease_relid, &fl->stamp))
-			{
-				/*
-				 * Nothing on the row's page changed since the write's read
-				 * judged it: the lease row, token and expiry are those
-				 * recorded, and it was held then (holder is only tested
-				 * for NULL below).
-				 */
-				memset(&row, 0, sizeof(row));
-				row.lease_id = fl->lease_id;
-				row.fencing_token = fl->token;
-				row.expires_at = fl->expires_at;
-				row.holder = fl->key;
-				found = true;
-			}
-			else
-				found = le_store_read_latest(cache_lease_relid, cache_key_indexid, fl->key,
-											 &fl->tid, &row, NULL, &stamp);
-		}
-		else
-		{
+			LeaseRow	row;
+			LeaseRowStamp stamp;
 			bool		ours = false;
 
 			/*
@@ -361,19 +350,42 @@ le_fence_commit_check(void)
 			 * itself wrote the lease row (a renewal), it holds the row's lock
 			 * to its end, and no token change can commit before it: waiting
 			 * for the fence lock would deadlock with the taker, which holds
-			 * it and waits for our row.  Otherwise wait (bounded) and read
-			 * again after the lock was granted.
+			 * it and waits for our row.  Otherwise wait (bounded); the row
+			 * is read again below, after the lock was granted.
 			 */
-			found = le_store_read_latest(cache_lease_relid, cache_key_indexid, fl->key,
-										 &fl->tid, &row, &ours, &stamp);
-			if (!found || !ours)
-			{
+			if (!le_store_read_latest(cache_lease_relid, cache_key_indexid, fl->key,
+									  &fl->tid, &row, &ours, &stamp) || !ours)
 				le_fence_lock_writer(fl->lease_id, fl->key);
-				le_store_hold_lease_table(cache_lease_relid);
-				found = le_store_read_latest(cache_lease_relid, cache_key_indexid, fl->key,
-											 &fl->tid, &row, NULL, &stamp);
-			}
 		}
+	}
+	le_store_hold_lease_table(cache_lease_relid);
+
+	foreach(lc, fenced_leases)
+	{
+		FencedLease *fl = (FencedLease *) lfirst(lc);
+		TimestampTz now;
+		LeaseRow	row;
+		LeaseRowStamp stamp;
+		bool		found;
+
+		if (fl->locked_at_once && le_store_row_unchanged(cache_lease_relid, &fl->stamp))
+		{
+			/*
+			 * Nothing on the row's page changed since the write's read
+			 * judged it: the lease row, token and expiry are those
+			 * recorded, and it was held then (holder is only tested for
+			 * NULL below).
+			 */
+			memset(&row, 0, sizeof(row));
+			row.lease_id = fl->lease_id;
+			row.fencing_token = fl->token;
+			row.expires_at = fl->expires_at;
+			row.holder = fl->key;
+			found = true;
+		}
+		else
+			found = le_store_read_latest(cache_lease_relid, cache_key_indexid, fl->key,
+										 &fl->tid, &row, NULL, &stamp);
 		now = GetCurrentTimestamp();
 		if (!found || row.lease_id != fl->lease_id)
 			ereport(ERROR,
