@@ -323,7 +323,10 @@ le_fence_commit_check(void)
 	 * for a fence lock while holding le_lease, the order of the lease calls
 	 * (helper 41: a commit of writes under two leases held le_lease while it
 	 * waited for the second one's fence lock, a VACUUM FULL queued behind it
-	 * and the taker of that lease behind the VACUUM FULL).
+	 * and the taker of that lease behind the VACUUM FULL).  A transaction
+	 * that already holds le_lease (it renewed a lease, or read le_leases)
+	 * still waits with it held; PostgreSQL's deadlock detector then resolves
+	 * such a queue, as for the lease calls.
 	 */
 	foreach(lc, fenced_leases)
 	{
