@@ -14,6 +14,8 @@
 #   CYCLE_OPTS='-c leader_election.history_retention=0' test/bench/instructions.sh
 #                                    # only the cycles, with these PGOPTIONS (here:
 #                                    # every grant prunes, a key churning past its retention)
+#   ONLY=fence N=2000 W=1000 test/bench/instructions.sh
+#                                    # only the one-row fenced and no-op-trigger INSERTs (~1 min)
 #
 # The server runs under callgrind (fsync = off, autovacuum off), with the
 # extension, test/bench/baseline.sql and 1,000 keys acquired and released
@@ -209,6 +211,16 @@ pair() {   # label le_script base_script [PGOPTIONS]
     l=$(count "$2" "${4:-}"); b=$(count "$3" "${4:-}")
     printf '| %s | %s | %s | %s |\n' "$1" "$l" "$b" "$(le_ratio "$l" "$b")"
 }
+fenced_one_row() { pair "fenced INSERT, 1 row, vs without trigger" ins_fenced.pgb ins_plain.pgb "-c synchronous_commit=off"; }
+noop_one_row() {
+    pair "INSERT, 1 row, with a C trigger that does nothing (the floor of any row trigger), vs without" \
+        ins_trig.pgb ins_plain.pgb "-c synchronous_commit=off"
+}
+if [ "${ONLY:-}" = fence ]; then
+    fenced_one_row
+    noop_one_row
+    exit 0
+fi
 if [ -n "${CYCLE_OPTS:-}" ]; then
     pair "acquire + release (le_cycle) vs pglock's cycle, PGOPTIONS $CYCLE_OPTS" le_cycle.pgb pglock_cycle.pgb "$CYCLE_OPTS"
     exit 0
@@ -216,8 +228,8 @@ fi
 pair "acquire + release (le_cycle) vs pglock's cycle" le_cycle.pgb pglock_cycle.pgb
 pair "renew vs single-row UPDATE" le_renew.pgb raw_update.pgb
 pair "refused acquire vs refused pg_try_advisory_lock" le_refused.pgb adv_refused.pgb
-pair "fenced INSERT, 1 row, vs without trigger" ins_fenced.pgb ins_plain.pgb "-c synchronous_commit=off"
+fenced_one_row
 pair "fenced INSERT, 100 rows, vs without trigger" ins100_fenced.pgb ins100_plain.pgb "-c synchronous_commit=off"
-pair "INSERT, 1 row, with a C trigger that does nothing (the floor of any row trigger), vs without" ins_trig.pgb ins_plain.pgb "-c synchronous_commit=off"
+noop_one_row
 pair "INSERT, 100 rows, with a C trigger that does nothing, vs without" ins100_trig.pgb ins100_plain.pgb "-c synchronous_commit=off"
 pair "INSERT, 100 rows, with a C statement trigger that does nothing, vs without" ins100_stmt.pgb ins100_plain.pgb "-c synchronous_commit=off"
