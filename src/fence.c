@@ -297,6 +297,23 @@ le_fence_proc_callback(Datum arg, int cacheid, uint32 hashvalue)
 }
 
 /*
+ * The lease row as an earlier read judged it, for a check whose page shows
+ * that nothing changed since (le_store_page_unchanged): holder is only
+ * tested for NULL, so any non-NULL string stands for it.
+ */
+static void
+le_fence_judged_row(LeaseRow *row, int64 lease_id, int64 token, TimestampTz expires_at,
+					char *holder, char *holder_role)
+{
+	memset(row, 0, sizeof(*row));
+	row->lease_id = lease_id;
+	row->fencing_token = token;
+	row->expires_at = expires_at;
+	row->holder = holder;
+	row->holder_role = holder_role;
+}
+
+/*
  * At commit: the authoritative check.  For every lease this
  * transaction passed the fence with, take its fence lock in
  * LE_FENCE_WRITER_LOCKMODE (the wait bounded by
@@ -379,11 +396,7 @@ le_fence_commit_check(void)
 			 * recorded, and it was held then (holder is only tested for
 			 * NULL below).
 			 */
-			memset(&row, 0, sizeof(row));
-			row.lease_id = fl->lease_id;
-			row.fencing_token = fl->token;
-			row.expires_at = fl->expires_at;
-			row.holder = fl->key;
+			le_fence_judged_row(&row, fl->lease_id, fl->token, fl->expires_at, fl->key, NULL);
 			found = true;
 		}
 		else
@@ -676,12 +689,9 @@ le_fence_check_token(Oid nsp, const char *key, int64 token, bool strict, const v
 	 */
 	if (le_store_page_unchanged(cache_lease_relid, &entry->stamp, &found) && found)
 	{
-		memset(&row, 0, sizeof(row));
-		row.lease_id = entry->lease_id;
-		row.fencing_token = entry->token;
-		row.expires_at = entry->expires_at;
-		row.holder = entry->held ? entry->key : NULL;
-		row.holder_role = entry->held ? NameStr(entry->role) : NULL;
+		le_fence_judged_row(&row, entry->lease_id, entry->token, entry->expires_at,
+							entry->held ? entry->key : NULL,
+							entry->held ? NameStr(entry->role) : NULL);
 		stamp = entry->stamp;
 	}
 	else

@@ -335,32 +335,11 @@ le_rows_time(const Datum *values, const bool *isnull, int attnum)
 }
 
 /*
- * Copy a deformed le_lease tuple into *row (strings in the current context;
- * the column types are those le_rows_open checked).
- */
-static void
-le_rows_values_row(const Datum *values, const bool *isnull, LeaseRow *row)
-{
-	row->lease_id = DatumGetInt64(values[Anum_le_lease_lease_id - 1]);
-	row->lease_key = le_rows_text(values, isnull, Anum_le_lease_lease_key);
-	row->holder = le_rows_text(values, isnull, Anum_le_lease_holder);
-	row->holder_role = isnull[Anum_le_lease_holder_role - 1] ? NULL :
-		pstrdup(NameStr(*DatumGetName(values[Anum_le_lease_holder_role - 1])));
-	row->fencing_token = DatumGetInt64(values[Anum_le_lease_fencing_token - 1]);
-	row->token_timeline = DatumGetInt32(values[Anum_le_lease_token_timeline - 1]);
-	row->acquired_at = le_rows_time(values, isnull, Anum_le_lease_acquired_at);
-	row->renewed_at = le_rows_time(values, isnull, Anum_le_lease_renewed_at);
-	row->expires_at = le_rows_time(values, isnull, Anum_le_lease_expires_at);
-	row->transitions = DatumGetInt64(values[Anum_le_lease_transitions - 1]);
-	row->token_system_id = DatumGetInt64(values[Anum_le_lease_token_system_id - 1]);
-	row->history_min_ended_at = le_rows_time(values, isnull, Anum_le_lease_history_min_ended_at);
-}
-
-/*
- * What le_store_read_unlocked gives the fence: le_rows_values_row without
- * copying the key and holder (text, so detoasting and a copy each; the
- * fence knows the key and only asks whether there is a holder): lease_key
- * is NULL, holder is le_rows_held (not a name) when the lease is held.
+ * What le_store_read_unlocked gives the fence: the lease id, token, expiry
+ * and holder role, without copying the key and holder (text, so detoasting
+ * and a copy each; the fence knows the key and only asks whether there is a
+ * holder): lease_key is NULL, holder is le_rows_held (not a name) when the
+ * lease is held.
  */
 static char le_rows_held[] = "(held)";
 
@@ -374,6 +353,24 @@ le_rows_values_brief(const Datum *values, const bool *isnull, LeaseRow *row)
 		pstrdup(NameStr(*DatumGetName(values[Anum_le_lease_holder_role - 1])));
 	row->fencing_token = DatumGetInt64(values[Anum_le_lease_fencing_token - 1]);
 	row->expires_at = le_rows_time(values, isnull, Anum_le_lease_expires_at);
+}
+
+/*
+ * Copy a deformed le_lease tuple into *row (strings in the current context;
+ * the column types are those le_rows_open checked).
+ */
+static void
+le_rows_values_row(const Datum *values, const bool *isnull, LeaseRow *row)
+{
+	le_rows_values_brief(values, isnull, row);
+	row->lease_key = le_rows_text(values, isnull, Anum_le_lease_lease_key);
+	row->holder = le_rows_text(values, isnull, Anum_le_lease_holder);
+	row->token_timeline = DatumGetInt32(values[Anum_le_lease_token_timeline - 1]);
+	row->acquired_at = le_rows_time(values, isnull, Anum_le_lease_acquired_at);
+	row->renewed_at = le_rows_time(values, isnull, Anum_le_lease_renewed_at);
+	row->transitions = DatumGetInt64(values[Anum_le_lease_transitions - 1]);
+	row->token_system_id = DatumGetInt64(values[Anum_le_lease_token_system_id - 1]);
+	row->history_min_ended_at = le_rows_time(values, isnull, Anum_le_lease_history_min_ended_at);
 }
 
 /* Copy the le_lease tuple in slot into *row (strings in the current context). */
