@@ -8,6 +8,9 @@
 #   PASSES=5 test/bench/run.sh   # runs per script, alternated (default 2)
 #   ONLY=fence test/bench/run.sh # only the fenced INSERT rows (their phase
 #                                # and table rows; for work on the fence)
+#   PERF=1 ONLY=fence test/bench/run.sh
+#                                # then perf of the one-row INSERTs (fence_perf;
+#                                # root, linux-perf; +30 s)
 #   test/run.sh bench            # the same, after building and installing
 #
 # pgbench -M prepared, 2 clients unless said otherwise.  Every script runs
@@ -58,6 +61,11 @@ case "$ONLY" in
     ''|fence) ;;
     *) echo "ONLY must be empty or 'fence', not '$ONLY'" >&2; exit 2 ;;
 esac
+PERF=${PERF:-0}
+if [ "$PERF" != 0 ]; then
+    command -v perf >/dev/null || { echo "PERF needs perf (apt-get install linux-perf)" >&2; exit 2; }
+    [ "$(id -u)" -eq 0 ] || { echo "PERF=1 needs root (perf record of another user's process)" >&2; exit 2; }
+fi
 start=$SECONDS
 le_bench_cluster "checkpoint_timeout = 30min" "max_connections = 60"
 psql() { le_bench_psql -At "$@"; }
@@ -183,9 +191,13 @@ mixed() {
     done
     printf '  %-8s mean latency (us) of %s: %s\n' "$name" "$*" "$means" >&2
 }
-fence_mixed() {   # name base_script le_script floor_script
+# fence_reset: empty the INSERTs' tables and take a checkpoint.
+fence_reset() {
     psql -c "TRUNCATE plain_t, trig_t" -c "SET leader_election.fencing_token = $ftok" \
         -c "TRUNCATE fenced_t" -c "CHECKPOINT" >/dev/null
+}
+fence_mixed() {   # name base_script le_script floor_script
+    fence_reset
     mixed "$1" "$FENCE_T" "$FENCE_CLIENTS" "-c synchronous_commit=off" "$2" "$3" "$4"
 }
 # The cycle interleaved with pglock's in the same way (PASSES runs of T s):
@@ -231,6 +243,34 @@ fence_rows() {
     lat_row "fenced INSERT, 1 row, \`synchronous_commit = off\`" ins "≥ 0.95"
     lat_row "fenced INSERT, 100 rows, \`synchronous_commit = off\`" ins100 "≥ 0.99"
 }
+# fence_perf (PERF=1): where the fence's time goes.  One client runs the
+# plain and the fenced one-row INSERT for PERF_SECONDS (12) s each,
+# synchronous_commit = off, tables emptied and checkpointed before each,
+# while perf samples its backend's user-space code at 9,999 Hz
+# (le_perf_backend: a sample per 0.1 ms of CPU); printed per 1,000
+# transactions: each run's samples, the shared objects, and the symbols
+# (self time) whose samples grew most from the plain INSERT to the fenced
+# one.  What is in leader_election.so is the fence's own code.  The totals of
+# two separate runs on a shared machine differ by more than the fence costs
+# (the kernel's time, left out, even more), so read the symbols, not the
+# totals; test/bench/instructions.sh counts exactly.
+fence_perf() {
+    local s runs n secs=${PERF_SECONDS:-12}
+    echo
+    echo "perf of the backend's user-space code, one client, one-row INSERT, \`synchronous_commit = off\`, ${secs} s each:"
+    for s in ins_plain ins_fenced; do
+        fence_reset
+        runs=$(LE_PERF_FREQ=9999 LE_PERF_USER=1 le_perf_backend "$dir/prof.$s" "$secs" postgres "-c synchronous_commit=off" \
+            -D tok="$tok" -D ftok="$ftok" -f "$dir/$s.pgb") || exit 1
+        read -r n _ <<<"$runs"
+        printf '  %-10s %6s transactions in the window, %s samples per 1,000\n' "$s" "$n" \
+            "$(awk -F'\t' '{ s += $2 } END { printf "%.0f", s }' "$dir/prof.$s")"
+    done
+    echo "  shared objects, plain INSERT -> fenced (samples per 1,000 transactions):"
+    le_perf_diff "$dir/prof.ins_plain.dso" "$dir/prof.ins_fenced.dso" 8 abs
+    echo "  the symbols that grew most, plain INSERT -> fenced:"
+    le_perf_diff "$dir/prof.ins_plain" "$dir/prof.ins_fenced" 24
+}
 table_head() {
     echo
     echo "| operation | baseline (tps) | le_ (tps) | le_ / baseline (tps; for latencies baseline / le_) | target | baseline is |"
@@ -241,6 +281,7 @@ if [ "$ONLY" = fence ]; then
     fence_phase
     table_head
     fence_rows
+    [ "$PERF" != 0 ] && fence_perf
     echo "elapsed: $(( SECONDS - start ))s"
     exit 0
 fi
@@ -321,4 +362,5 @@ printf '| cycle, 16 clients / 1 client, default durability | pglock %s → %s (%
     "$p1" "$p16" "$pr" "$l1" "$l16" "$lr" "$(le_ratio "$lr" "$pr")"
 echo
 echo "WAL written by 2,000 refusals: le_acquire $wal_le bytes, pg_try_advisory_lock $wal_adv bytes (target 0)"
+[ "$PERF" != 0 ] && fence_perf
 echo "elapsed: $(( SECONDS - start ))s"

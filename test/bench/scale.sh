@@ -176,38 +176,23 @@ ratio_line() {   # name p50_1k p50_1m p99_1k p99_1m
 # samples grew most from SMALL_LEASES to SCALE_LEASES, and the blocks of the
 # lease tables and indexes each transaction touched (pg_statio).
 profile_leases() {
-    local op size db pid t0 t1 b0 b1 n h0 h1 secs=${PERF_SECONDS:-12}
+    local op size db b0 b1 runs n ntx h0 h1 secs=${PERF_SECONDS:-12}
     echo "  perf of the backend, samples per 1,000 transactions (${secs} s per run, one client):"
     for op in refused select; do
         for size in "$SMALL_LEASES" "$SCALE_LEASES"; do
             db=s$size
             sleep 1.5   # let earlier backends' statistics reach pg_statio
             b0=$(blocks "$db")
-            (cd "$dir" && le_as_pg "$PG_BINDIR/pgbench" -n -M prepared -h "$dir" -p "$port" -U postgres -c 1 \
-                -T "$secs" -D nheld="${held[$size]}" -f "$dir/scale_$op.pgb" -l --log-prefix="$dir/prof_tx" \
-                "$db" >"$dir/prof_out" 2>&1) &
-            sleep 1
-            pid=$(q "$db" -c "SELECT pid FROM pg_stat_activity WHERE application_name = 'pgbench' AND datname = '$db'")
-            t0=$(date +%s.%N)
-            perf record -q -F 999 -g -p "$pid" -o "$dir/perf.$op.$size" -- sleep $((secs - 2)) >/dev/null ||
-                { echo "perf record failed" >&2; exit 1; }
-            t1=$(date +%s.%N)
-            wait
-            if grep -q 'aborted\|ERROR' "$dir/prof_out"; then
-                echo "pgbench failed on $db: $op" >&2; tail -5 "$dir/prof_out" >&2; exit 1
-            fi
+            runs=$(le_perf_backend "$dir/prof.$op.$size" "$secs" "$db" "" -D nheld="${held[$size]}" \
+                -f "$dir/scale_$op.pgb") || exit 1
+            read -r n ntx <<<"$runs"
             sleep 1.5
             b1=$(blocks "$db")
-            # transactions that ended inside perf's window (log: ... epoch epoch_us)
-            n=$(le_tx_in_window "$t0" "$t1" "$dir"/prof_tx.*)
-            [ "$n" -gt 0 ] || { echo "no $op transaction in perf's window on $db" >&2; exit 1; }
             read -r h0 _ <<<"$b0"
             read -r h1 _ <<<"$b1"
-            le_perf_rates "$dir/perf.$op.$size" "$n" >"$dir/prof.$op.$size"
             printf '    %-8s %8s leases: %s samples per 1,000 transactions; %s block hits per transaction\n' "$op" "$size" \
                 "$(awk -F'\t' '{ s += $2 } END { printf "%.0f", s }' "$dir/prof.$op.$size")" \
-                "$(cat "$dir"/prof_tx.* | awk -v h=$((h1 - h0)) 'END { printf "%.2f", h / NR }')"
-            rm -f "$dir"/prof_tx.* "$dir/perf.$op.$size"
+                "$(awk -v h=$((h1 - h0)) -v n="$ntx" 'BEGIN { printf "%.2f", h / n }')"
         done
         echo "    $op, the symbols that grew most (samples per 1,000 transactions, $SMALL_LEASES -> $SCALE_LEASES leases):"
         le_perf_diff "$dir/prof.$op.$SMALL_LEASES" "$dir/prof.$op.$SCALE_LEASES" 8 | sed 's/^/  /'

@@ -60,11 +60,11 @@ le_tx_in_window() {
 
 # le_perf_rates DATA N [PERF_REPORT_ARG...]: "symbol<TAB>samples per 1,000
 # transactions" from perf's recording DATA over N transactions, sorted by
-# symbol (for join).
+# symbol (for join); by shared object instead with LE_PERF_SORT=dso.
 le_perf_rates() {
     local data=$1 n=$2
     shift 2
-    perf report -i "$data" --no-children -n --sort sym --stdio -g none "$@" 2>/dev/null |
+    perf report -i "$data" --no-children -n --sort "${LE_PERF_SORT:-sym}" --stdio -g none "$@" 2>/dev/null |
         awk -v n="$n" '/^ *[0-9.]+%/ { c = $2; $1 = ""; $2 = ""; sub(/^ +/, ""); printf "%s\t%.2f\n", $0, 1000 * c / n }' |
         sort -t"$(printf '\t')" -k1,1
 }
@@ -75,7 +75,39 @@ le_perf_rates() {
 le_perf_diff() {
     join -t"$(printf '\t')" -a1 -a2 -e 0 -o 0,1.2,2.2 "$1" "$2" |
         awk -F'\t' -v abs="${4:-}" '{ d = $3 - $2; if (abs != "" && d < 0) d = -d; printf "%.2f\t%s\t%s\t%s\n", d, $2, $3, $1 }' |
-        LC_ALL=C sort -rn | head -"$3" | awk -F'\t' '{ printf "    %-44s %7s  %7s\n", $4, $2, $3 }'
+        LC_ALL=C sort -rn | awk -F'\t' -v k="$3" 'NR <= k { printf "    %-44s %7s  %7s\n", $4, $2, $3 }'
+}
+
+# le_perf_backend OUT SECS DB PGOPTIONS PGBENCH_ARG...: one pgbench client
+# (-M prepared, with PGOPTIONS) runs SECS s on database DB of the benchmark's
+# cluster ($dir, $port) while perf samples its backend (cpu-clock,
+# LE_PERF_FREQ Hz, default 999, call graphs, user space only with
+# LE_PERF_USER=1, from 1 s in to 1 s before the end); writes le_perf_rates of the recording to OUT (by symbol) and OUT.dso
+# (by shared object), per 1,000 transactions that ended in perf's window
+# (pgbench's log), and prints that number and the run's total number of
+# transactions.  Needs root and perf; exits on any failure.
+le_perf_backend() {
+    local out=$1 secs=$2 db=$3 opts=$4 pid t0 t1 n
+    shift 4
+    (cd "$dir" && le_as_pg env PGOPTIONS="$opts" "$PG_BINDIR/pgbench" -n -M prepared -h "$dir" -p "$port" \
+        -U postgres -c 1 -T "$secs" -l --log-prefix="$dir/perf_tx" "$@" "$db" >"$dir/perf_out" 2>&1) &
+    sleep 1
+    pid=$(le_bench_psql -At -d "$db" \
+        -c "SELECT pid FROM pg_stat_activity WHERE application_name = 'pgbench' AND datname = '$db'")
+    t0=$(date +%s.%N)
+    perf record -q -F "${LE_PERF_FREQ:-999}" ${LE_PERF_USER:+--all-user} -g -p "$pid" -o "$dir/perf.data" -- sleep $((secs - 2)) >/dev/null ||
+        { echo "perf record failed" >&2; exit 1; }
+    t1=$(date +%s.%N)
+    wait
+    if grep -q 'aborted\|ERROR' "$dir/perf_out"; then
+        echo "pgbench failed on $db: $*" >&2; tail -5 "$dir/perf_out" >&2; exit 1
+    fi
+    n=$(le_tx_in_window "$t0" "$t1" "$dir"/perf_tx.*)
+    [ "$n" -gt 0 ] || { echo "no transaction in perf's window on $db: $*" >&2; exit 1; }
+    le_perf_rates "$dir/perf.data" "$n" >"$out"
+    LE_PERF_SORT=dso le_perf_rates "$dir/perf.data" "$n" >"$out.dso"
+    echo "$n $(cat "$dir"/perf_tx.* | wc -l)"
+    rm -f "$dir"/perf_tx.* "$dir/perf.data" "$dir/perf_out"
 }
 
 # le_ratio A B: A / B with three decimals.
