@@ -107,11 +107,13 @@ profile16() {
             awk '/^ *[0-9.]+%/ { c += $2 } END { print c + 0 }')
         pb=$(perf report -i "$dir/perf.$s" --comm pgbench --no-children -n --sort comm --stdio 2>/dev/null |
             awk '/^ *[0-9.]+%/ { c += $2 } END { print c + 0 }')
-        perf report -i "$dir/perf.$s" --pid "$pids" --no-children -n --sort dso --stdio 2>/dev/null |
-            awk -v n="$n" -v s="$s" -v all="$all" -v pb="$pb" '/^ *[0-9.]+%/ { c = $2; pg += c; if ($3 ~ /kernel/) k += c }
-                END { printf "  %-13s %d transactions: %.0f samples (this cluster'"'"'s processes %.0f, of which kernel %.0f; pgbench %.0f; other %.0f)\n",
-                             s, n, 1000 * all / n, 1000 * pg / n, 1000 * k / n, 1000 * pb / n, 1000 * (all - pg - pb) / n }'
         le_perf_rates "$dir/perf.$s" "$n" --pid "$pids" >"$dir/prof.$s"
+        # this cluster's processes and their kernel time, from the per-symbol
+        # rates ("[k]" marks kernel symbols; perf's by-dso view of a --pid
+        # filter leaves the kernel out)
+        awk -F'\t' -v n="$n" -v s="$s" -v all="$all" -v pb="$pb" '{ pg += $2; if ($1 ~ /^\[k\]/) k += $2 }
+            END { printf "  %-13s %d transactions: %.0f samples (this cluster'"'"'s processes %.0f, of which kernel %.0f; pgbench %.0f; other %.0f)\n",
+                         s, n, 1000 * all / n, pg, k, 1000 * pb / n, 1000 * all / n - pg - 1000 * pb / n }' "$dir/prof.$s"
         rm -f "$dir/perf.$s"
     done
     echo "  this cluster's processes, symbols with the largest difference (samples per 1,000 transactions, le_ vs pglock):"

@@ -79,26 +79,40 @@ le_perf_diff() {
 }
 
 # le_perf_backend OUT SECS DB PGOPTIONS PGBENCH_ARG...: one pgbench client
-# (-M prepared, with PGOPTIONS) runs SECS s on database DB of the benchmark's
-# cluster ($dir, $port) while perf samples its backend (cpu-clock,
-# LE_PERF_FREQ Hz, default 999, call graphs, user space only with
-# LE_PERF_USER=1, from 1 s in to 1 s before the end); writes le_perf_rates of the recording to OUT (by symbol) and OUT.dso
-# (by shared object), per 1,000 transactions that ended in perf's window
-# (pgbench's log), and prints that number and the run's total number of
-# transactions.  Needs root and perf; exits on any failure.
+# (-M prepared, with PGOPTIONS) runs SECS (at least 4) s on database DB of
+# the benchmark's cluster ($dir, $port) while perf samples its backend
+# (cpu-clock, LE_PERF_FREQ Hz, default 999, call graphs, user space only
+# with LE_PERF_USER=1, from 1 s in to 1 s before the end); writes
+# le_perf_rates of the recording to OUT (by symbol) and OUT.dso (by shared
+# object), per 1,000 transactions that ended in perf's window (pgbench's
+# log), and prints that number and the run's total number of transactions.
+# The backend is found by an application name of its own.  Needs root and
+# perf; exits on any failure (call it in $(...) || exit 1).
 le_perf_backend() {
-    local out=$1 secs=$2 db=$3 opts=$4 pid t0 t1 n
+    local out=$1 secs=$2 db=$3 opts=$4 app="le_perf_$BASHPID" bg pid t0 t1 n user= asu=()
     shift 4
-    (cd "$dir" && le_as_pg env PGOPTIONS="$opts" "$PG_BINDIR/pgbench" -n -M prepared -h "$dir" -p "$port" \
-        -U postgres -c 1 -T "$secs" -l --log-prefix="$dir/perf_tx" "$@" "$db" >"$dir/perf_out" 2>&1) &
+    [ "$(id -u)" -eq 0 ] && asu=(runuser -u postgres --)   # as le_as_pg, but exec'd: $! is pgbench's
+    [ "$secs" -ge 4 ] || { echo "le_perf_backend: at least 4 seconds, not $secs" >&2; exit 1; }
+    [ "${LE_PERF_USER:-0}" != 0 ] && user=--all-user
+    (cd "$dir" && exec "${asu[@]}" env PGOPTIONS="$opts" PGAPPNAME="$app" "$PG_BINDIR/pgbench" -n \
+        -M prepared -h "$dir" -p "$port" -U postgres -c 1 -T "$secs" -l --log-prefix="$dir/perf_tx" "$@" "$db" \
+        >"$dir/perf_out" 2>&1) &
+    bg=$!
     sleep 1
-    pid=$(le_bench_psql -At -d "$db" \
-        -c "SELECT pid FROM pg_stat_activity WHERE application_name = 'pgbench' AND datname = '$db'")
+    pid=$(le_bench_psql -At -d "$db" -c "SELECT pid FROM pg_stat_activity
+        WHERE application_name = '$app' AND backend_type = 'client backend'")
+    if ! [[ "$pid" =~ ^[0-9]+$ ]]; then
+        echo "le_perf_backend: no backend of pgbench on $db ($*):" >&2
+        wait "$bg" || true
+        tail -5 "$dir/perf_out" >&2
+        exit 1
+    fi
     t0=$(date +%s.%N)
-    perf record -q -F "${LE_PERF_FREQ:-999}" ${LE_PERF_USER:+--all-user} -g -p "$pid" -o "$dir/perf.data" -- sleep $((secs - 2)) >/dev/null ||
-        { echo "perf record failed" >&2; exit 1; }
+    perf record -q -e cpu-clock -F "${LE_PERF_FREQ:-999}" $user -g -p "$pid" -o "$dir/perf.data" \
+        -- sleep $((secs - 2)) >/dev/null 2>"$dir/perf_err" ||
+        { echo "perf record failed:" >&2; cat "$dir/perf_err" >&2; kill "$bg" 2>/dev/null; exit 1; }
     t1=$(date +%s.%N)
-    wait
+    wait "$bg" || true
     if grep -q 'aborted\|ERROR' "$dir/perf_out"; then
         echo "pgbench failed on $db: $*" >&2; tail -5 "$dir/perf_out" >&2; exit 1
     fi
@@ -106,8 +120,9 @@ le_perf_backend() {
     [ "$n" -gt 0 ] || { echo "no transaction in perf's window on $db: $*" >&2; exit 1; }
     le_perf_rates "$dir/perf.data" "$n" >"$out"
     LE_PERF_SORT=dso le_perf_rates "$dir/perf.data" "$n" >"$out.dso"
+    [ -s "$out" ] || { echo "perf report gave nothing for $db: $*" >&2; exit 1; }
     echo "$n $(cat "$dir"/perf_tx.* | wc -l)"
-    rm -f "$dir"/perf_tx.* "$dir/perf.data" "$dir/perf_out"
+    rm -f "$dir"/perf_tx.* "$dir/perf.data" "$dir/perf_out" "$dir/perf_err"
 }
 
 # le_ratio A B: A / B with three decimals.
