@@ -10,7 +10,8 @@
 #                                # and table rows; for work on the fence)
 #   PERF=1 ONLY=fence test/bench/run.sh
 #                                # then perf of the one-row INSERTs (fence_perf;
-#                                # root, linux-perf; +30 s)
+#                                # root, linux-perf; +30 s); PERF=1 on the whole
+#                                # run also profiles the cycles (cycle_perf)
 #   test/run.sh bench            # the same, after building and installing
 #
 # pgbench -M prepared, 2 clients unless said otherwise.  Every script runs
@@ -243,34 +244,45 @@ fence_rows() {
     lat_row "fenced INSERT, 1 row, \`synchronous_commit = off\`" ins "≥ 0.95"
     lat_row "fenced INSERT, 100 rows, \`synchronous_commit = off\`" ins100 "≥ 0.99"
 }
-# fence_perf (PERF=1): where the fence's time goes.  One client runs the
-# plain and the fenced one-row INSERT for PERF_SECONDS (12) s each,
-# synchronous_commit = off, tables emptied and checkpointed before each,
-# while perf samples its backend's user-space code at 9,999 Hz
-# (le_perf_backend: a sample per 0.1 ms of CPU); printed per 1,000
-# transactions: each run's samples, the shared objects, and the symbols
-# (self time) whose samples grew most from the plain INSERT to the fenced
-# one.  What is in leader_election.so is the fence's own code.  The totals of
-# two separate runs on a shared machine differ by more than the fence costs
-# (the kernel's time, left out, even more), so read the symbols, not the
+# perf_pair WHAT BASE LE PGOPTIONS BEFORE: one client runs the script BASE,
+# then LE, for PERF_SECONDS (12) s each (the command BEFORE run before each),
+# while perf samples its backend (le_perf_backend, LE_PERF_* as set by the
+# caller); printed per 1,000 transactions: each run's samples, the shared
+# objects, and the symbols (self time) whose samples grew most from BASE to
+# LE.  The totals of two separate runs on a shared machine differ by more
+# than a few microseconds per transaction, so read the symbols, not the
 # totals; test/bench/instructions.sh counts exactly.
-fence_perf() {
-    local s runs n secs=${PERF_SECONDS:-12}
+perf_pair() {
+    local what=$1 base=$2 le=$3 opts=$4 before=$5 s runs n secs=${PERF_SECONDS:-12}
     echo
-    echo "perf of the backend's user-space code, one client, one-row INSERT, \`synchronous_commit = off\`," \
-        "\`fsync = $(psql -c 'SHOW fsync')\`, ${secs} s each:"
-    for s in ins_plain ins_fenced; do
-        fence_reset
-        runs=$(LE_PERF_FREQ=9999 LE_PERF_USER=1 le_perf_backend "$dir/prof.$s" "$secs" postgres "-c synchronous_commit=off" \
-            -D tok="$tok" -D ftok="$ftok" -f "$dir/$s.pgb") || exit 1
+    echo "perf of the backend ($what), one client, \`fsync = $(psql -c 'SHOW fsync')\`, ${secs} s each:"
+    for s in "$base" "$le"; do
+        $before
+        runs=$(le_perf_backend "$dir/prof.$s" "$secs" postgres "$opts" -D tok="$tok" -D ftok="$ftok" \
+            -f "$dir/$s.pgb") || exit 1
         read -r n _ <<<"$runs"
-        printf '  %-10s %6s transactions in the window, %s samples per 1,000\n' "$s" "$n" \
+        printf '  %-12s %6s transactions in the window, %s samples per 1,000\n' "$s" "$n" \
             "$(awk -F'\t' '{ s += $2 } END { printf "%.0f", s }' "$dir/prof.$s")"
     done
-    echo "  shared objects, plain INSERT -> fenced (samples per 1,000 transactions):"
-    le_perf_diff "$dir/prof.ins_plain.dso" "$dir/prof.ins_fenced.dso" 8 abs
-    echo "  the symbols that grew most, plain INSERT -> fenced:"
-    le_perf_diff "$dir/prof.ins_plain" "$dir/prof.ins_fenced" 24
+    echo "  shared objects, $base -> $le (samples per 1,000 transactions):"
+    le_perf_diff "$dir/prof.$base.dso" "$dir/prof.$le.dso" 8 abs
+    echo "  the symbols that grew most, $base -> $le:"
+    le_perf_diff "$dir/prof.$base" "$dir/prof.$le" 24
+}
+# fence_perf (PERF=1): where the fence's time goes: the plain and the fenced
+# one-row INSERT, synchronous_commit = off, user-space code only, 9,999 Hz
+# (a sample per 0.1 ms of CPU), tables emptied and checkpointed before each.
+# What is in leader_election.so is the fence's own code.
+fence_perf() {
+    LE_PERF_FREQ=9999 LE_PERF_USER=1 perf_pair "user-space code, one-row INSERT, \`synchronous_commit = off\`" \
+        ins_plain ins_fenced "-c synchronous_commit=off" fence_reset
+}
+# cycle_perf (PERF=1, whole run, while fsync is off): pglock's cycle and
+# le_'s, user and kernel code, 9,999 Hz: what le_'s CPU goes to that
+# pglock's does not (the history, the WAL written).
+cycle_perf() {
+    LE_PERF_FREQ=9999 perf_pair "user and kernel code, acquire + release over 1,000 keys" \
+        pglock_cycle le_cycle "" true
 }
 table_head() {
     echo
@@ -364,6 +376,7 @@ printf '| cycle, 16 clients / 1 client, default durability | pglock %s → %s (%
 echo
 echo "WAL written by 2,000 refusals: le_acquire $wal_le bytes, pg_try_advisory_lock $wal_adv bytes (target 0)"
 if [ "$PERF" != 0 ]; then
+    cycle_perf
     # the fence's rows ran with default durability, before the fsync = off phase
     psql -c "ALTER SYSTEM RESET fsync" -c "SELECT pg_reload_conf()" >/dev/null
     sleep 1
