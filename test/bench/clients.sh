@@ -28,10 +28,7 @@ T=${T:-9}
 PERF=${PERF:-0}
 [ "$T" -ge 4 ] || { echo "T must be at least 4" >&2; exit 2; }
 [ "$REPS" -ge 1 ] || { echo "REPS must be at least 1" >&2; exit 2; }
-if [ "$PERF" != 0 ]; then
-    command -v perf >/dev/null || { echo "PERF needs perf (apt-get install linux-perf)" >&2; exit 2; }
-    [ "$(id -u)" -eq 0 ] || { echo "PERF=1 needs root (perf record -a)" >&2; exit 2; }
-fi
+le_perf_check
 
 le_bench_cluster "max_connections = 40"
 le_bench_load "$bench"

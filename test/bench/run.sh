@@ -63,10 +63,7 @@ case "$ONLY" in
     *) echo "ONLY must be empty or 'fence', not '$ONLY'" >&2; exit 2 ;;
 esac
 PERF=${PERF:-0}
-if [ "$PERF" != 0 ]; then
-    command -v perf >/dev/null || { echo "PERF needs perf (apt-get install linux-perf)" >&2; exit 2; }
-    [ "$(id -u)" -eq 0 ] || { echo "PERF=1 needs root (perf record of another user's process)" >&2; exit 2; }
-fi
+le_perf_check
 start=$SECONDS
 le_bench_cluster "checkpoint_timeout = 30min" "max_connections = 60"
 psql() { le_bench_psql -At "$@"; }

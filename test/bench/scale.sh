@@ -92,10 +92,7 @@ CHURN_SECONDS=${CHURN_SECONDS:-120}
 JOBS=${JOBS:-2}
 SHARED_BUFFERS=${SHARED_BUFFERS:-1GB}
 PERF=${PERF:-0}
-if [ "$PERF" != 0 ]; then
-    command -v perf >/dev/null || { echo "PERF needs perf (apt-get install linux-perf)" >&2; exit 2; }
-    [ "$(id -u)" -eq 0 ] || { echo "PERF=1 needs root (perf record of another user's process)" >&2; exit 2; }
-fi
+le_perf_check
 start=$SECONDS
 status=0
 has() { [[ " $SECTIONS " == *" $1 "* ]]; }

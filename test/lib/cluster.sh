@@ -58,6 +58,14 @@ le_tx_in_window() {
     cat "$@" | awk -v a="$a" -v b="$b" '{ t = $5 + $6 / 1e6 } t >= a && t <= b { n++ } END { print n + 0 }'
 }
 
+# le_perf_check: with PERF set (not 0), stop unless perf is installed and we
+# run as root (perf records other users' processes).
+le_perf_check() {
+    [ "${PERF:-0}" != 0 ] || return 0
+    command -v perf >/dev/null || { echo "PERF needs perf (apt-get install linux-perf)" >&2; exit 2; }
+    [ "$(id -u)" -eq 0 ] || { echo "PERF=1 needs root (perf records other users' processes)" >&2; exit 2; }
+}
+
 # le_perf_rates DATA N [PERF_REPORT_ARG...]: "symbol<TAB>samples per 1,000
 # transactions" from perf's recording DATA over N transactions, sorted by
 # symbol (for join); by shared object instead with LE_PERF_SORT=dso.
