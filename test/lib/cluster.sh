@@ -116,9 +116,9 @@ le_perf_backend() {
         exit 1
     fi
     t0=$(date +%s.%N)
-    perf record -q -e cpu-clock -F "${LE_PERF_FREQ:-999}" $user -g -p "$pid" -o "$dir/perf.data" \
+    perf record -e cpu-clock -F "${LE_PERF_FREQ:-999}" $user -g -p "$pid" -o "$dir/perf.data" \
         -- sleep $((secs - 2)) >/dev/null 2>"$dir/perf_err" ||
-        { echo "perf record failed:" >&2; cat "$dir/perf_err" >&2; kill "$bg" 2>/dev/null; exit 1; }
+        { echo "perf record failed (exit $?) on backend $pid:" >&2; cat "$dir/perf_err" >&2; kill "$bg" 2>/dev/null; exit 1; }
     t1=$(date +%s.%N)
     wait "$bg" || true
     if grep -q 'aborted\|ERROR' "$dir/perf_out"; then
