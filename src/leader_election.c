@@ -29,6 +29,9 @@ int			le_max_ttl_s = 3600;
 /* How long ended ownership periods stay in le_lease_history, in seconds. */
 int			le_history_retention_s = 7 * 24 * 3600;
 
+/* Whether new ownership periods are recorded in le_lease_history. */
+bool		le_history_enabled = true;
+
 /* Which lease changes are announced with NOTIFY (LE_NOTIFY_*). */
 int			le_notify_events = LE_NOTIFY_RELEASES;
 
@@ -130,6 +133,17 @@ _PG_init(void)
 							PGC_SUSET,
 							GUC_UNIT_S,
 							NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("leader_election.history",
+							 "Records every new ownership period in le_lease_history.",
+							 "off: a grant writes no history row, and the end of a period "
+							 "granted so writes none either; rows already there are closed "
+							 "and pruned as before.",
+							 &le_history_enabled,
+							 true,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
 
 	DefineCustomStringVariable("leader_election.fencing_token",
 							   "Fencing token carried by DELETE and TRUNCATE on fenced tables.",

@@ -73,6 +73,7 @@ typedef struct LeaseRow
 extern int	le_lock_timeout_ms;
 extern int	le_max_ttl_s;
 extern int	le_history_retention_s;
+extern bool le_history_enabled;
 
 /* Values of leader_election.notify: which lease changes send a NOTIFY. */
 #define LE_NOTIFY_ALL			0	/* grants, releases, force releases */
@@ -154,6 +155,7 @@ extern bool le_store_lock(LeaseStoreState *st, const char *key, LeaseRow *row,
 						  LeaseRowCheck check, void *arg);
 extern bool le_store_write(LeaseStoreState *st, const LeaseRow *row);
 extern void le_store_history_open(LeaseStoreState *st, const LeaseRow *row);
+extern bool le_store_period_recorded(LeaseStoreState *st, int64 lease_id, int64 token);
 extern void le_store_history_close(LeaseStoreState *st, int64 lease_id, int64 token,
 								   TimestampTz ended_at, const char *reason);
 extern TimestampTz le_store_find_due_history(LeaseStoreState *st, int64 lease_id,

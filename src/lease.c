@@ -145,27 +145,47 @@ le_note_period_end(LeaseRow *row, const LeaseRow *old, TimestampTz now)
 		row->history_min_ended_at = ended_at;
 }
 
-/*
- * Is the period of old, ended now, past the retention already (it lapsed
- * longer ago)?  Its history row is then deleted instead of closed, and its
- * end not folded into the bound.  Decided once per call, for both.
- */
-static bool
-le_period_gone(const LeaseRow *old, TimestampTz now)
+/* What the end of a period does to its history row (le_plan_period_end). */
+typedef enum PeriodEnd
 {
-	return le_store_history_due(le_period_end(old, now), now);
+	LE_PERIOD_UNRECORDED,		/* it has none: granted with the history off */
+	LE_PERIOD_CLOSE,			/* set its ended_at and end_reason */
+	LE_PERIOD_DELETE			/* delete it: past the retention already */
+} PeriodEnd;
+
+/*
+ * Plan the end of old's period, ended now, before row (the version of the
+ * lease row about to be written) is written.  A period this backend granted
+ * with leader_election.history off has no row (le_store_period_recorded).
+ * One that lapsed longer ago than the retention has its row deleted
+ * instead of closed, and its end is not folded into the bound; any other
+ * folds its end into row's bound (le_note_period_end).  Decided once per
+ * call, for both.
+ */
+static PeriodEnd
+le_plan_period_end(LeaseStoreState *st, LeaseRow *row, const LeaseRow *old, TimestampTz now)
+{
+	if (!le_store_period_recorded(st, old->lease_id, old->fencing_token))
+		return LE_PERIOD_UNRECORDED;
+	if (le_store_history_due(le_period_end(old, now), now))
+		return LE_PERIOD_DELETE;
+	le_note_period_end(row, old, now);
+	return LE_PERIOD_CLOSE;
 }
 
 /*
- * End the current ownership period of old in the history, now: close its
- * row, or delete it when gone (le_period_gone).
+ * End the current ownership period of old in the history, now, as planned
+ * by le_plan_period_end.
  */
 static void
 le_close_period(LeaseStoreState *st, const LeaseRow *old, TimestampTz now,
-				const char *reason, bool gone)
+				const char *reason, PeriodEnd plan)
 {
+	if (plan == LE_PERIOD_UNRECORDED)
+		return;
 	le_store_history_close(st, old->lease_id, old->fencing_token, le_period_end(old, now),
-						   gone ? NULL : old->expires_at <= now ? "expired" : reason);
+						   plan == LE_PERIOD_DELETE ? NULL :
+						   old->expires_at <= now ? "expired" : reason);
 }
 
 /*
@@ -216,7 +236,7 @@ le_acquire(PG_FUNCTION_ARGS)
 	LeaseRow	row;
 	TimestampTz now;
 	TimestampTz busy_end;
-	bool		lapsed_gone;
+	PeriodEnd	lapsed_end = LE_PERIOD_UNRECORDED;
 	bool		found;
 	bool		fenced = false;
 	bool		new_period = false;
@@ -341,12 +361,12 @@ retry:
 		 * they leave goes out with the grant's write (the lapsed period, if
 		 * any, is still open in the history then: the scan stops at it),
 		 * and deleted after it, under the row's lock.  Then the lapsed
-		 * period's end is folded in, unless it is gone already.
+		 * period's end is folded in, unless it is gone already or was
+		 * never recorded (le_plan_period_end).
 		 */
 		le_store_prune_plan(&st, row.lease_id, &row.history_min_ended_at, now);
-		lapsed_gone = old.holder != NULL && le_period_gone(&old, now);
-		if (old.holder != NULL && !lapsed_gone)
-			le_note_period_end(&row, &old, now);
+		if (old.holder != NULL)
+			lapsed_end = le_plan_period_end(&st, &row, &old, now);
 
 		/*
 		 * The row changed since it was read: decide again on the version
@@ -357,7 +377,7 @@ retry:
 			goto retry;
 		new_period = true;
 		if (old.holder != NULL)
-			le_close_period(&st, &old, now, "expired", lapsed_gone);
+			le_close_period(&st, &old, now, "expired", lapsed_end);
 		le_store_history_open(&st, &row);
 		busy_end = le_store_delete_due_history(&st);
 		if (busy_end != 0 && busy_end < row.history_min_ended_at)
@@ -490,7 +510,7 @@ le_free_lease(FunctionCallInfo fcinfo, const char *key, const char *owner,
 	int64		locked_id;
 	FreeCheck	fc;
 	LeaseRow	old;
-	bool		gone;
+	PeriodEnd	end;
 
 	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
 	fc.owner = owner;
@@ -543,12 +563,10 @@ retry:
 	row.holder = NULL;
 	row.holder_role = NULL;
 	row.expires_at = 0;
-	gone = le_period_gone(&old, now);
-	if (!gone)
-		le_note_period_end(&row, &old, now);
+	end = le_plan_period_end(&st, &row, &old, now);
 	if (!le_store_write(&st, &row))
 		goto retry;				/* the row changed since it was read */
-	le_close_period(&st, &old, now, reason, gone);
+	le_close_period(&st, &old, now, reason, end);
 	le_notify(&st, reason, &row);
 	le_commit_durably();
 	le_store_end(&st);

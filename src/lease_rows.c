@@ -1351,7 +1351,53 @@ le_rows_period_hint(Relation rel, int64 lease_id, int64 token)
 	return le_rows_hint(RelationGetRelid(rel), hash_bytes((const unsigned char *) id, sizeof(id)));
 }
 
-/* Record the start of an ownership period in the history. */
+/*
+ * The periods this backend granted while leader_election.history was off,
+ * newest last: they have no history row, so ending them (mostly done by the
+ * session that was granted them) need not look for one.  Keyed exactly by
+ * (history table, lease id, token): a token is never drawn twice
+ * (lease_store.c), so no other grant can record the same period, and an
+ * entry stays true for as long as the table lives.  A period pushed out of
+ * the ring, or granted by another backend, is looked for by index when it
+ * ends, and not found.  Entries of a grant that rolled back name a period
+ * that never existed: harmless.
+ */
+#define LE_UNRECORDED_MAX	64
+
+typedef struct UnrecordedPeriod
+{
+	Oid			relid;			/* le_lease_history; InvalidOid: unused */
+	int64		lease_id;
+	int64		token;
+} UnrecordedPeriod;
+
+static UnrecordedPeriod le_unrecorded[LE_UNRECORDED_MAX];
+static int	le_unrecorded_next = 0;
+
+/*
+ * Can the period (lease_id, token) have a history row?  false only for one
+ * this backend granted with the history off (see le_unrecorded).
+ */
+bool
+le_store_period_recorded(LeaseStoreState *st, int64 lease_id, int64 token)
+{
+	Oid			relid = le_rows_relid(st->nsp, LE_REL_HISTORY);
+	int			i;
+
+	for (i = 0; i < LE_UNRECORDED_MAX; i++)
+	{
+		const UnrecordedPeriod *p = &le_unrecorded[i];
+
+		if (p->relid == relid && p->lease_id == lease_id && p->token == token)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Record the start of an ownership period in the history, unless
+ * leader_election.history is off (then remember that it has no row).
+ */
 void
 le_store_history_open(LeaseStoreState *st, const LeaseRow *row)
 {
@@ -1359,6 +1405,17 @@ le_store_history_open(LeaseStoreState *st, const LeaseRow *row)
 	bool		nulls[Natts_le_history];
 	Relation	rel;
 	HeapTuple	tup;
+
+	if (!le_history_enabled)
+	{
+		UnrecordedPeriod *p = &le_unrecorded[le_unrecorded_next];
+
+		p->relid = le_rows_relid(st->nsp, LE_REL_HISTORY);
+		p->lease_id = row->lease_id;
+		p->token = row->fencing_token;
+		le_unrecorded_next = (le_unrecorded_next + 1) % LE_UNRECORDED_MAX;
+		return;
+	}
 
 	memset(nulls, false, sizeof(nulls));
 	/* We run as the extension owner, who owns the sequence. */
