@@ -121,13 +121,22 @@ SELECT acquired FROM le_acquire('hs6', 'o', '1 minute');
 SELECT hs_release('hs6', 'o');
 SELECT * FROM hs_rows('hs6');
 
--- Only superusers may switch it.
-CREATE ROLE regress_le_hs;
+-- Only superusers may switch it: SET fails (42501) once the library is
+-- loaded, and a SET before (a placeholder) is dropped with a warning when
+-- it loads: the grant is recorded.
+SELECT current_user AS hs_su \gset
+CREATE ROLE regress_le_hs LOGIN;
+SELECT count(*) > 0 AS granted FROM le_grant('regress_le_hs', 'campaign');
 SET ROLE regress_le_hs;
 SET leader_election.history = off;
 SHOW leader_election.history;
 RESET ROLE;
-DROP ROLE regress_le_hs;
+\c - regress_le_hs
+SET leader_election.history = off;
+SELECT acquired FROM le_acquire('hs7', 'o', '1 minute');
+SHOW leader_election.history;
+\c - :hs_su
+SELECT * FROM hs_rows('hs7');
 
 DROP FUNCTION hs_rows(text);
 DROP FUNCTION hs_mark();
@@ -135,3 +144,4 @@ DROP FUNCTION hs_io();
 DROP FUNCTION hs_release(text, text);
 DROP TABLE hs_counts;
 DROP EXTENSION leader_election;
+DROP ROLE regress_le_hs;

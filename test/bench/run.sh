@@ -23,7 +23,9 @@
 #   - acquire + release over 1,000 keys: le_acquire/le_release vs the
 #     statements of cirello-io/pglock (pglock_cycle.pgb), default durability
 #     and fsync = off; and the same two interleaved in single pgbench runs
-#     (PASSES runs of T s each, see mixed), ratio of mean latencies;
+#     (PASSES runs of T s each, see mixed), ratio of mean latencies; all of
+#     it again with leader_election.history = off (no audit rows, as
+#     pglock keeps none);
 #   - renew a held lease vs a single-row UPDATE of the expiry, both
 #     committing synchronously, default durability and fsync = off;
 #   - refused acquire vs a refused pg_try_advisory_lock, and the WAL bytes a
@@ -41,8 +43,8 @@
 #     cluster-wide; the other runs have no watcher, so nothing is notified.
 # Rows show le_'s ratio as the median over passes of the ratios within each
 # pass (the two scripts ran next to each other).
-# Runtime: 22 scripts x PASSES runs x T s, 2 x PASSES interleaved cycle runs
-# x T s, the fence's 2 x FENCE_PASSES runs x FENCE_T s, + ~1.5 min (8 minutes
+# Runtime: 24 scripts x PASSES runs x T s, 4 x PASSES interleaved cycle runs
+# x T s, the fence's 2 x FENCE_PASSES runs x FENCE_T s, + ~1.5 min (9.5 minutes
 # at PASSES=3, T=5);
 # ONLY=fence: 2 x FENCE_PASSES runs x FENCE_T s + ~10 s.
 #   FENCE_PASSES=8 FENCE_T=3     # the fence's runs (defaults)
@@ -133,6 +135,7 @@ phase() {
 }
 LEASE_OPS="le_cycle 2 le_cycle.pgb
 pglock_cycle 2 pglock_cycle.pgb
+le_cycle_nh 2 le_cycle.pgb -c leader_election.history=off
 le_renew 2 le_renew.pgb
 raw_update 2 raw_update.pgb
 le_refused 2 le_refused.pgb
@@ -201,9 +204,9 @@ fence_mixed() {   # name base_script le_script floor_script
 # The cycle interleaved with pglock's in the same way (PASSES runs of T s):
 # with flushes, both wait for the disk, whose flush latency moves by half
 # within a run; interleaved, they meet the same flushes.
-cycle_mixed() {   # name
+cycle_mixed() {   # name [PGOPTIONS]
     local pass
-    for pass in $(seq "$PASSES"); do mixed "$1" "$T" 2 "" le_cycle.pgb pglock_cycle.pgb; done
+    for pass in $(seq "$PASSES"); do mixed "$1" "$T" 2 "${2:-}" le_cycle.pgb pglock_cycle.pgb; done
 }
 fence_phase() {
     local pass
@@ -299,6 +302,7 @@ fi
 phase default "$LEASE_OPS
 $CLIENT_OPS"
 cycle_mixed cycle_mix
+cycle_mixed cycle_mix_nh "-c leader_election.history=off"
 # A second idle session watches k1..k1000 for the WATCHED_OPS runs.
 echo "SELECT count(le_watch('k' || i)) FROM generate_series(1, 1000) AS i;" >&4
 for _ in $(seq 100); do
@@ -342,6 +346,7 @@ sleep 1
 [ "$(psql -c 'SHOW fsync')" = off ] || { echo "fsync did not switch off" >&2; exit 1; }
 phase fsyncoff "$LEASE_OPS"
 cycle_mixed cycle_mix_off
+cycle_mixed cycle_mix_off_nh "-c leader_election.history=off"
 
 # --- report ------------------------------------------------------------------
 scale() {   # label cfg name1 name16
@@ -354,6 +359,10 @@ row "acquire + release, 1,000 keys, default durability" default le_cycle pglock_
 row "acquire + release, 1,000 keys, \`fsync = off\`" fsyncoff le_cycle pglock_cycle "≥ 1.0" "pglock's cycle"
 cycle_row "acquire + release, 1,000 keys, default durability, interleaved" cycle_mix "≥ 1.0"
 cycle_row "acquire + release, 1,000 keys, \`fsync = off\`, interleaved" cycle_mix_off "≥ 1.0"
+row "acquire + release, 1,000 keys, \`history = off\`, default durability" default le_cycle_nh pglock_cycle "–" "pglock's cycle"
+row "acquire + release, 1,000 keys, \`history = off\`, \`fsync = off\`" fsyncoff le_cycle_nh pglock_cycle "–" "pglock's cycle"
+cycle_row "acquire + release, 1,000 keys, \`history = off\`, default durability, interleaved" cycle_mix_nh "–"
+cycle_row "acquire + release, 1,000 keys, \`history = off\`, \`fsync = off\`, interleaved" cycle_mix_off_nh "–"
 row "renew a held lease, default durability" default le_renew raw_update "–" "single-row UPDATE"
 row "renew a held lease, \`fsync = off\`" fsyncoff le_renew raw_update "≥ 0.9" "single-row UPDATE"
 row "refused acquire, default durability" default le_refused adv_refused "≥ 0.6" "refused pg_try_advisory_lock"
