@@ -121,6 +121,23 @@ SELECT acquired FROM le_acquire('hs6', 'o', '1 minute');
 SELECT hs_release('hs6', 'o');
 SELECT * FROM hs_rows('hs6');
 
+-- The same token drawn twice: a grant rolled back with the history off,
+-- the sequence set back by hand (a grant then raises it only above the
+-- key's last committed token), the same token granted again with it on.
+-- That is another period (another acquired_at): recorded, and closed when
+-- it ends, not taken for the unrecorded one.
+SELECT fencing_token AS t0 FROM le_acquire('hs8', 'a', '1 minute') \gset
+SELECT le_release('hs8', 'a', :t0);
+SET leader_election.history = off;
+BEGIN;
+SELECT fencing_token AS t1 FROM le_acquire('hs8', 'b', '1 minute') \gset
+ROLLBACK;
+RESET leader_election.history;
+SELECT setval('le_token_seq', :t1 % 1099511627776 - 1) IS NOT NULL AS set_back;
+SELECT fencing_token = :t1 AS same_token FROM le_acquire('hs8', 'c', '1 minute');
+SELECT hs_release('hs8', 'c');
+SELECT holder, end_reason FROM le_lease_history WHERE lease_key = 'hs8' ORDER BY fencing_token;
+
 -- Only superusers may switch it: SET fails (42501) once the library is
 -- loaded, and a SET before (a placeholder) is dropped with a warning when
 -- it loads: the grant is recorded.

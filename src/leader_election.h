@@ -155,7 +155,7 @@ extern bool le_store_lock(LeaseStoreState *st, const char *key, LeaseRow *row,
 						  LeaseRowCheck check, void *arg);
 extern bool le_store_write(LeaseStoreState *st, const LeaseRow *row);
 extern void le_store_history_open(LeaseStoreState *st, const LeaseRow *row);
-extern bool le_store_period_recorded(LeaseStoreState *st, int64 lease_id, int64 token);
+extern bool le_store_period_recorded(LeaseStoreState *st, const LeaseRow *row);
 extern void le_store_history_close(LeaseStoreState *st, int64 lease_id, int64 token,
 								   TimestampTz ended_at, const char *reason);
 extern TimestampTz le_store_find_due_history(LeaseStoreState *st, int64 lease_id,

@@ -165,7 +165,7 @@ typedef enum PeriodEnd
 static PeriodEnd
 le_plan_period_end(LeaseStoreState *st, LeaseRow *row, const LeaseRow *old, TimestampTz now)
 {
-	if (!le_store_period_recorded(st, old->lease_id, old->fencing_token))
+	if (!le_store_period_recorded(st, old))
 		return LE_PERIOD_UNRECORDED;
 	if (le_store_history_due(le_period_end(old, now), now))
 		return LE_PERIOD_DELETE;

@@ -1352,15 +1352,20 @@ le_rows_period_hint(Relation rel, int64 lease_id, int64 token)
 }
 
 /*
- * The periods this backend granted while leader_election.history was off,
- * newest last: they have no history row, so ending them (mostly done by the
- * session that was granted them) need not look for one.  Keyed exactly by
- * (history table, lease id, token): a token is never drawn twice
- * (lease_store.c), so no other grant can record the same period, and an
- * entry stays true for as long as the table lives.  A period pushed out of
- * the ring, or granted by another backend, is looked for by index when it
- * ends, and not found.  Entries of a grant that rolled back name a period
- * that never existed: harmless.
+ * The periods this backend granted while leader_election.history was off:
+ * they have no history row, so ending them (mostly done by the session
+ * that was granted them) need not look for one.  An entry names the period
+ * by history table, lease id, token and start (acquired_at, the server
+ * clock's microsecond of the grant), all compared with the lease row as
+ * read when the period ends.  The token alone is not enough: a token that
+ * a rolled-back grant drew comes again after le_token_seq is set back by
+ * hand (the raise in le_next_token goes only above the key's last committed
+ * token), and after DROP and CREATE EXTENSION lease ids and tokens start
+ * again (the table's oid then differs, unless oids wrapped around); such a
+ * period is another grant's, made at another microsecond.  Entries of a
+ * grant that rolled back name a period that never existed: harmless.  A
+ * ring of the last 64: a period pushed out, or granted by another backend,
+ * is looked for by index when it ends, and not found.
  */
 #define LE_UNRECORDED_MAX	64
 
@@ -1369,17 +1374,19 @@ typedef struct UnrecordedPeriod
 	Oid			relid;			/* le_lease_history; InvalidOid: unused */
 	int64		lease_id;
 	int64		token;
+	TimestampTz acquired_at;
 } UnrecordedPeriod;
 
 static UnrecordedPeriod le_unrecorded[LE_UNRECORDED_MAX];
 static int	le_unrecorded_next = 0;
 
 /*
- * Can the period (lease_id, token) have a history row?  false only for one
- * this backend granted with the history off (see le_unrecorded).
+ * Can the current period of row (as read from le_lease) have a history
+ * row?  false only for one this backend granted with the history off (see
+ * le_unrecorded).
  */
 bool
-le_store_period_recorded(LeaseStoreState *st, int64 lease_id, int64 token)
+le_store_period_recorded(LeaseStoreState *st, const LeaseRow *row)
 {
 	Oid			relid = le_rows_relid(st->nsp, LE_REL_HISTORY);
 	int			i;
@@ -1388,7 +1395,8 @@ le_store_period_recorded(LeaseStoreState *st, int64 lease_id, int64 token)
 	{
 		const UnrecordedPeriod *p = &le_unrecorded[i];
 
-		if (p->relid == relid && p->lease_id == lease_id && p->token == token)
+		if (p->relid == relid && p->lease_id == row->lease_id &&
+			p->token == row->fencing_token && p->acquired_at == row->acquired_at)
 			return false;
 	}
 	return true;
@@ -1413,6 +1421,7 @@ le_store_history_open(LeaseStoreState *st, const LeaseRow *row)
 		p->relid = le_rows_relid(st->nsp, LE_REL_HISTORY);
 		p->lease_id = row->lease_id;
 		p->token = row->fencing_token;
+		p->acquired_at = row->acquired_at;
 		le_unrecorded_next = (le_unrecorded_next + 1) % LE_UNRECORDED_MAX;
 		return;
 	}
@@ -1471,7 +1480,7 @@ le_rows_history_scan_end(IndexScanDesc scan, Relation idx)
 /*
  * Record the end of the ownership period that had the given token; with
  * reason NULL, delete its row instead (a period that ends already past the
- * retention, see le_period_gone in lease.c).
+ * retention, see le_plan_period_end in lease.c).
  */
 void
 le_store_history_close(LeaseStoreState *st, int64 lease_id, int64 token,
