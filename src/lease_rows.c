@@ -1355,15 +1355,16 @@ le_rows_period_hint(Relation rel, int64 lease_id, int64 token)
  * The periods this backend granted while leader_election.history was off:
  * they have no history row, so ending them (mostly done by the session
  * that was granted them) need not look for one.  An entry names the period
- * by history table, lease id, token and start (acquired_at, the server
- * clock's microsecond of the grant), all compared with the lease row as
- * read when the period ends.  The token alone is not enough: a token that
- * a rolled-back grant drew comes again after le_token_seq is set back by
- * hand (the raise in le_next_token goes only above the key's last committed
- * token), and after DROP and CREATE EXTENSION lease ids and tokens start
- * again (the table's oid then differs, unless oids wrapped around); such a
- * period is another grant's, made at another microsecond.  Entries of a
- * grant that rolled back name a period that never existed: harmless.  A
+ * by history table, lease id, token and start (acquired_at), all compared
+ * with the lease row as read when the period ends.  An entry is kept only
+ * while the grant's (sub)transaction may still commit, and for good once it
+ * did (le_unrecorded_xact_callback): the token of a grant that rolled back
+ * can be drawn again after le_token_seq is set back by hand (the raise in
+ * le_next_token goes only above the key's last committed token), and that
+ * new period may be recorded.  A committed grant's token is the key's last
+ * committed one, which no later grant of the key draws again; after DROP
+ * and CREATE EXTENSION lease ids and tokens start again, but the table's
+ * oid then differs (and, should oids have wrapped around, the start).  A
  * ring of the last 64: a period pushed out, or granted by another backend,
  * is looked for by index when it ends, and not found.
  */
@@ -1375,10 +1376,60 @@ typedef struct UnrecordedPeriod
 	int64		lease_id;
 	int64		token;
 	TimestampTz acquired_at;
+	SubTransactionId subid;		/* of the grant, until its transaction
+								 * commits; then InvalidSubTransactionId */
 } UnrecordedPeriod;
 
 static UnrecordedPeriod le_unrecorded[LE_UNRECORDED_MAX];
 static int	le_unrecorded_next = 0;
+static bool le_unrecorded_pending = false;	/* entries of the current transaction */
+
+/*
+ * At commit the current transaction's entries become permanent; at abort
+ * (and at PREPARE: the outcome is decided elsewhere) they go, and so do
+ * those of an aborted subtransaction and of its children, whose ids are
+ * all at least its own.
+ */
+static void
+le_unrecorded_forget(SubTransactionId from, bool keep)
+{
+	int			i;
+
+	for (i = 0; i < LE_UNRECORDED_MAX; i++)
+	{
+		UnrecordedPeriod *p = &le_unrecorded[i];
+
+		if (p->relid == InvalidOid || p->subid == InvalidSubTransactionId || p->subid < from)
+			continue;
+		if (keep)
+			p->subid = InvalidSubTransactionId;
+		else
+			p->relid = InvalidOid;
+	}
+}
+
+static void
+le_unrecorded_xact_callback(XactEvent event, void *arg)
+{
+	if (!le_unrecorded_pending)
+		return;
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT)
+		le_unrecorded_forget(TopSubTransactionId, true);
+	else if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
+			 event == XACT_EVENT_PREPARE)
+		le_unrecorded_forget(TopSubTransactionId, false);
+	else
+		return;
+	le_unrecorded_pending = false;
+}
+
+static void
+le_unrecorded_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+							   SubTransactionId parentSubid, void *arg)
+{
+	if (le_unrecorded_pending && event == SUBXACT_EVENT_ABORT_SUB)
+		le_unrecorded_forget(mySubid, false);
+}
 
 /*
  * Can the current period of row (as read from le_lease) have a history
@@ -1416,12 +1467,21 @@ le_store_history_open(LeaseStoreState *st, const LeaseRow *row)
 
 	if (!le_history_enabled)
 	{
+		static bool registered = false;
 		UnrecordedPeriod *p = &le_unrecorded[le_unrecorded_next];
 
+		if (!registered)
+		{
+			RegisterXactCallback(le_unrecorded_xact_callback, NULL);
+			RegisterSubXactCallback(le_unrecorded_subxact_callback, NULL);
+			registered = true;
+		}
 		p->relid = le_rows_relid(st->nsp, LE_REL_HISTORY);
 		p->lease_id = row->lease_id;
 		p->token = row->fencing_token;
 		p->acquired_at = row->acquired_at;
+		p->subid = GetCurrentSubTransactionId();
+		le_unrecorded_pending = true;
 		le_unrecorded_next = (le_unrecorded_next + 1) % LE_UNRECORDED_MAX;
 		return;
 	}

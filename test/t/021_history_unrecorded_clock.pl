@@ -1,0 +1,64 @@
+# leader_election.history = off (sql/history_setting.sql has the rest): a
+# backend remembers the periods it granted without a history row, so that
+# ending them does not look for one.  A grant that rolled back must not stay
+# remembered: after le_token_seq is set back by hand its token is drawn
+# again, and with a server clock that repeats a reading (stepped back,
+# frozen, coarse) so is its acquired_at; that new period is recorded, and
+# its row must be closed when it ends, not left open for good (an open row
+# also stops the pruning of the key's later rows).  Here the server's clock
+# is frozen with libfaketime, driven through a file the server itself
+# rewrites; monotonic clocks stay real.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my ($lib) = glob('/usr/lib/*/faketime/libfaketime.so.1');
+plan skip_all => 'libfaketime is not installed (apt-get install faketime; test/lib/prereq.sh does)'
+  unless $lib;
+
+my $node = PostgreSQL::Test::Cluster->new('histclock');
+$node->init;
+$node->append_conf('postgresql.conf', "autovacuum = off\n");
+my $clock = $node->basedir . '/faketime';
+open(my $fh, '>', $clock) or die "cannot write $clock: $!";
+print $fh "+0\n";
+close $fh;
+{
+	local $ENV{LD_PRELOAD} = $lib;
+	local $ENV{FAKETIME_TIMESTAMP_FILE} = $clock;
+	local $ENV{FAKETIME_NO_CACHE} = '1';
+	local $ENV{FAKETIME_DONT_FAKE_MONOTONIC} = '1';
+	$node->start;
+}
+$node->safe_psql('postgres', 'CREATE EXTENSION leader_election');
+
+# The clock follows the real one until the file names an instant; then it
+# stands there until the file says +0 again.
+my $out = $node->safe_psql(
+	'postgres', qq{
+SELECT fencing_token AS t0 FROM le_acquire('ft', 'a', '1 minute') \\gset
+SELECT le_release('ft', 'a', :t0) \\gset
+COPY (SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS')) TO '$clock';
+SET leader_election.history = off;
+BEGIN;
+SELECT fencing_token AS t1, expires_at AS e1 FROM le_acquire('ft', 'b', '1 minute') \\gset
+ROLLBACK;
+RESET leader_election.history;
+SELECT setval('le_token_seq', :t1 % 1099511627776 - 1) \\gset
+SELECT fencing_token = :t1 AS same_token, expires_at = :'e1' AS same_instant
+  FROM le_acquire('ft', 'c', '1 minute');
+COPY (SELECT '+0') TO '$clock';
+SELECT le_release('ft', 'c', :t1) AS released;
+SELECT string_agg(holder || ':' || coalesce(end_reason, 'open'), ' ' ORDER BY fencing_token)
+  FROM le_lease_history WHERE lease_key = 'ft';
+});
+my @lines = split /\n/, $out;
+is($lines[0], 't|t', 'the token and the instant of the rolled-back grant came again (the case tested)');
+is($lines[1], 't', 'the new period was released');
+is($lines[2], 'a:released c:released', 'and its history row is closed: one row per recorded period, none open');
+
+$node->stop;
+done_testing();
