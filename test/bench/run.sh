@@ -9,8 +9,8 @@
 #   ONLY=fence test/bench/run.sh # only the fenced INSERT rows (their phase
 #                                # and table rows; for work on the fence)
 #   PERF=1 ONLY=fence test/bench/run.sh
-#                                # then perf of the one-row INSERTs (fence_perf;
-#                                # root, linux-perf; +30 s); PERF=1 on the whole
+#                                # then perf of the one-row and 100-row INSERTs
+#                                # (fence_perf; root, linux-perf; +80 s); PERF=1 on the whole
 #                                # run also profiles the cycles (cycle_perf)
 #   test/run.sh bench            # the same, after building and installing
 #
@@ -271,11 +271,18 @@ perf_pair() {
 }
 # fence_perf (PERF=1): where the fence's time goes: the plain and the fenced
 # one-row INSERT, synchronous_commit = off, user-space code only, 9,999 Hz
-# (a sample per 0.1 ms of CPU), tables emptied and checkpointed before each.
-# What is in leader_election.so is the fence's own code.
+# (a sample per 0.1 ms of CPU), tables emptied and checkpointed before each;
+# then the 100-row INSERT, plain against a C row trigger that does nothing
+# (what any row trigger costs), and that against the fence (what the fence
+# adds to it).  What is in leader_election.so is the fence's own code.
 fence_perf() {
-    LE_PERF_FREQ=9999 LE_PERF_USER=1 perf_pair "user-space code, one-row INSERT, \`synchronous_commit = off\`" \
+    local what="user-space code, \`synchronous_commit = off\`"
+    LE_PERF_FREQ=9999 LE_PERF_USER=1 perf_pair "$what, one-row INSERT" \
         ins_plain ins_fenced "-c synchronous_commit=off" fence_reset
+    LE_PERF_FREQ=9999 LE_PERF_USER=1 perf_pair "$what, 100-row INSERT, no trigger -> a no-op row trigger" \
+        ins100_plain ins100_trig "-c synchronous_commit=off" fence_reset
+    LE_PERF_FREQ=9999 LE_PERF_USER=1 perf_pair "$what, 100-row INSERT, a no-op row trigger -> the fence" \
+        ins100_trig ins100_fenced "-c synchronous_commit=off" fence_reset
 }
 # cycle_perf (PERF=1, whole run, while fsync is off): pglock's cycle and
 # le_'s, user and kernel code, 9,999 Hz: what le_'s CPU goes to that
