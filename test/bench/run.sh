@@ -44,8 +44,8 @@
 # Rows show le_'s ratio as the median over passes of the ratios within each
 # pass (the two scripts ran next to each other).
 # Runtime: 24 scripts x PASSES runs x T s, 4 x PASSES interleaved cycle runs
-# x T s, the fence's 2 x FENCE_PASSES runs x FENCE_T s, + ~1.5 min (9.5 minutes
-# at PASSES=3, T=5);
+# x T s, the fence's 2 x FENCE_PASSES runs x FENCE_T s, + ~1.5 min (9 minutes
+# at PASSES=3, T=5; PERF=1 adds ~1.5 min);
 # ONLY=fence: 2 x FENCE_PASSES runs x FENCE_T s + ~10 s.
 #   FENCE_PASSES=8 FENCE_T=3     # the fence's runs (defaults)
 #   FENCE_CLIENTS=2              # clients of the fence's runs (default 2)
