@@ -148,15 +148,17 @@ le_note_period_end(LeaseRow *row, const LeaseRow *old, TimestampTz now)
 /* What the end of a period does to its history row (le_plan_period_end). */
 typedef enum PeriodEnd
 {
-	LE_PERIOD_UNRECORDED,		/* it has none: granted with the history off */
+	LE_PERIOD_UNRECORDED,		/* none to end: the lease was free, or the
+								 * period was granted with the history off */
 	LE_PERIOD_CLOSE,			/* set its ended_at and end_reason */
 	LE_PERIOD_DELETE			/* delete it: past the retention already */
 } PeriodEnd;
 
 /*
  * Plan the end of old's period, ended now, before row (the version of the
- * lease row about to be written) is written.  A period this backend granted
- * with leader_election.history off has no row (le_store_period_recorded).
+ * lease row about to be written) is written.  A free lease (no holder) has
+ * no open period; a period this backend granted with
+ * leader_election.history off has no row (le_store_period_recorded).
  * One that lapsed longer ago than the retention has its row deleted
  * instead of closed, and its end is not folded into the bound; any other
  * folds its end into row's bound (le_note_period_end).  Decided once per
@@ -165,7 +167,7 @@ typedef enum PeriodEnd
 static PeriodEnd
 le_plan_period_end(LeaseStoreState *st, LeaseRow *row, const LeaseRow *old, TimestampTz now)
 {
-	if (!le_store_period_recorded(st, old))
+	if (old->holder == NULL || !le_store_period_recorded(st, old))
 		return LE_PERIOD_UNRECORDED;
 	if (le_store_history_due(le_period_end(old, now), now))
 		return LE_PERIOD_DELETE;
@@ -236,7 +238,7 @@ le_acquire(PG_FUNCTION_ARGS)
 	LeaseRow	row;
 	TimestampTz now;
 	TimestampTz busy_end;
-	PeriodEnd	lapsed_end = LE_PERIOD_UNRECORDED;
+	PeriodEnd	lapsed_end;
 	bool		found;
 	bool		fenced = false;
 	bool		new_period = false;
@@ -365,8 +367,7 @@ retry:
 		 * never recorded (le_plan_period_end).
 		 */
 		le_store_prune_plan(&st, row.lease_id, &row.history_min_ended_at, now);
-		if (old.holder != NULL)
-			lapsed_end = le_plan_period_end(&st, &row, &old, now);
+		lapsed_end = le_plan_period_end(&st, &row, &old, now);
 
 		/*
 		 * The row changed since it was read: decide again on the version
@@ -376,8 +377,7 @@ retry:
 		if (!le_store_write(&st, &row))
 			goto retry;
 		new_period = true;
-		if (old.holder != NULL)
-			le_close_period(&st, &old, now, "expired", lapsed_end);
+		le_close_period(&st, &old, now, "expired", lapsed_end);
 		le_store_history_open(&st, &row);
 		busy_end = le_store_delete_due_history(&st);
 		if (busy_end != 0 && busy_end < row.history_min_ended_at)

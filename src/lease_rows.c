@@ -1382,6 +1382,7 @@ typedef struct UnrecordedPeriod
 
 static UnrecordedPeriod le_unrecorded[LE_UNRECORDED_MAX];
 static int	le_unrecorded_next = 0;
+static bool le_unrecorded_used = false; /* any entry made yet */
 static bool le_unrecorded_pending = false;	/* entries of the current transaction */
 
 /*
@@ -1439,9 +1440,12 @@ le_unrecorded_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 bool
 le_store_period_recorded(LeaseStoreState *st, const LeaseRow *row)
 {
-	Oid			relid = le_rows_relid(st->nsp, LE_REL_HISTORY);
+	Oid			relid;
 	int			i;
 
+	if (!le_unrecorded_used)	/* the history was never off here */
+		return true;
+	relid = le_rows_relid(st->nsp, LE_REL_HISTORY);
 	for (i = 0; i < LE_UNRECORDED_MAX; i++)
 	{
 		const UnrecordedPeriod *p = &le_unrecorded[i];
@@ -1482,6 +1486,7 @@ le_store_history_open(LeaseStoreState *st, const LeaseRow *row)
 		p->acquired_at = row->acquired_at;
 		p->subid = GetCurrentSubTransactionId();
 		le_unrecorded_pending = true;
+		le_unrecorded_used = true;
 		le_unrecorded_next = (le_unrecorded_next + 1) % LE_UNRECORDED_MAX;
 		return;
 	}
