@@ -15,6 +15,7 @@
 #include "postgres.h"
 
 #include "access/xlog.h"
+#include "catalog/namespace.h"
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
@@ -34,5 +35,17 @@
 #else
 #define le_interval_is_finite(iv)	true
 #endif
+
+/*
+ * Run code with a search path given by schema OIDs, which no rename can
+ * redirect (src/sql_support.c).  PostgreSQL 17 removed the override search
+ * path; a port must find another way to pin names by OID, not fall back to
+ * the search_path setting, which holds names.
+ */
+#if PG_VERSION_NUM >= 170000
+#error "leader_election pins the search path of its SQL bodies with PushOverrideSearchPath, removed in PostgreSQL 17"
+#endif
+#define le_push_search_path(path)	PushOverrideSearchPath(path)
+#define le_pop_search_path()		PopOverrideSearchPath()
 
 #endif							/* LE_COMPAT_H */

@@ -30,50 +30,110 @@
  * would raise 0A000 before the function's body runs, and hands the trigger
  * call on unchanged.
  *
+ * The search path of the SQL bodies.  Every PL/pgSQL and SQL body of the
+ * extension names its own objects unqualified, and is entered only through
+ * a C function here, which runs it with the search path pinned by OID to
+ * pg_catalog and the schema of the C function (an override search path, not
+ * the search_path setting): no name in a body is ever looked up through a
+ * schema *name*, so after ALTER SCHEMA ... RENAME of the extension's schema
+ * a schema that takes the old name (or the caller's temporary schema, which
+ * the pinned path leaves out) cannot redirect a body to objects of another
+ * role.  The workers are not executable by PUBLIC; fmgr calls them without
+ * an EXECUTE check, the way the trigger machinery calls a trigger function.
+ * Called directly (by a superuser), a worker runs with its own SET
+ * search_path = pg_catalog, pg_temp and finds none of the extension's
+ * objects: it fails, it never runs another role's code.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
+#include "funcapi.h"
 #include "miscadmin.h"
-#include "nodes/makefuncs.h"
-#include "parser/parse_func.h"
 #include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
+#include "utils/syscache.h"
 
+#include "compat.h"
 #include "leader_election.h"
 
 PG_FUNCTION_INFO_V1(le_lock_wait_bound);
 PG_FUNCTION_INFO_V1(le_fence_advance);
 PG_FUNCTION_INFO_V1(le_fence_advance_trigger);
+PG_FUNCTION_INFO_V1(le_call_worker);
+
+/* A worker of a C entry point, kept in the entry point's fn_extra. */
+typedef struct LeWorker
+{
+	FmgrInfo	flinfo;			/* the worker */
+	OverrideSearchPath path;	/* pg_catalog, then the extension's schema */
+} LeWorker;
 
 /*
- * The FmgrInfo of function name (nargs arguments of types argtypes) in the
- * schema of the function being called, kept in its fn_extra.
+ * The worker name (nargs arguments of types argtypes) in the schema of the
+ * function being called, found by the schema's OID, never by its name;
+ * kept in fn_extra for the life of the call site's FmgrInfo (one query).
  */
-static FmgrInfo *
-le_sibling_function(FunctionCallInfo fcinfo, const char *name, int nargs, Oid *argtypes)
+static LeWorker *
+le_worker(FunctionCallInfo fcinfo, const char *name, int nargs, Oid *argtypes)
 {
-	FmgrInfo   *worker = (FmgrInfo *) fcinfo->flinfo->fn_extra;
+	LeWorker   *worker = (LeWorker *) fcinfo->flinfo->fn_extra;
 
 	if (worker == NULL)
 	{
 		Oid			nsp = get_func_namespace(fcinfo->flinfo->fn_oid);
-		char	   *nspname = get_namespace_name(nsp);
 		Oid			worker_oid;
+		MemoryContext old;
 
-		if (nspname == NULL)
-			elog(ERROR, "cache lookup failed for namespace %u", nsp);
-		worker_oid = LookupFuncName(list_make2(makeString(nspname), makeString(pstrdup(name))),
-									nargs, argtypes, false);
-		worker = MemoryContextAlloc(fcinfo->flinfo->fn_mcxt, sizeof(FmgrInfo));
-		fmgr_info_cxt(worker_oid, worker, fcinfo->flinfo->fn_mcxt);
+		worker_oid = GetSysCacheOid3(PROCNAMEARGSNSP, Anum_pg_proc_oid,
+									 CStringGetDatum(name),
+									 PointerGetDatum(buildoidvector(argtypes, nargs)),
+									 ObjectIdGetDatum(nsp));
+		if (!OidIsValid(worker_oid))
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_FUNCTION),
+					 errmsg("function %s of extension leader_election does not exist", name),
+					 errhint("Reinstall the extension.")));
+		old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
+		worker = palloc0(sizeof(LeWorker));
+		fmgr_info_cxt(worker_oid, &worker->flinfo, fcinfo->flinfo->fn_mcxt);
+		worker->flinfo.fn_expr = fcinfo->flinfo->fn_expr;
+		worker->path.schemas = list_make1_oid(nsp);
+		worker->path.addCatalog = true;
+		worker->path.addTemp = false;
+		MemoryContextSwitchTo(old);
 		fcinfo->flinfo->fn_extra = worker;
 	}
 	return worker;
+}
+
+/*
+ * Call worker with the arguments and the context, result and set-result
+ * information of fcinfo, under the worker's pinned search path.  On error
+ * the (sub)transaction's abort pops the search path.
+ */
+static Datum
+le_run_worker(FunctionCallInfo fcinfo, LeWorker *worker, int nargs, NullableDatum *args)
+{
+	FunctionCallInfo inner = palloc(SizeForFunctionCallInfo(nargs));
+	Datum		result;
+
+	InitFunctionCallInfoData(*inner, &worker->flinfo, nargs, fcinfo->fncollation,
+							 fcinfo->context, fcinfo->resultinfo);
+	if (nargs > 0)
+		memcpy(inner->args, args, nargs * sizeof(NullableDatum));
+	le_push_search_path(&worker->path);
+	result = FunctionCallInvoke(inner);
+	le_pop_search_path();
+	fcinfo->isnull = inner->isnull;
+	pfree(inner);
+	return result;
 }
 
 /*
@@ -101,17 +161,20 @@ Datum
 le_fence_advance(PG_FUNCTION_ARGS)
 {
 	Oid			argtypes[3] = {TEXTOID, INT8OID, OIDOID};
-	FmgrInfo   *worker;
+	LeWorker   *worker;
+	NullableDatum args[3];
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("resource and fencing_token must not be NULL")));
 
-	worker = le_sibling_function(fcinfo, "_le_fence_advance", 3, argtypes);
-	PG_RETURN_DATUM(FunctionCall3Coll(worker, InvalidOid,
-									  PG_GETARG_DATUM(0), PG_GETARG_DATUM(1),
-									  ObjectIdGetDatum(GetUserId())));
+	worker = le_worker(fcinfo, "_le_fence_advance", 3, argtypes);
+	args[0] = fcinfo->args[0];
+	args[1] = fcinfo->args[1];
+	args[2].value = ObjectIdGetDatum(GetUserId());
+	args[2].isnull = false;
+	return le_run_worker(fcinfo, worker, 3, args);
 }
 
 /*
@@ -122,9 +185,7 @@ le_fence_advance(PG_FUNCTION_ARGS)
 Datum
 le_fence_advance_trigger(PG_FUNCTION_ARGS)
 {
-	FmgrInfo   *worker;
-	LOCAL_FCINFO(inner, 0);
-	Datum		result;
+	LeWorker   *worker;
 
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		ereport(ERROR,
@@ -132,9 +193,35 @@ le_fence_advance_trigger(PG_FUNCTION_ARGS)
 				 errmsg("le_fence_advance_trigger() must be called as a trigger"),
 				 errhint("Use le_fence_advance() to advance a resource without a trigger.")));
 
-	worker = le_sibling_function(fcinfo, "_le_fence_advance_trigger", 0, NULL);
-	InitFunctionCallInfoData(*inner, worker, 0, InvalidOid, fcinfo->context, NULL);
-	result = FunctionCallInvoke(inner);
-	fcinfo->isnull = inner->isnull;
-	return result;
+	worker = le_worker(fcinfo, "_le_fence_advance_trigger", 0, NULL);
+	return le_run_worker(fcinfo, worker, 0, NULL);
+}
+
+/*
+ * The C entry point of a PL/pgSQL function of the API (le_schedule_job,
+ * le_claim_jobs, le_complete_job, le_fail_job, le_fence_reset,
+ * le_fence_assign, le_grant, le_revoke): runs the worker of the same
+ * schema named "_" + its own name, with the same argument types, on the
+ * same arguments and result information (le_claim_jobs returns a set), under
+ * the pinned search path.
+ */
+Datum
+le_call_worker(PG_FUNCTION_ARGS)
+{
+	LeWorker   *worker = (LeWorker *) fcinfo->flinfo->fn_extra;
+
+	if (worker == NULL)
+	{
+		HeapTuple	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fcinfo->flinfo->fn_oid));
+		Form_pg_proc proc;
+		char	   *name;
+
+		if (!HeapTupleIsValid(tup))
+			elog(ERROR, "cache lookup failed for function %u", fcinfo->flinfo->fn_oid);
+		proc = (Form_pg_proc) GETSTRUCT(tup);
+		name = psprintf("_%s", NameStr(proc->proname));
+		worker = le_worker(fcinfo, name, proc->pronargs, proc->proargtypes.values);
+		ReleaseSysCache(tup);
+	}
+	return le_run_worker(fcinfo, worker, fcinfo->nargs, fcinfo->args);
 }

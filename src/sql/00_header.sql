@@ -7,7 +7,12 @@
  *
  * Rules for every piece: objects are qualified with @extschema@, built-ins
  * and operators with pg_catalog; @extschema@ never appears inside quotes
- * (CVE-2023-39417).  Where a name must be a string (regclass literals for
+ * (CVE-2023-39417).  Inside a function body @extschema@ never appears
+ * either: it would become the schema's name, which a later ALTER SCHEMA
+ * RENAME hands to whoever creates a schema of that name.  Bodies name the
+ * extension's objects unqualified and run only under a C entry point that
+ * pins the search path to the extension's schema by OID (src/sql_support.c;
+ * sql/schema_rename_shadow.sql).  Where a name must be a string (regclass literals for
  * nextval defaults and pg_extension_config_dump) it stays unqualified: CREATE
  * EXTENSION runs this script with search_path set to the extension's schema,
  * and the literal becomes an OID at that moment; every function pins

@@ -97,7 +97,7 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    res @extschema@.le_fence_resource;
+    res le_fence_resource;
     owner_oid oid;
     saved text;
     bound text;
@@ -113,22 +113,22 @@ BEGIN
         RAISE EXCEPTION 'fencing_token must be positive, got %', fencing_token USING ERRCODE = '22023';
     END IF;
 
-    SELECT * INTO res FROM @extschema@.le_fence_resource AS r
+    SELECT * INTO res FROM le_fence_resource AS r
      WHERE r.resource OPERATOR(pg_catalog.=) _le_fence_advance.resource
        FOR UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
         -- Missing, or locked by another transaction: wait, boundedly.
         BEGIN
             saved := pg_catalog.current_setting('lock_timeout');
-            bound := @extschema@._le_lock_wait_bound();
+            bound := _le_lock_wait_bound();
             PERFORM pg_catalog.set_config('lock_timeout', bound, true);
             LOOP
-                SELECT * INTO res FROM @extschema@.le_fence_resource AS r
+                SELECT * INTO res FROM le_fence_resource AS r
                  WHERE r.resource OPERATOR(pg_catalog.=) _le_fence_advance.resource
                    FOR UPDATE;
                 EXIT WHEN FOUND;
                 -- A new resource belongs to the role that first advances it.
-                INSERT INTO @extschema@.le_fence_resource AS r
+                INSERT INTO le_fence_resource AS r
                     (resource, highest_token, updated_at, owner_role)
                 VALUES (resource, fencing_token, pg_catalog.clock_timestamp(),
                         pg_catalog.pg_get_userbyid(caller))
@@ -168,7 +168,7 @@ BEGIN
     -- The same token again (every row of a fenced table): the row lock
     -- taken above is all it needs.
     IF fencing_token OPERATOR(pg_catalog.>) res.highest_token THEN
-        UPDATE @extschema@.le_fence_resource AS r
+        UPDATE le_fence_resource AS r
            SET highest_token = fencing_token, updated_at = pg_catalog.clock_timestamp()
          WHERE r.resource OPERATOR(pg_catalog.=) _le_fence_advance.resource;
     END IF;
@@ -180,7 +180,8 @@ COMMENT ON FUNCTION @extschema@._le_fence_advance(text, bigint, oid) IS
 REVOKE ALL ON FUNCTION @extschema@._le_fence_advance(text, bigint, oid) FROM PUBLIC;
 
 -- The API: C, so that it can pass the calling role to _le_fence_advance()
--- (see src/sql_support.c).
+-- and run it with the search path pinned to this schema by OID (see
+-- src/sql_support.c).
 CREATE FUNCTION @extschema@.le_fence_advance(resource text, fencing_token bigint)
 RETURNS bigint
 LANGUAGE c VOLATILE PARALLEL UNSAFE
@@ -195,13 +196,13 @@ REVOKE ALL ON FUNCTION @extschema@.le_fence_advance(text, bigint) FROM PUBLIC;
 -- extension owner, normally a superuser) may.
 
 -- Forget a resource.
-CREATE FUNCTION @extschema@.le_fence_reset(resource text)
+CREATE FUNCTION @extschema@._le_fence_reset(resource text)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    bound text := @extschema@._le_lock_wait_bound();
+    bound text := _le_lock_wait_bound();
     saved text := pg_catalog.current_setting('lock_timeout');
     n bigint;
 BEGIN
@@ -210,8 +211,8 @@ BEGIN
     END IF;
     BEGIN
         PERFORM pg_catalog.set_config('lock_timeout', bound, true);
-        DELETE FROM @extschema@.le_fence_resource AS r
-         WHERE r.resource OPERATOR(pg_catalog.=) le_fence_reset.resource;
+        DELETE FROM le_fence_resource AS r
+         WHERE r.resource OPERATOR(pg_catalog.=) _le_fence_reset.resource;
         GET DIAGNOSTICS n = ROW_COUNT;
         PERFORM pg_catalog.set_config('lock_timeout', saved, true);
     EXCEPTION WHEN lock_not_available THEN
@@ -222,18 +223,29 @@ BEGIN
     RETURN n OPERATOR(pg_catalog.>) 0;
 END
 $$;
+COMMENT ON FUNCTION @extschema@._le_fence_reset(text) IS
+    'internal, not API: the work of le_fence_reset(), run by its C entry point with the search path pinned to the extension''s schema by OID; not executable by PUBLIC';
+REVOKE ALL ON FUNCTION @extschema@._le_fence_reset(text) FROM PUBLIC;
+
+-- The entry point: C, which runs _le_fence_reset() with names resolved in this
+-- schema by OID, whatever it is called now (src/sql_support.c).
+CREATE FUNCTION @extschema@.le_fence_reset(resource text)
+RETURNS boolean
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'le_call_worker';
 COMMENT ON FUNCTION @extschema@.le_fence_reset(text) IS
     'administrators only: forget a le_fence_advance() resource (its highest token and its owner role); the next advance accepts any token and makes its role the owner; true when the resource existed';
 REVOKE ALL ON FUNCTION @extschema@.le_fence_reset(text) FROM PUBLIC;
 
 -- Register a resource for a role, or hand it to another.
-CREATE FUNCTION @extschema@.le_fence_assign(resource text, owner_role regrole)
+CREATE FUNCTION @extschema@._le_fence_assign(resource text, owner_role regrole)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    bound text := @extschema@._le_lock_wait_bound();
+    bound text := _le_lock_wait_bound();
     saved text := pg_catalog.current_setting('lock_timeout');
     role_name name;
 BEGIN
@@ -251,7 +263,7 @@ BEGIN
     END IF;
     BEGIN
         PERFORM pg_catalog.set_config('lock_timeout', bound, true);
-        INSERT INTO @extschema@.le_fence_resource AS r (resource, highest_token, updated_at, owner_role)
+        INSERT INTO le_fence_resource AS r (resource, highest_token, updated_at, owner_role)
         VALUES (resource, 0, pg_catalog.clock_timestamp(), role_name)
         ON CONFLICT ON CONSTRAINT le_fence_resource_pkey DO UPDATE
             SET owner_role = excluded.owner_role, updated_at = excluded.updated_at;
@@ -263,6 +275,17 @@ BEGIN
     END;
 END
 $$;
+COMMENT ON FUNCTION @extschema@._le_fence_assign(text, regrole) IS
+    'internal, not API: the work of le_fence_assign(), run by its C entry point with the search path pinned to the extension''s schema by OID; not executable by PUBLIC';
+REVOKE ALL ON FUNCTION @extschema@._le_fence_assign(text, regrole) FROM PUBLIC;
+
+-- The entry point: C, which runs _le_fence_assign() with names resolved in this
+-- schema by OID, whatever it is called now (src/sql_support.c).
+CREATE FUNCTION @extschema@.le_fence_assign(resource text, owner_role regrole)
+RETURNS void
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'le_call_worker';
 COMMENT ON FUNCTION @extschema@.le_fence_assign(text, regrole) IS
     'administrators only: make owner_role the role whose members may advance a le_fence_advance() resource, creating it (highest token 0) when new, keeping its highest token otherwise; register resources before first use so that no other role can claim them';
 REVOKE ALL ON FUNCTION @extschema@.le_fence_assign(text, regrole) FROM PUBLIC;
@@ -303,7 +326,7 @@ BEGIN
         END IF;
         token := setting::bigint;
     END IF;
-    PERFORM @extschema@.le_fence_advance(TG_ARGV[0], token);
+    PERFORM le_fence_advance(TG_ARGV[0], token);
     IF TG_OP OPERATOR(pg_catalog.=) 'DELETE' THEN
         RETURN OLD;
     END IF;

@@ -2,12 +2,15 @@
 -- Scheduled jobs: exactly-once creation of scheduled work by the leader,
 -- and claiming by any number of workers.
 --
--- These functions are PL/pgSQL, not C: each is one fence check (the C
--- function le_fence_check, the part that must be fast and race-free) and
--- one or two statements on le_scheduled_jobs in the caller's transaction;
--- the statements would be the same through SPI.  They are SECURITY DEFINER
--- because ordinary roles have no privileges on le_scheduled_jobs; every
--- value reaches SQL as a parameter, and search_path is pinned.
+-- The work is PL/pgSQL, not C: each is one fence check (the C function
+-- le_fence_check, the part that must be fast and race-free) and one or two
+-- statements on le_scheduled_jobs in the caller's transaction; the
+-- statements would be the same through SPI.  Each API function is a C
+-- entry point (le_call_worker in src/sql_support.c) that runs its _le_*
+-- worker with the search path pinned to this schema by OID, so the
+-- workers' unqualified names cannot be redirected by a rename of the
+-- schema.  The workers are SECURITY DEFINER because ordinary roles have no
+-- privileges on le_scheduled_jobs; every value reaches SQL as a parameter.
 --
 -- Locking rules.  le_schedule_job takes the lease's fence lock (through
 -- le_fence_check) before it inserts, so a job created with token T never
@@ -64,14 +67,14 @@ SELECT pg_catalog.pg_extension_config_dump('le_scheduled_jobs', '');
 SELECT pg_catalog.pg_extension_config_dump('le_scheduled_jobs_job_id_seq', '');
 REVOKE ALL ON @extschema@.le_scheduled_jobs FROM PUBLIC;
 
-CREATE FUNCTION @extschema@.le_schedule_job(
+CREATE FUNCTION @extschema@._le_schedule_job(
     lease_key text,
     fencing_token bigint,
     schedule_key text,
     job_type text,
     scheduled_for timestamptz,
-    payload jsonb DEFAULT '{}',
-    max_attempts integer DEFAULT 5)
+    payload jsonb,
+    max_attempts integer)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -97,15 +100,15 @@ BEGIN
     END IF;
 
     -- The fence first: its lock is kept until the end of the transaction.
-    PERFORM @extschema@.le_fence_check(lease_key, fencing_token);
+    PERFORM le_fence_check(lease_key, fencing_token);
 
     -- The INSERT waits when another transaction is creating the same
     -- schedule_key: boundedly.
     BEGIN
         saved := pg_catalog.current_setting('lock_timeout');
-        bound := @extschema@._le_lock_wait_bound();
+        bound := _le_lock_wait_bound();
         PERFORM pg_catalog.set_config('lock_timeout', bound, true);
-        INSERT INTO @extschema@.le_scheduled_jobs AS j
+        INSERT INTO le_scheduled_jobs AS j
             (schedule_key, job_type, scheduled_for, payload, lease_key, fencing_token,
              max_attempts, available_at)
         VALUES (schedule_key, job_type, scheduled_for, payload, lease_key, fencing_token,
@@ -122,6 +125,24 @@ BEGIN
     RETURN created OPERATOR(pg_catalog.>) 0;
 END
 $$;
+COMMENT ON FUNCTION @extschema@._le_schedule_job(text, bigint, text, text, timestamptz, jsonb, integer) IS
+    'internal, not API: the work of le_schedule_job(), run by its C entry point with the search path pinned to the extension''s schema by OID; not executable by PUBLIC';
+REVOKE ALL ON FUNCTION @extschema@._le_schedule_job(text, bigint, text, text, timestamptz, jsonb, integer) FROM PUBLIC;
+
+-- The entry point: C, which runs _le_schedule_job() with names resolved in this
+-- schema by OID, whatever it is called now (src/sql_support.c).
+CREATE FUNCTION @extschema@.le_schedule_job(
+    lease_key text,
+    fencing_token bigint,
+    schedule_key text,
+    job_type text,
+    scheduled_for timestamptz,
+    payload jsonb DEFAULT '{}',
+    max_attempts integer DEFAULT 5)
+RETURNS boolean
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'le_call_worker';
 COMMENT ON FUNCTION @extschema@.le_schedule_job(text, bigint, text, text, timestamptz, jsonb, integer) IS
     'create a job once per schedule_key, fenced by the lease: true when created, false when that schedule_key exists already (an idempotent retry), LE001/LE002 and nothing written when the token is not current; waits at most leader_election.lock_timeout for a concurrent creation of the same schedule_key (55P03)';
 REVOKE ALL ON FUNCTION @extschema@.le_schedule_job(text, bigint, text, text, timestamptz, jsonb, integer) FROM PUBLIC;
@@ -162,16 +183,11 @@ COMMENT ON FUNCTION @extschema@._le_check_worker(text) IS
     'internal, not API: argument check shared by the job functions; not executable by PUBLIC';
 REVOKE ALL ON FUNCTION @extschema@._le_check_worker(text) FROM PUBLIC;
 
-CREATE FUNCTION @extschema@.le_claim_jobs(
+CREATE FUNCTION @extschema@._le_claim_jobs(
     worker_id text,
-    max_jobs integer DEFAULT 1,
-    visibility_timeout interval DEFAULT '5 minutes',
-    job_types text[] DEFAULT NULL)
--- The columns of le_scheduled_jobs, spelt out rather than SETOF its row
--- type: a caller resolving a row type opens the table while parsing its
--- query, before any lock of ours, and so would fail with an internal error
--- (XX000 "could not open relation") after a concurrent DROP EXTENSION
--- committed; with a column list it gets 42P01 from the statements below.
+    max_jobs integer,
+    visibility_timeout interval,
+    job_types text[])
 RETURNS TABLE (
     job_id          bigint,
     schedule_key    text,
@@ -195,7 +211,7 @@ AS $$
 DECLARE
     now timestamptz := pg_catalog.clock_timestamp();
 BEGIN
-    PERFORM @extschema@._le_check_worker(worker_id);
+    PERFORM _le_check_worker(worker_id);
     IF max_jobs IS NULL OR visibility_timeout IS NULL THEN
         RAISE EXCEPTION 'max_jobs and visibility_timeout must not be NULL' USING ERRCODE = '22004';
     END IF;
@@ -207,10 +223,10 @@ BEGIN
     END IF;
 
     -- Claims that lapsed on their last attempt: the job has failed.
-    UPDATE @extschema@.le_scheduled_jobs AS j
+    UPDATE le_scheduled_jobs AS j
        SET status = 'failed', finished_at = now,
            last_error = pg_catalog.format('claim by worker %s lapsed on attempt %s of %s', j.claimed_by, j.attempts, j.max_attempts)
-     WHERE j.job_id IN (SELECT l.job_id FROM @extschema@.le_scheduled_jobs AS l
+     WHERE j.job_id IN (SELECT l.job_id FROM le_scheduled_jobs AS l
                          WHERE l.status OPERATOR(pg_catalog.=) 'running'
                            AND l.available_at OPERATOR(pg_catalog.<=) now
                            AND l.attempts OPERATOR(pg_catalog.>=) l.max_attempts
@@ -218,14 +234,14 @@ BEGIN
 
     -- Due jobs, and jobs whose worker vanished (claim lapsed), oldest first.
     RETURN QUERY
-    UPDATE @extschema@.le_scheduled_jobs AS j
+    UPDATE le_scheduled_jobs AS j
        SET status = 'running', claimed_by = worker_id, claimed_at = now,
            available_at = now OPERATOR(pg_catalog.+) visibility_timeout,
            attempts = j.attempts OPERATOR(pg_catalog.+) 1,
            last_error = CASE WHEN j.status OPERATOR(pg_catalog.=) 'running'
                              THEN pg_catalog.format('claim by worker %s lapsed', j.claimed_by)
                              ELSE j.last_error END
-      FROM (SELECT d.job_id FROM @extschema@.le_scheduled_jobs AS d
+      FROM (SELECT d.job_id FROM le_scheduled_jobs AS d
              WHERE d.status IN ('pending', 'running')
                AND d.available_at OPERATOR(pg_catalog.<=) now
                AND d.attempts OPERATOR(pg_catalog.<) d.max_attempts
@@ -237,6 +253,43 @@ BEGIN
     RETURNING j.*;
 END
 $$;
+COMMENT ON FUNCTION @extschema@._le_claim_jobs(text, integer, interval, text[]) IS
+    'internal, not API: the work of le_claim_jobs(), run by its C entry point with the search path pinned to the extension''s schema by OID; not executable by PUBLIC';
+REVOKE ALL ON FUNCTION @extschema@._le_claim_jobs(text, integer, interval, text[]) FROM PUBLIC;
+
+-- The entry point: C, which runs _le_claim_jobs() with names resolved in this
+-- schema by OID, whatever it is called now (src/sql_support.c).
+CREATE FUNCTION @extschema@.le_claim_jobs(
+    worker_id text,
+    max_jobs integer DEFAULT 1,
+    visibility_timeout interval DEFAULT '5 minutes',
+    job_types text[] DEFAULT NULL)
+-- The columns of le_scheduled_jobs, spelt out rather than SETOF its row
+-- type: a caller resolving a row type opens the table while parsing its
+-- query, before any lock of ours, and so would fail with an internal error
+-- (XX000 "could not open relation") after a concurrent DROP EXTENSION
+-- committed; with a column list it gets 42P01 from the statements of
+-- _le_claim_jobs.
+RETURNS TABLE (
+    job_id          bigint,
+    schedule_key    text,
+    job_type        text,
+    scheduled_for   timestamptz,
+    payload         jsonb,
+    lease_key       text,
+    fencing_token   bigint,
+    status          text,
+    attempts        integer,
+    max_attempts    integer,
+    available_at    timestamptz,
+    claimed_by      text,
+    claimed_at      timestamptz,
+    finished_at     timestamptz,
+    last_error      text,
+    created_at      timestamptz)
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'le_call_worker';
 COMMENT ON FUNCTION @extschema@.le_claim_jobs(text, integer, interval, text[]) IS
     'claim up to max_jobs due jobs for worker_id (FOR UPDATE SKIP LOCKED: each job goes to one worker); a claim not completed or failed within visibility_timeout lapses and the job can be claimed again (it counts as an attempt)';
 REVOKE ALL ON FUNCTION @extschema@.le_claim_jobs(text, integer, interval, text[]) FROM PUBLIC;
@@ -251,42 +304,42 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    job @extschema@.le_scheduled_jobs;
+    job le_scheduled_jobs;
     saved text;
     bound text;
 BEGIN
-    PERFORM @extschema@._le_check_worker(worker_id);
+    PERFORM _le_check_worker(worker_id);
     IF schedule_key IS NULL THEN
         RAISE EXCEPTION 'schedule_key must not be NULL' USING ERRCODE = '22004';
     END IF;
-    SELECT * INTO job FROM @extschema@.le_scheduled_jobs AS j
+    SELECT * INTO job FROM le_scheduled_jobs AS j
      WHERE j.schedule_key OPERATOR(pg_catalog.=) _le_lock_claimed_job.schedule_key
        FOR UPDATE SKIP LOCKED;
     IF job.job_id IS NULL THEN
         BEGIN
             saved := pg_catalog.current_setting('lock_timeout');
-            bound := @extschema@._le_lock_wait_bound();
+            bound := _le_lock_wait_bound();
             PERFORM pg_catalog.set_config('lock_timeout', bound, true);
-            SELECT * INTO job FROM @extschema@.le_scheduled_jobs AS j
+            SELECT * INTO job FROM le_scheduled_jobs AS j
              WHERE j.schedule_key OPERATOR(pg_catalog.=) _le_lock_claimed_job.schedule_key
                FOR UPDATE;
             PERFORM pg_catalog.set_config('lock_timeout', saved, true);
         EXCEPTION WHEN lock_not_available THEN
-            RAISE EXCEPTION 'job "%" is locked by another transaction', @extschema@._le_show(schedule_key)
+            RAISE EXCEPTION 'job "%" is locked by another transaction', _le_show(schedule_key)
                 USING ERRCODE = '55P03',
                       DETAIL = 'A transaction that completes, fails or claims this job has not ended.',
                       HINT = pg_catalog.format('Waits are bounded by leader_election.lock_timeout, or by your lock_timeout when shorter (here %s ms); look for an idle-in-transaction or prepared transaction in pg_stat_activity and pg_prepared_xacts.', bound);
         END;
         -- No such job: the worker holds no claim on it either (LE003).
         IF job.job_id IS NULL THEN
-            RAISE EXCEPTION 'job "%" is not claimed by worker "%"', @extschema@._le_show(schedule_key), worker_id
+            RAISE EXCEPTION 'job "%" is not claimed by worker "%"', _le_show(schedule_key), worker_id
                 USING ERRCODE = 'LE003',
                       DETAIL = 'No job has that schedule_key.',
                       HINT = 'Complete or fail only the jobs that le_claim_jobs() returned to this worker.';
         END IF;
     END IF;
     IF job.status OPERATOR(pg_catalog.<>) 'running' OR job.claimed_by OPERATOR(pg_catalog.<>) worker_id THEN
-        RAISE EXCEPTION 'job "%" is not claimed by worker "%"', @extschema@._le_show(schedule_key), worker_id
+        RAISE EXCEPTION 'job "%" is not claimed by worker "%"', _le_show(schedule_key), worker_id
             USING ERRCODE = 'LE003',
                   DETAIL = pg_catalog.format('Its status is %s, last claimed by %s.', job.status,
                                              COALESCE(job.claimed_by, 'nobody')),
@@ -299,34 +352,45 @@ COMMENT ON FUNCTION @extschema@._le_lock_claimed_job(text, text) IS
     'internal, not API: lock a job''s row (waiting at most leader_election.lock_timeout, 55P03) and raise LE003 unless worker_id holds its claim; not executable by PUBLIC';
 REVOKE ALL ON FUNCTION @extschema@._le_lock_claimed_job(text, text) FROM PUBLIC;
 
-CREATE FUNCTION @extschema@.le_complete_job(schedule_key text, worker_id text)
+CREATE FUNCTION @extschema@._le_complete_job(schedule_key text, worker_id text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    job @extschema@.le_scheduled_jobs := @extschema@._le_lock_claimed_job(schedule_key, worker_id);
+    job le_scheduled_jobs := _le_lock_claimed_job(schedule_key, worker_id);
 BEGIN
-    UPDATE @extschema@.le_scheduled_jobs AS j
+    UPDATE le_scheduled_jobs AS j
        SET status = 'done', finished_at = pg_catalog.clock_timestamp()
      WHERE j.job_id OPERATOR(pg_catalog.=) job.job_id;
 END
 $$;
+COMMENT ON FUNCTION @extschema@._le_complete_job(text, text) IS
+    'internal, not API: the work of le_complete_job(), run by its C entry point with the search path pinned to the extension''s schema by OID; not executable by PUBLIC';
+REVOKE ALL ON FUNCTION @extschema@._le_complete_job(text, text) FROM PUBLIC;
+
+-- The entry point: C, which runs _le_complete_job() with names resolved in this
+-- schema by OID, whatever it is called now (src/sql_support.c).
+CREATE FUNCTION @extschema@.le_complete_job(schedule_key text, worker_id text)
+RETURNS void
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'le_call_worker';
 COMMENT ON FUNCTION @extschema@.le_complete_job(text, text) IS
     'mark a job done; raises LE003 when worker_id does not hold its claim (never claimed, claimed by another worker, or already finished); waits at most leader_election.lock_timeout for the job''s row (55P03)';
 REVOKE ALL ON FUNCTION @extschema@.le_complete_job(text, text) FROM PUBLIC;
 
-CREATE FUNCTION @extschema@.le_fail_job(
+CREATE FUNCTION @extschema@._le_fail_job(
     schedule_key text,
     worker_id text,
     error text,
-    retry_delay interval DEFAULT '10 seconds')
+    retry_delay interval)
 RETURNS text
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    job @extschema@.le_scheduled_jobs := @extschema@._le_lock_claimed_job(schedule_key, worker_id);
+    job le_scheduled_jobs := _le_lock_claimed_job(schedule_key, worker_id);
     now timestamptz := pg_catalog.clock_timestamp();
     delay interval;
 BEGIN
@@ -335,7 +399,7 @@ BEGIN
         RAISE EXCEPTION 'retry_delay must be between 0 and 1 day' USING ERRCODE = '22023';
     END IF;
     IF job.attempts OPERATOR(pg_catalog.>=) job.max_attempts THEN
-        UPDATE @extschema@.le_scheduled_jobs AS j
+        UPDATE le_scheduled_jobs AS j
            SET status = 'failed', finished_at = now, last_error = error
          WHERE j.job_id OPERATOR(pg_catalog.=) job.job_id;
         RETURN 'failed';
@@ -349,12 +413,27 @@ BEGIN
                  OPERATOR(pg_catalog.*) pg_catalog.power(2::pg_catalog.numeric,
                      LEAST(GREATEST(job.attempts OPERATOR(pg_catalog.-) 1, 0), 40)),
                  86400)::double precision);
-    UPDATE @extschema@.le_scheduled_jobs AS j
+    UPDATE le_scheduled_jobs AS j
        SET status = 'pending', available_at = now OPERATOR(pg_catalog.+) delay, last_error = error
      WHERE j.job_id OPERATOR(pg_catalog.=) job.job_id;
     RETURN 'pending';
 END
 $$;
+COMMENT ON FUNCTION @extschema@._le_fail_job(text, text, text, interval) IS
+    'internal, not API: the work of le_fail_job(), run by its C entry point with the search path pinned to the extension''s schema by OID; not executable by PUBLIC';
+REVOKE ALL ON FUNCTION @extschema@._le_fail_job(text, text, text, interval) FROM PUBLIC;
+
+-- The entry point: C, which runs _le_fail_job() with names resolved in this
+-- schema by OID, whatever it is called now (src/sql_support.c).
+CREATE FUNCTION @extschema@.le_fail_job(
+    schedule_key text,
+    worker_id text,
+    error text,
+    retry_delay interval DEFAULT '10 seconds')
+RETURNS text
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'le_call_worker';
 COMMENT ON FUNCTION @extschema@.le_fail_job(text, text, text, interval) IS
     'record a failed attempt: the job is retried after retry_delay x 2^(attempts-1), at most a day, while attempts < max_attempts, else it becomes failed; returns the new status; LE003 when worker_id does not hold the claim; waits at most leader_election.lock_timeout for the job''s row (55P03)';
 REVOKE ALL ON FUNCTION @extschema@.le_fail_job(text, text, text, interval) FROM PUBLIC;

@@ -2,7 +2,9 @@
 -- One documented way to give a role what it needs for one use of the
 -- extension, instead of a GRANT of every function by full signature.
 --
--- le_grant(role, use) and le_revoke(role, use) are SECURITY INVOKER: the
+-- le_grant(role, use) and le_revoke(role, use) are C entry points that run
+-- _le_grant and _le_revoke with the search path pinned to this schema by
+-- OID (src/sql_support.c).  They are SECURITY INVOKER: the
 -- GRANT or REVOKE runs as the caller, who must be allowed to grant EXECUTE
 -- on the extension's functions (its owner, normally a superuser).  The
 -- objects are found by name among the extension's own functions in its
@@ -27,6 +29,10 @@ AS $$
 DECLARE
     ext_nsp oid := (SELECT e.extnamespace FROM pg_catalog.pg_extension AS e
                      WHERE e.extname OPERATOR(pg_catalog.=) 'leader_election');
+    -- Qualified by the schema's name as it is now, read by OID: the
+    -- statements run under the search path pinned by OID anyway.
+    ext_nsp_name text := (SELECT pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_namespace AS n
+                           WHERE n.oid OPERATOR(pg_catalog.=) ext_nsp);
     role_name name;
     uses text[] := ARRAY['campaign', 'fence', 'schedule', 'work', 'monitor', 'protect'];
     stmt text;
@@ -36,7 +42,7 @@ BEGIN
         RAISE EXCEPTION 'role and use must not be NULL' USING ERRCODE = '22004';
     END IF;
     IF NOT use OPERATOR(pg_catalog.=) ANY (uses) THEN
-        RAISE EXCEPTION 'unknown use "%"', @extschema@._le_show(use)
+        RAISE EXCEPTION 'unknown use "%"', _le_show(use)
             USING ERRCODE = '22023',
                   HINT = 'Use one of campaign, fence, schedule, work, monitor, protect.';
     END IF;
@@ -55,7 +61,7 @@ BEGIN
     -- extension first, so this waits for it and then fails cleanly (42P01:
     -- the table no longer exists); and a DROP that comes later waits for
     -- this transaction.
-    LOCK TABLE @extschema@.le_lease IN ACCESS SHARE MODE;
+    LOCK TABLE le_lease IN ACCESS SHARE MODE;
     -- The objects each use needs: kind 'function' gets EXECUTE, 'view' SELECT.
     FOR obj IN
         WITH use_objects (use, kind, name) AS (VALUES
@@ -77,7 +83,9 @@ BEGIN
         ('protect',  'function', 'le_unprotect'),
         ('protect',  'function', 'le_fence'),
         ('protect',  'function', 'le_fence_advance_trigger'))
-        SELECT 'FUNCTION ' OPERATOR(pg_catalog.||) p.oid::pg_catalog.regprocedure::pg_catalog.text AS target,
+        -- regprocedure and regclass print a visible name unqualified.
+        SELECT 'FUNCTION ' OPERATOR(pg_catalog.||) ext_nsp_name OPERATOR(pg_catalog.||) '.'
+               OPERATOR(pg_catalog.||) p.oid::pg_catalog.regprocedure::pg_catalog.text AS target,
                'EXECUTE' AS privilege
           FROM use_objects AS u
           JOIN pg_catalog.pg_proc AS p ON p.proname OPERATOR(pg_catalog.=) u.name
@@ -90,7 +98,8 @@ BEGIN
                                                    WHERE e.extname OPERATOR(pg_catalog.=) 'leader_election')
          WHERE u.use OPERATOR(pg_catalog.=) _le_grant_use.use AND u.kind OPERATOR(pg_catalog.=) 'function'
         UNION ALL
-        SELECT 'TABLE ' OPERATOR(pg_catalog.||) c.oid::pg_catalog.regclass::pg_catalog.text, 'SELECT'
+        SELECT 'TABLE ' OPERATOR(pg_catalog.||) ext_nsp_name OPERATOR(pg_catalog.||) '.'
+               OPERATOR(pg_catalog.||) pg_catalog.quote_ident(c.relname), 'SELECT'
           FROM use_objects AS u
           JOIN pg_catalog.pg_class AS c ON c.relname OPERATOR(pg_catalog.=) u.name
                                        AND c.relnamespace OPERATOR(pg_catalog.=) ext_nsp
@@ -111,22 +120,46 @@ COMMENT ON FUNCTION @extschema@._le_grant_use(regrole, text, boolean) IS
     'internal, not API: the work of le_grant() and le_revoke()';
 REVOKE ALL ON FUNCTION @extschema@._le_grant_use(regrole, text, boolean) FROM PUBLIC;
 
--- Grant role what use needs.
+-- Grant role what use needs.  PL/pgSQL, not SQL: a set-returning SQL
+-- function may return its rows one call at a time, and each call through
+-- the C entry point would start it again.
+CREATE FUNCTION @extschema@._le_grant(role regrole, use text)
+RETURNS SETOF text
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN QUERY SELECT _le_grant_use(role, use, true); END $$;
+COMMENT ON FUNCTION @extschema@._le_grant(regrole, text) IS
+    'internal, not API: the work of le_grant(), run by its C entry point with the search path pinned to the extension''s schema by OID; not executable by PUBLIC';
+REVOKE ALL ON FUNCTION @extschema@._le_grant(regrole, text) FROM PUBLIC;
+
+-- The entry point: C, which runs _le_grant() with names resolved in this
+-- schema by OID, whatever it is called now (src/sql_support.c).
 CREATE FUNCTION @extschema@.le_grant(role regrole, use text)
 RETURNS SETOF text
-LANGUAGE sql VOLATILE PARALLEL UNSAFE
+LANGUAGE c VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT @extschema@._le_grant_use(role, use, true) $$;
+AS 'MODULE_PATHNAME', 'le_call_worker';
 COMMENT ON FUNCTION @extschema@.le_grant(regrole, text) IS
     'administrators only: grant role what one use of the extension needs and return the GRANT statements run; use is campaign (le_acquire, le_renew, le_release, le_watch, le_unwatch), fence (le_fence_check, le_fence_advance), schedule (le_schedule_job, le_fence_check), work (le_claim_jobs, le_complete_job, le_fail_job, view le_jobs), monitor (view le_jobs) or protect (le_protect, le_unprotect and the trigger functions); runs as the caller';
 REVOKE ALL ON FUNCTION @extschema@.le_grant(regrole, text) FROM PUBLIC;
 
 -- Revoke what le_grant(role, use) grants.
+CREATE FUNCTION @extschema@._le_revoke(role regrole, use text)
+RETURNS SETOF text
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN QUERY SELECT _le_grant_use(role, use, false); END $$;
+COMMENT ON FUNCTION @extschema@._le_revoke(regrole, text) IS
+    'internal, not API: the work of le_revoke(), run by its C entry point with the search path pinned to the extension''s schema by OID; not executable by PUBLIC';
+REVOKE ALL ON FUNCTION @extschema@._le_revoke(regrole, text) FROM PUBLIC;
+
+-- The entry point: C, which runs _le_revoke() with names resolved in this
+-- schema by OID, whatever it is called now (src/sql_support.c).
 CREATE FUNCTION @extschema@.le_revoke(role regrole, use text)
 RETURNS SETOF text
-LANGUAGE sql VOLATILE PARALLEL UNSAFE
+LANGUAGE c VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT @extschema@._le_grant_use(role, use, false) $$;
+AS 'MODULE_PATHNAME', 'le_call_worker';
 COMMENT ON FUNCTION @extschema@.le_revoke(regrole, text) IS
     'administrators only: revoke what le_grant(role, use) granted (a privilege another use also needs is revoked too: grant that use again) and return the REVOKE statements run';
 REVOKE ALL ON FUNCTION @extschema@.le_revoke(regrole, text) FROM PUBLIC;
