@@ -177,3 +177,6 @@ SELECT le_force_release('kept');
 COMMIT;
 \echo :LAST_ERROR_SQLSTATE
 SELECT count(*) FROM jobs WHERE id = 14;
+DROP TABLE jobs, late, lp, gen;
+DROP FUNCTION stamp();
+DROP EXTENSION leader_election;
