@@ -65,7 +65,16 @@
  * statement of one row makes none of our hash lookups.  Within one command,
  * the rows after the first for the same lease and token only compare the
  * clock with the expiry read for the first, every LE_FENCE_CLOCK_EVERY rows;
- * the next command reads the row again.  The commit-time check reads once
+ * the next command reads the row again (trigger calls only: le_fence_check
+ * reads at every call, since read-only statements share a command id).
+ *
+ * What is judged.  The writer's token, never one it inherits: an UPDATE
+ * that keeps the row's token needs it declared for the transaction
+ * (le_fence_check_kept).  And the row stored: no BEFORE ROW trigger may
+ * fire after the fence (le_fence_require_last, at every firing) and the
+ * token column may not be generated (le_fence_validate).  A transaction
+ * that released the lease itself commits the writes it made before
+ * (le_fence_released_here).  The commit-time check reads once
  * per (lease, token) recorded, however many writes the transaction made,
  * and not even that when the page of the version the last write judged by
  * still has the LSN it had then (le_store_row_unchanged): that read
