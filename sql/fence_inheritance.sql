@@ -19,8 +19,12 @@ DELETE FROM inh_parent WHERE id = 1;
 TRUNCATE inh_parent;
 RESET leader_election.fencing_token;
 INSERT INTO inh_child VALUES (3, 'stale', 99);
--- The current token passes.
+-- The current token passes (the row keeps its token: declared for the
+-- transaction).
+BEGIN;
+SET LOCAL leader_election.fencing_token = 1;
 UPDATE inh_parent SET note = 'current', fencing_token = 1 WHERE id = 2;
+COMMIT;
 \set VERBOSITY default
 SELECT tableoid::regclass, id, note FROM inh_parent ORDER BY id;
 -- le_unprotect removes the fence from every table it was attached to.

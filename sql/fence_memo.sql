@@ -84,8 +84,12 @@ CREATE TRIGGER a_set_token BEFORE INSERT OR UPDATE ON ta FOR EACH ROW EXECUTE FU
 INSERT INTO ta (fencing_token) VALUES (:a + 100);
 INSERT INTO ta (fencing_token) VALUES (:b + 100);
 \echo :LAST_ERROR_SQLSTATE
--- UPDATE: the new row's token, after the earlier trigger.
+-- UPDATE: the new row's token, after the earlier trigger (the row's own
+-- token kept: declared for the transaction).
+BEGIN;
+SET LOCAL leader_election.fencing_token = :a;
 UPDATE ta SET fencing_token = :a + 100 WHERE id = 1;
+COMMIT;
 UPDATE ta SET fencing_token = :b + 100 WHERE id = 1;
 \echo :LAST_ERROR_SQLSTATE
 DROP TRIGGER a_set_token ON ta;

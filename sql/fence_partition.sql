@@ -17,8 +17,12 @@ SELECT acquired FROM le_acquire('mover', 'a', '10 minutes');
 SELECT fencing_token AS tok FROM le_leases WHERE lease_key = 'mover' \gset
 INSERT INTO moved VALUES (1, 'one', :tok), (2, 'two', :tok);
 
--- The row moves with the current token and without the setting.
+-- The row moves with the current token, declared for the transaction by
+-- le_fence_check() (the row keeps its token), without the setting.
+BEGIN;
+SELECT le_fence_check('mover', :tok);
 UPDATE moved SET k = 11, note = 'moved' WHERE k = 1;
+COMMIT;
 SELECT tableoid::regclass AS part, k, note FROM moved ORDER BY k;
 
 -- A move with a token never issued is refused, and nothing moves (LE001).

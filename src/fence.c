@@ -65,7 +65,16 @@
  * statement of one row makes none of our hash lookups.  Within one command,
  * the rows after the first for the same lease and token only compare the
  * clock with the expiry read for the first, every LE_FENCE_CLOCK_EVERY rows;
- * the next command reads the row again.  The commit-time check reads once
+ * the next command reads the row again (trigger calls only: le_fence_check
+ * reads at every call, since read-only statements share a command id).
+ *
+ * What is judged.  The writer's token, never one it inherits: an UPDATE
+ * that keeps the row's token needs it declared for the transaction
+ * (le_fence_check_kept).  And the row stored: no BEFORE ROW trigger may
+ * fire after the fence (le_fence_require_last, at every firing) and the
+ * token column may not be generated (le_fence_validate).  A transaction
+ * that released the lease itself commits the writes it made before
+ * (le_fence_released_here).  The commit-time check reads once
  * per (lease, token) recorded, however many writes the transaction made,
  * and not even that when the page of the version the last write judged by
  * still has the LSN it had then (le_store_row_unchanged): that read
@@ -93,6 +102,7 @@
 #include "catalog/pg_class.h"
 #include "catalog/pg_inherits.h"
 #include "catalog/pg_proc.h"
+#include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
@@ -231,6 +241,26 @@ typedef struct FencedLease
 static List *fenced_leases = NIL;
 
 /*
+ * Every lease this transaction released with le_release() (lease row id,
+ * token, and whether the lease was held and unexpired when released), so
+ * that writes made before the release commit: "last write, then hand
+ * over".  The release keeps the row locked and the fence lock held
+ * exclusively until the transaction ends, so nobody can take the lease
+ * between the release and our commit; writes after the release read the
+ * freed row and are refused.  Allocated in TopTransactionContext; entries
+ * of a subtransaction that rolls back are dropped with it.
+ */
+typedef struct ReleasedLease
+{
+	int64		lease_id;
+	int64		token;
+	bool		was_valid;
+	SubTransactionId subid;
+} ReleasedLease;
+
+static List *released_leases = NIL;
+
+/*
  * Set once the commit-time check has run in this transaction: a fenced
  * write made after it (by another extension's PRE_COMMIT callback that runs
  * after ours) would hold no fence lock and not be checked again, so it is
@@ -314,6 +344,50 @@ le_fence_judged_row(LeaseRow *row, int64 lease_id, int64 token, TimestampTz expi
 }
 
 /*
+ * Did this transaction itself release the lease row lease_id with token,
+ * while the lease was held and unexpired (le_fence_note_release)?  Then
+ * its writes under that token commit although the lease is free: the lease
+ * was valid with that token from the writes to the release (the token
+ * never changed, and a lapsed lease cannot be renewed), and the release's
+ * row lock and exclusive fence lock, held to our commit, keep everyone
+ * else out until then.
+ */
+static bool
+le_fence_released_here(int64 lease_id, int64 token)
+{
+	ListCell   *lc;
+
+	foreach(lc, released_leases)
+	{
+		ReleasedLease *rl = (ReleasedLease *) lfirst(lc);
+
+		if (rl->lease_id == lease_id && rl->token == token)
+			return rl->was_valid;
+	}
+	return false;
+}
+
+/*
+ * le_release() freed lease row lease_id, which had token (and was valid or
+ * not): remember it for the commit-time check, and make the next fenced
+ * write of this command read the (now free) row again.
+ */
+void
+le_fence_note_release(int64 lease_id, int64 token, bool was_valid)
+{
+	MemoryContext oldcxt = MemoryContextSwitchTo(TopTransactionContext);
+	ReleasedLease *rl = (ReleasedLease *) palloc(sizeof(ReleasedLease));
+
+	rl->lease_id = lease_id;
+	rl->token = token;
+	rl->was_valid = was_valid;
+	rl->subid = GetCurrentSubTransactionId();
+	released_leases = lcons(rl, released_leases);	/* the latest first */
+	MemoryContextSwitchTo(oldcxt);
+	verified.valid = false;
+}
+
+/*
  * At commit: the authoritative check.  For every lease this
  * transaction passed the fence with, take its fence lock in
  * LE_FENCE_WRITER_LOCKMODE (the wait bounded by
@@ -387,6 +461,22 @@ le_fence_commit_check(void)
 		LeaseRow	row;
 		LeaseRowStamp stamp;
 		bool		found;
+		bool		ours = false;
+
+		/*
+		 * The lock on le_lease read the invalidations queued before it was
+		 * granted (a REINDEX CONCURRENTLY, VACUUM FULL, CLUSTER): look the
+		 * oids up again if they arrived, rather than use an index oid that
+		 * is gone.
+		 */
+		le_fence_cache_prepare(fl->nsp);
+		if (cache_lease_relid != fl->lease_relid)
+			ereport(ERROR,
+					(errcode(ERRCODE_LE_STALE_FENCING_TOKEN),
+					 errmsg("lease \"%s\" was replaced before this transaction committed", fl->key),
+					 errdetail("The table le_lease that issued fencing token " INT64_FORMAT " is gone; the transaction is rolled back.",
+							   fl->token),
+					 errhint("Acquire the lease again for a new token.")));
 
 		if (fl->locked_at_once && le_store_row_unchanged(cache_lease_relid, &fl->stamp))
 		{
@@ -401,7 +491,7 @@ le_fence_commit_check(void)
 		}
 		else
 			found = le_store_read_latest(cache_lease_relid, cache_key_indexid, fl->key,
-										 &fl->tid, &row, NULL, &stamp);
+										 &fl->tid, &row, &ours, &stamp);
 		now = GetCurrentTimestamp();
 		if (!found || row.lease_id != fl->lease_id)
 			ereport(ERROR,
@@ -418,7 +508,8 @@ le_fence_commit_check(void)
 					 errdetail("The current fencing token is " INT64_FORMAT "; the transaction is rolled back.",
 							   row.fencing_token),
 					 errhint("A leader whose token was superseded must stop working, not retry.")));
-		if (!le_lease_is_valid(&row, now))
+		if (!le_lease_is_valid(&row, now) &&
+			!(ours && row.holder == NULL && le_fence_released_here(fl->lease_id, fl->token)))
 			ereport(ERROR,
 					(errcode(ERRCODE_LE_LEASE_NOT_HELD),
 					 errmsg("lease \"%s\" ended before this transaction committed", fl->key),
@@ -476,6 +567,7 @@ le_fence_xact_callback(XactEvent event, void *arg)
 			verified.valid = false;
 			updated_row.valid = false;
 			fenced_leases = NIL;	/* its memory goes with the transaction */
+			released_leases = NIL;
 			commit_checked = false;
 			break;
 	}
@@ -500,6 +592,11 @@ le_fence_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 			if (((FencedLease *) lfirst(lc))->subid == mySubid)
 				fenced_leases = foreach_delete_current(fenced_leases, lc);
 		}
+		foreach(lc, released_leases)
+		{
+			if (((ReleasedLease *) lfirst(lc))->subid == mySubid)
+				released_leases = foreach_delete_current(released_leases, lc);
+		}
 	}
 	else if (event == SUBXACT_EVENT_COMMIT_SUB)
 	{
@@ -509,6 +606,13 @@ le_fence_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 
 			if (fl->subid == mySubid)
 				fl->subid = parentSubid;
+		}
+		foreach(lc, released_leases)
+		{
+			ReleasedLease *rl = (ReleasedLease *) lfirst(lc);
+
+			if (rl->subid == mySubid)
+				rl->subid = parentSubid;
 		}
 	}
 }
@@ -656,9 +760,10 @@ le_fence_check_token(Oid nsp, const char *key, int64 token, bool strict, const v
 	 * Same lease and token already passed in this command, and le_lease not
 	 * invalidated since (le_fence_cache_prepare would have nothing to do).
 	 */
-	if (verified.valid && !cache_stale && verified.cid == GetCurrentCommandId(false) &&
+	if (origin != NULL && verified.valid && !cache_stale &&
+		verified.cid == GetCurrentCommandId(false) &&
 		verified.token == token &&
-		((origin != NULL && verified.origin == origin &&
+		((verified.origin == origin &&
 		  verified.origin_generation == trigger_infos_generation) ||
 		 (verified.nsp == nsp && strcmp(verified.key, key) == 0)) &&
 		(!strict || verified.strict_userid == GetUserId()) &&
@@ -756,6 +861,15 @@ le_fence_check_token(Oid nsp, const char *key, int64 token, bool strict, const v
 	}
 
 	le_fence_remember(nsp, cache_lease_relid, key, &row, &entry->tid, &stamp);
+
+	/*
+	 * Only trigger calls set and use the shortcut: they fire for written
+	 * rows, and a statement that writes advances the command id for the
+	 * next.  A read-only statement does not, so le_fence_check() (and the
+	 * job functions) read the lease at every call.
+	 */
+	if (origin == NULL)
+		return;
 	verified.valid = true;
 	verified.cid = GetCurrentCommandId(false);
 	verified.nsp = nsp;
@@ -811,6 +925,13 @@ le_fence_validate(Relation rel, const char *key, const char *column, Oid *atttyp
 
 		if (att->attisdropped || strcmp(NameStr(att->attname), column) != 0)
 			continue;
+		if (att->attgenerated != '\0')
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("token column \"%s\" of table \"%s\" is a generated column",
+							column, RelationGetRelationName(rel)),
+					 errdetail("A generated column is computed after BEFORE triggers, so the fence would judge a value that is not the one stored."),
+					 errhint("Store the writer's fencing token in a plain bigint column.")));
 		if (att->atttypid != INT8OID)
 			ereport(ERROR,
 					(errcode(ERRCODE_DATATYPE_MISMATCH),
@@ -934,15 +1055,129 @@ le_fence_row_token(FenceTriggerInfo *info, TriggerData *trigdata, HeapTuple tupl
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("fencing token column \"%s\" of table \"%s\" must be positive, got " INT64_FORMAT,
 						column, RelationGetRelationName(trigdata->tg_relation), token)));
+	return token;
+}
 
-	/* A token set for the transaction must agree with the row's. */
+/* A token set for the transaction must agree with the row's. */
+static void
+le_fence_setting_agrees(TriggerData *trigdata, int64 token)
+{
 	if (le_fencing_token_setting != 0 && le_fencing_token_setting != token)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("fencing token " INT64_FORMAT " in column \"%s\" disagrees with leader_election.fencing_token = " INT64_FORMAT,
-						token, column, le_fencing_token_setting),
+						token, trigdata->tg_trigger->tgargs[1], le_fencing_token_setting),
 				 errhint("Write rows with the token the transaction was set up with.")));
-	return token;
+}
+
+/*
+ * Does this UPDATE leave the old row's token in the new row (not assigned,
+ * or assigned the same value)?  The row's token then says nothing about the
+ * writer: it may be the token of the leader that wrote the row last, a
+ * newer one than the writer's.
+ */
+static bool
+le_fence_keeps_token(FenceTriggerInfo *info, TriggerData *trigdata, int64 token)
+{
+	bool		isnull;
+	Datum		d;
+
+	if (trigdata->tg_trigslot != NULL)
+		d = slot_getattr(trigdata->tg_trigslot, info->attnum, &isnull);
+	else
+		d = heap_getattr(trigdata->tg_trigtuple, info->attnum,
+						 RelationGetDescr(trigdata->tg_relation), &isnull);
+	return !isnull && DatumGetInt64(d) == token;
+}
+
+/*
+ * Has this transaction declared token for the lease: passed the fence with
+ * it (le_fence_check(), or a write that carried it, not rolled back to a
+ * savepoint since)?  leader_election.fencing_token is tested by the caller.
+ */
+static bool
+le_fence_declared(Oid nsp, const char *key, int64 token)
+{
+	ListCell   *lc;
+
+	foreach(lc, fenced_leases)
+	{
+		FencedLease *fl = (FencedLease *) lfirst(lc);
+
+		if (fl->nsp == nsp && fl->token == token && strcmp(fl->key, key) == 0)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * An UPDATE that keeps the row's token: the writer's token must come from
+ * the transaction, never from the row, or a stale writer's UPDATE that does
+ * not touch the column would commit under the token the new leader stamped
+ * the row with (also MERGE ... WHEN MATCHED THEN UPDATE and INSERT ... ON
+ * CONFLICT DO UPDATE, which fire the same trigger).  With
+ * leader_election.fencing_token set, that token is judged (LE001/LE002 when
+ * stale) and must be the row's; without it, the token must have been
+ * declared by le_fence_check() or a write that carried it in this
+ * transaction (le_fence_declared), else 22004.  The row's token is checked
+ * first either way, so a stale row token still gets LE001.
+ */
+static void
+le_fence_check_kept(FenceTriggerInfo *info, TriggerData *trigdata, int64 token)
+{
+	bool		declared;
+
+	if (le_fencing_token_setting != 0)
+	{
+		le_fence_check_token(info->nsp, info->key, le_fencing_token_setting, info->strict, info);
+		le_fence_setting_agrees(trigdata, token);
+		return;
+	}
+	declared = le_fence_declared(info->nsp, info->key, token);
+	le_fence_check_token(info->nsp, info->key, token, info->strict, info);
+	if (!declared)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("UPDATE of fenced table \"%s\" keeps fencing token " INT64_FORMAT " in column \"%s\" without the transaction declaring it",
+						RelationGetRelationName(trigdata->tg_relation), token,
+						trigdata->tg_trigger->tgargs[1]),
+				 errdetail("A row's own token does not show who writes it: it may be a newer leader's."),
+				 errhint("Run SET LOCAL leader_election.fencing_token = <your token>, or SELECT le_fence_check(lease_key, <your token>), in the transaction first.")));
+}
+
+/*
+ * The fence must be the last BEFORE ROW trigger that can change the row of
+ * this event (INSERT or UPDATE): triggers fire in name order, and one that
+ * fires after the fence could change the token it judged.  Checked at every
+ * firing against the relation's trigger list (a loop over a few entries,
+ * no catalog access), so a trigger created after le_protect() is caught at
+ * the first write; disabled triggers and other fence triggers do not count.
+ */
+static void
+le_fence_require_last(Relation rel, const Trigger *fence, int16 event)
+{
+	TriggerDesc *td = rel->trigdesc;
+	int			i;
+
+	if (td == NULL)
+		return;
+	for (i = td->numtriggers - 1; i >= 0; i--)
+	{
+		const Trigger *t = &td->triggers[i];
+
+		if (t->tgoid == fence->tgoid)
+			return;
+		if (t->tgenabled == TRIGGER_DISABLED || t->tgfoid == fence->tgfoid ||
+			!TRIGGER_FOR_ROW(t->tgtype) || !TRIGGER_FOR_BEFORE(t->tgtype) ||
+			(t->tgtype & event) == 0)
+			continue;
+		ereport(ERROR,
+				(errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
+				 errmsg("trigger \"%s\" on table \"%s\" fires after the fence trigger \"%s\"",
+						t->tgname, RelationGetRelationName(rel), fence->tgname),
+				 errdetail("BEFORE ROW triggers fire in name order; one after the fence could change the fencing token the fence judged."),
+				 errhint("Rename the trigger so that its name sorts before \"%s\".", fence->tgname)));
+	}
 }
 
 /* The token a DELETE or TRUNCATE carries: leader_election.fencing_token. */
@@ -1040,15 +1275,24 @@ le_fence(PG_FUNCTION_ARGS)
 	info = le_fence_trigger_info(fcinfo, trigdata);
 	if (TRIGGER_FIRED_BY_INSERT(ev))
 	{
+		le_fence_require_last(trigdata->tg_relation, trigdata->tg_trigger, TRIGGER_TYPE_INSERT);
 		result = trigdata->tg_trigtuple;
 		token = le_fence_row_token(info, trigdata, result, trigdata->tg_trigslot);
+		le_fence_setting_agrees(trigdata, token);
 	}
 	else if (TRIGGER_FIRED_BY_UPDATE(ev))
 	{
-		/* The new row's token: an UPDATE that keeps a stale token fails. */
+		le_fence_require_last(trigdata->tg_relation, trigdata->tg_trigger, TRIGGER_TYPE_UPDATE);
 		result = trigdata->tg_newtuple;
 		token = le_fence_row_token(info, trigdata, result, trigdata->tg_newslot);
-		le_fence_check_token(info->nsp, info->key, token, info->strict, info);
+		if (le_fence_keeps_token(info, trigdata, token))
+			le_fence_check_kept(info, trigdata, token);
+		else
+		{
+			/* Restamped: judged by the new row's token, as an INSERT. */
+			le_fence_setting_agrees(trigdata, token);
+			le_fence_check_token(info->nsp, info->key, token, info->strict, info);
+		}
 		le_fence_note_update(trigdata, token);
 		return PointerGetDatum(result);
 	}
@@ -1201,6 +1445,33 @@ le_fence_refuse_own_table(FunctionCallInfo fcinfo, Relation rel)
 }
 
 /*
+ * Refuse, at le_protect(), a BEFORE ROW INSERT or UPDATE trigger that fires
+ * after the fence on the table or any of its partitions or children (the
+ * trigger checks the same at every firing, see le_fence_require_last).
+ */
+static void
+le_fence_refuse_late_triggers(Oid relid)
+{
+	ListCell   *lc;
+
+	foreach(lc, find_all_inheritors(relid, AccessShareLock, NULL))
+	{
+		Relation	rel = relation_open(lfirst_oid(lc), AccessShareLock);
+		TriggerDesc *td = rel->trigdesc;
+		int			i;
+
+		for (i = 0; td != NULL && i < td->numtriggers; i++)
+		{
+			if (strcmp(td->triggers[i].tgname, LE_FENCE_ROW_TRIGGER) != 0)
+				continue;
+			le_fence_require_last(rel, &td->triggers[i], TRIGGER_TYPE_INSERT);
+			le_fence_require_last(rel, &td->triggers[i], TRIGGER_TYPE_UPDATE);
+		}
+		relation_close(rel, AccessShareLock);
+	}
+}
+
+/*
  * le_protect(table, lease_key, token_column, mode): attach the fence to a
  * table (the TRUNCATE guard also to each of its partitions, both also to
  * each inheritance child; run it again after adding partitions or
@@ -1268,6 +1539,7 @@ le_protect(PG_FUNCTION_ARGS)
 							  quote_identifier(LE_FENCE_TRUNCATE_TRIGGER),
 							  le_fence_qualified_name(lfirst_oid(lc)), function, args));
 	SPI_finish();
+	le_fence_refuse_late_triggers(relid);
 	PG_RETURN_VOID();
 }
 

@@ -709,6 +709,15 @@ le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
 	le_rows_file_seen(rel);
 
 	/*
+	 * The caller's index oid was looked up before the invalidations that
+	 * opening the table just read: a REINDEX CONCURRENTLY that committed
+	 * meanwhile replaced it by an index of the same name.  With the table
+	 * locked, the oid found by name now is current (an index build or drop
+	 * waits for our lock).
+	 */
+	key_indexid = le_rows_relid(RelationGetNamespace(rel), LE_REL_LEASE_KEY);
+
+	/*
 	 * SnapshotSelf judges each version when it is looked at: committed (by
 	 * the commit log, once the writer has left the proc array, which it does
 	 * before releasing its locks) or ours.  That is what a snapshot taken at
