@@ -87,3 +87,36 @@ SELECT le_force_release('tok-np');
 UPDATE le_lease SET fencing_token = 9223372036854775807 WHERE lease_key = 'tok-np';
 SELECT * FROM le_acquire('tok-np', 'y', '1 minute');
 SELECT holder IS NULL AS still_free FROM le_leases WHERE lease_key = 'tok-np';
+
+-- An exhausted le_token_seq (its MAXVALUE is the last low-bits value of a
+-- token) is 22003 as well, not nextval's own 2200H, and nothing changes.
+SELECT last_value AS seq_saved FROM le_token_seq \gset
+SELECT setval('le_token_seq', 1099511627775) IS NOT NULL AS at_max;
+SELECT * FROM le_acquire('tok-seq-max', 'y', '1 minute');
+SELECT count(*) AS no_row FROM le_leases WHERE lease_key = 'tok-seq-max';
+SELECT setval('le_token_seq', :seq_saved) IS NOT NULL AS restored;
+SELECT acquired FROM le_acquire('tok-seq-max', 'y', '1 minute');
+
+-- The one form for all columns: SELECT * FROM le_acquire(...) (or LATERAL)
+-- calls the function once; a new period reports new_period = true.
+-- (SELECT (le_acquire(...)).* would call it once per column.)
+SELECT acquired, fencing_token > 0 AS has_token, holder, new_period
+  FROM (SELECT * FROM le_acquire('star', 'a', '1 minute')) AS r;
+SELECT transitions FROM le_leases WHERE lease_key = 'star';
+SELECT k, r.acquired, r.new_period
+  FROM (VALUES ('star-lateral')) AS v(k), LATERAL le_acquire(v.k, 'a', '1 minute') AS r;
+SELECT transitions FROM le_leases WHERE lease_key = 'star-lateral';
+
+-- Rule 1 and the server clock: a renewal or a repeated acquire inside a long
+-- transaction extends the lease from the server clock at the call
+-- (clock_timestamp()), never from the transaction's start (now()), which
+-- may already lie further back than the ttl.
+
+SELECT fencing_token AS clock_tok FROM le_acquire('clock', 'a', '1 hour') \gset
+BEGIN;
+SELECT pg_sleep(1.2);
+SELECT le_renew('clock', 'a', :clock_tok, '1 second') > clock_timestamp() AS renewed_from_the_clock;
+SELECT expires_at > clock_timestamp() AS extended_from_the_clock
+  FROM le_acquire('clock', 'a', '1 second');
+COMMIT;
+SELECT le_release('clock', 'a', :clock_tok) AS released;

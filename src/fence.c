@@ -158,6 +158,9 @@ typedef struct LeaseIdEntry
 	NameData	role;
 } LeaseIdEntry;
 
+/* Most keys the cache of lease rows holds before it starts afresh. */
+#define LE_FENCE_CACHE_MAX	4096
+
 static bool cache_callbacks_registered = false;
 static Oid	cache_nsp = InvalidOid;
 static Oid	cache_lease_relid = InvalidOid;
@@ -776,6 +779,16 @@ le_fence_check_token(Oid nsp, const char *key, int64 token, bool strict, const v
 	entry = cache_last_entry;
 	if (entry == NULL || strcmp(entry->key, key) != 0)
 	{
+		/*
+		 * Bounded: a backend that checks ever new keys (or keys that do not
+		 * exist) starts the cache afresh at LE_FENCE_CACHE_MAX entries.
+		 */
+		if (hash_get_num_entries(cache_lease_ids) >= LE_FENCE_CACHE_MAX &&
+			hash_search(cache_lease_ids, key, HASH_FIND, NULL) == NULL)
+		{
+			cache_stale = true;
+			le_fence_cache_prepare(nsp);
+		}
 		entry = (LeaseIdEntry *) hash_search(cache_lease_ids, key, HASH_ENTER, &found);
 		if (!found)
 		{

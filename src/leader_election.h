@@ -126,7 +126,7 @@ typedef struct LeaseStoreState
 	bool		locked;			/* this call locked the lease row (and maybe its fence) */
 	bool		tentative;		/* tid/locked_tuple were read, not locked (see le_store_lock) */
 	bool		must_lock;		/* a tentative write lost a race: lock from now on */
-	int64		idle_bound_us;	/* how long the transaction may then idle; 0: unbounded */
+	int64		idle_bound_us;	/* the transaction's deadline for the lease, from now; 0: none */
 	/* a grant's prune: rows found due before the lease row was written */
 	ItemPointerData *prune_tids;	/* le_lease_history rows to delete */
 	TimestampTz *prune_ends;	/* ... and their ended_at */
@@ -140,7 +140,7 @@ typedef struct LeaseStoreState
 
 extern void le_store_begin(LeaseStoreState *st, Oid fn_oid, const char *lease_key);
 extern void le_store_end(LeaseStoreState *st);
-extern void le_bound_idle_holder(int64 bound_us);
+extern void le_bound_idle_holder(const char *key, int64 bound_us);
 extern void le_store_create(LeaseStoreState *st, const char *key);
 extern int64 le_store_prune_all_history(LeaseStoreState *st, TimestampTz cutoff);
 extern void le_store_prune_plan(LeaseStoreState *st, int64 lease_id, TimestampTz *min_ended_at,

@@ -194,8 +194,9 @@ le_close_period(LeaseStoreState *st, const LeaseRow *old, TimestampTz now,
  * A call that locked the lease row and then changed nothing (it lost a race
  * decided on the version locked) keeps that lock, and the fence lock, until
  * its transaction ends, blocking the holder's renewals and fenced commits:
- * inside a transaction block, bound how long that transaction may then stay
- * idle by leader_election.lock_timeout (see le_bound_idle_holder).
+ * inside a transaction block, give the lease a deadline of
+ * leader_election.lock_timeout from now, past which a session waiting for
+ * its client is ended (see le_bound_idle_holder).
  */
 static void
 le_bound_refusal(LeaseStoreState *st)

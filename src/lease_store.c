@@ -94,10 +94,13 @@
 #include "utils/guc.h"
 #include "utils/json.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
+#include "utils/timeout.h"
 #include "utils/timestamp.h"
+#include "utils/wait_event.h"
 
 #include "compat.h"
 #include "leader_election.h"
@@ -481,44 +484,216 @@ le_store_end(LeaseStoreState *st)
 	SetUserIdAndSecContext(st->save_userid, st->save_sec_context);
 	le_lock_bound_end(st->lock_bounded);
 	error_context_stack = st->errcallback.previous;
-	if (st->locked && st->idle_bound_us > 0)
-		le_bound_idle_holder(st->idle_bound_us);
+	if (st->locked && st->idle_bound_us > 0 && st->lease_key != NULL)
+		le_bound_idle_holder(st->lease_key, st->idle_bound_us);
 }
 
 /*
- * A lease call that locked the lease row (and, to change the token or free
- * the lease, its fence lock) inside a transaction block keeps those locks
- * until the transaction ends.  A client that then stalls idle in that
- * transaction (paused process, dead host, forgotten COMMIT) would keep
+ * Bounding the holder's wait for its client.  A lease call that locked the
+ * lease row (and, to change the token or free the lease, its fence lock)
+ * inside a transaction block keeps those locks until the transaction ends.
+ * A client that then stalls (paused process, dead host, forgotten COMMIT,
+ * a pipeline that never sends its Sync, a result it never reads) would keep
  * every other candidate out for as long as it stays stalled, whatever the
- * lease's expiry says.  So lower idle_in_transaction_session_timeout, for
- * the rest of this transaction only, to bound_us (the ttl the call just
- * granted or renewed): a stalled holder's session then ends with its
- * transaction, which could not have committed usefully anyway (its
- * uncommitted period has run out too), and the next candidate gets the
- * lease within that bound.  The caller's own setting stays when shorter.
- * Outside transaction blocks the statement commits at once: nothing to do.
- * A session busy running statements (not idle) is not bounded by this.
+ * lease's expiry says.  So every such call sets a deadline for its lease:
+ * the end of the call plus the ttl it granted or renewed (plus
+ * leader_election.lock_timeout for a call that locked and then changed
+ * nothing).  A later call on the same lease in the same transaction
+ * replaces that lease's deadline; the transaction's deadline is the
+ * earliest over its leases.  From that deadline on, a timeout of our own
+ * (not a setting: nothing the session sets, resets or a pooler does undoes
+ * it) checks every LE_HOLDER_BOUND_POLL_MS whether the backend is waiting
+ * for its client (wait event ClientRead or ClientWrite: idle in the
+ * transaction, or stalled mid-pipeline, mid-COPY or mid-result); if it is,
+ * the session is ended as pg_terminate_backend() would end it, and
+ * le_holder_bound_emit_log rewords the FATAL to name the lease (25P03).  A
+ * backend busy running statements is left alone at that check and checked
+ * again at the next one.  Its uncommitted grant or renewal has run out by
+ * then, so nothing usable is lost; tokens it was shown are never issued
+ * again.  The deadline ends with the transaction (XactCallback); entries
+ * set only inside a subtransaction that rolls back go with it.
+ *
+ * Async-signal safety: the timeout handler runs in the SIGALRM handler.  It
+ * only reads the wait event (a plain word), sets flags and the latch.
+ */
+#define LE_HOLDER_BOUND_POLL_MS		50
+
+typedef struct HolderDeadline
+{
+	char	   *key;			/* in TopTransactionContext */
+	TimestampTz deadline;
+	SubTransactionId subid;		/* oldest subtransaction that set it */
+} HolderDeadline;
+
+static TimeoutId le_holder_timeout = MAX_TIMEOUTS;	/* not registered yet */
+static HolderDeadline *le_holder_deadlines = NULL;	/* of this transaction */
+static int	le_holder_n = 0;
+static int	le_holder_size = 0;
+static bool le_holder_armed = false;
+
+/* Set by the handler; read by le_holder_bound_emit_log. */
+static volatile sig_atomic_t le_holder_fired = false;
+
+/* What the FATAL names: the lease whose deadline is armed, and when. */
+static char le_holder_key[NAMEDATALEN * 2];
+static TimestampTz le_holder_when = 0;
+static emit_log_hook_type le_prev_emit_log_hook = NULL;
+
+/* SIGALRM context: end the session only while it waits for its client. */
+static void
+le_holder_bound_handler(void)
+{
+	uint32		wait = *(volatile uint32 *) my_wait_event_info;
+
+	if (wait == WAIT_EVENT_CLIENT_READ || wait == WAIT_EVENT_CLIENT_WRITE)
+	{
+		le_holder_fired = true;
+		ProcDiePending = true;
+		InterruptPending = true;
+	}
+	SetLatch(MyLatch);
+}
+
+/*
+ * The FATAL that ProcessInterrupts raises for ProcDiePending says
+ * "administrator command": when our timeout set it, say what happened.
+ */
+static void
+le_holder_bound_emit_log(ErrorData *edata)
+{
+	if (le_holder_fired && edata->elevel == FATAL &&
+		edata->sqlerrcode == ERRCODE_ADMIN_SHUTDOWN)
+	{
+		edata->sqlerrcode = ERRCODE_IDLE_IN_TRANSACTION_SESSION_TIMEOUT;
+		edata->message = psprintf("terminating connection because its transaction kept lease \"%s\" locked past %s while waiting for the client",
+								  le_holder_key, timestamptz_to_str(le_holder_when));
+		edata->detail = pstrdup("A transaction that granted, renewed, released or locked a lease ends by the ttl the call granted (leader_election.lock_timeout after a call that changed nothing) once it waits for its client; other candidates wait for the locks it holds.");
+		edata->hint = pstrdup("Commit right after le_acquire(), le_renew() or le_release(), or call them in autocommit mode.");
+	}
+	if (le_prev_emit_log_hook)
+		le_prev_emit_log_hook(edata);
+}
+
+/* Arm our timeout at the earliest deadline of the transaction, or disarm it. */
+static void
+le_holder_bound_rearm(void)
+{
+	int			min = -1;
+
+	for (int i = 0; i < le_holder_n; i++)
+		if (min < 0 || le_holder_deadlines[i].deadline < le_holder_deadlines[min].deadline)
+			min = i;
+	if (min < 0)
+	{
+		if (le_holder_armed)
+			disable_timeout(le_holder_timeout, false);
+		le_holder_armed = false;
+		return;
+	}
+	strlcpy(le_holder_key, le_holder_deadlines[min].key, sizeof(le_holder_key));
+	le_holder_when = le_holder_deadlines[min].deadline;
+	enable_timeout_every(le_holder_timeout, le_holder_when, LE_HOLDER_BOUND_POLL_MS);
+	le_holder_armed = true;
+}
+
+/* The transaction ended: so did its locks and its deadlines. */
+static void
+le_holder_bound_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PREPARE:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			if (le_holder_armed)
+				disable_timeout(le_holder_timeout, false);
+			le_holder_armed = false;
+			le_holder_deadlines = NULL; /* TopTransactionContext goes */
+			le_holder_n = le_holder_size = 0;
+			break;
+		default:
+			break;
+	}
+}
+
+/*
+ * A subtransaction rolled back: so did the locks of the lease calls made
+ * only inside it (subtransaction ids of this one and of its children are
+ * at least its own).
+ */
+static void
+le_holder_bound_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+								 SubTransactionId parentSubid, void *arg)
+{
+	int			kept = 0;
+
+	if (event != SUBXACT_EVENT_ABORT_SUB || le_holder_n == 0)
+		return;
+	for (int i = 0; i < le_holder_n; i++)
+		if (le_holder_deadlines[i].subid < mySubid)
+			le_holder_deadlines[kept++] = le_holder_deadlines[i];
+	if (kept == le_holder_n)
+		return;
+	le_holder_n = kept;
+	le_holder_bound_rearm();
+}
+
+/*
+ * Set the deadline of the lease key, locked by the current transaction
+ * block, to now + bound_us (see above).  Outside transaction blocks the
+ * statement commits at once: nothing to do.
  */
 void
-le_bound_idle_holder(int64 bound_us)
+le_bound_idle_holder(const char *key, int64 bound_us)
 {
-	int64		bound_ms;
-	char		value[32];
+	TimestampTz deadline;
+	SubTransactionId subid;
+	int			i;
 
 	if (!IsTransactionBlock())
 		return;
-	bound_ms = (bound_us + 999) / 1000;
-	if (bound_ms < 1)
-		bound_ms = 1;
-	if (bound_ms > INT_MAX)
-		bound_ms = INT_MAX;
-	if (IdleInTransactionSessionTimeout > 0 && IdleInTransactionSessionTimeout <= bound_ms)
-		return;
-	snprintf(value, sizeof(value), INT64_FORMAT, bound_ms);
-	(void) set_config_option("idle_in_transaction_session_timeout", value,
-							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_LOCAL,
-							 true, 0, false);
+	if (le_holder_timeout == MAX_TIMEOUTS)
+	{
+		le_holder_timeout = RegisterTimeout(USER_TIMEOUT, le_holder_bound_handler);
+		RegisterXactCallback(le_holder_bound_xact_callback, NULL);
+		RegisterSubXactCallback(le_holder_bound_subxact_callback, NULL);
+		le_prev_emit_log_hook = emit_log_hook;
+		emit_log_hook = le_holder_bound_emit_log;
+	}
+	deadline = GetCurrentTimestamp() + bound_us;
+	subid = GetCurrentSubTransactionId();
+
+	/* The last lease called is the likeliest to be called again. */
+	for (i = le_holder_n - 1; i >= 0; i--)
+		if (strcmp(le_holder_deadlines[i].key, key) == 0)
+			break;
+	if (i < 0)
+	{
+		if (le_holder_n == le_holder_size)
+		{
+			int			size = le_holder_size == 0 ? 4 : le_holder_size * 2;
+
+			le_holder_deadlines = le_holder_deadlines == NULL ?
+				MemoryContextAlloc(TopTransactionContext, size * sizeof(HolderDeadline)) :
+				repalloc(le_holder_deadlines, size * sizeof(HolderDeadline));
+			le_holder_size = size;
+		}
+		i = le_holder_n++;
+		le_holder_deadlines[i].key = MemoryContextStrdup(TopTransactionContext, key);
+		le_holder_deadlines[i].subid = subid;
+	}
+	else if (subid < le_holder_deadlines[i].subid)
+		le_holder_deadlines[i].subid = subid;
+
+	/*
+	 * A later call replaces the lease's deadline.  A call in a
+	 * subtransaction that then rolls back leaves the deadline it set (the
+	 * lock of the outer call stays; bounded by the later deadline).
+	 */
+	le_holder_deadlines[i].deadline = deadline;
+	le_holder_bound_rearm();
 }
 
 /* Periods that ended before this are past the retention. */
@@ -619,10 +794,36 @@ static int64
 le_token_seq_next(Oid seqid)
 {
 	XLogRecPtr	before = XactLastRecEnd;
-	int64		value;
+	MemoryContext cxt = CurrentMemoryContext;
+	int64		value = 0;
 
-	/* We run as the extension owner, who owns the sequence. */
-	value = nextval_internal(seqid, true);
+	/*
+	 * We run as the extension owner, who owns the sequence.  Its MAXVALUE
+	 * is the last low-bits value a token can take: reaching it is the
+	 * documented exhaustion (22003), not nextval's own 2200H.  The error is
+	 * only replaced, never swallowed: the transaction still aborts.
+	 */
+	PG_TRY();
+	{
+		value = nextval_internal(seqid, true);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		if (edata->sqlerrcode != ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED)
+			PG_RE_THROW();
+		FlushErrorState();
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("sequence le_token_seq is exhausted"),
+				 errdetail("%s", edata->message),
+				 errhint("Tokens take values from 1 to " INT64_FORMAT " in each range; a new range starts only with a new timeline.",
+						 (INT64CONST(1) << LE_TIMELINE_SHIFT) - 1)));
+	}
+	PG_END_TRY();
 	if (XactLastRecEnd != before)
 		XLogFlush(XactLastRecEnd);
 	return value;

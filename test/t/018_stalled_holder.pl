@@ -2,14 +2,16 @@
 # that changed the lease: a client that calls le_acquire or le_renew inside
 # BEGIN ... and then stops (paused, dead host, forgotten COMMIT) keeps the
 # lease row locked (and, for a grant, the fence lock) until its transaction
-# ends.  The call lowers idle_in_transaction_session_timeout for the rest of
-# that transaction to the ttl it granted, so the stalled session ends and the
-# next candidate gets the lease within ttl + a small bound of the stall.
-# Before, every attempt failed with 55P03 for as long as the client stayed
-# stopped.  Rounds: a grant in an open transaction, a renewal in an open
-# transaction, each with the client process stopped by SIGSTOP; then that a
-# shorter setting of the caller's own is kept, and that autocommit calls
-# leave the setting alone.  The times measured are printed.
+# ends.  The call sets a deadline of the extension's own (the ttl it granted,
+# leader_election.lock_timeout for le_watch's new row): once it has passed
+# and the backend waits for its client, the session is ended, whatever the
+# session did to idle_in_transaction_session_timeout, and the next candidate
+# gets the lease within ttl + a small bound of the stall.  Rounds: a grant
+# and a renewal with the client stopped by SIGSTOP; a grant followed by SET
+# LOCAL, RESET and SET SESSION of idle_in_transaction_session_timeout, and
+# a new key's le_watch, each then idle; a holder busy past its deadline;
+# then that settings are left alone and that the deadline ends with the
+# transaction or its subtransaction.  The times measured are printed.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -53,68 +55,138 @@ BEGIN
 END $$;
 });
 
-my %setup = (
-	'grant in an open transaction' =>
-	  "BEGIN;\nSELECT 'token ' || fencing_token FROM le_acquire('stall-grant', 'A', '$ttl_s seconds');\n",
-	'renewal in an open transaction' =>
-	  "SELECT fencing_token AS tok FROM le_acquire('stall-renew', 'A', '$ttl_s seconds') \\gset\n"
-	  . "BEGIN;\nSELECT 'token ' || :tok || ' renewed ' || (le_renew('stall-renew', 'A', :tok, '$ttl_s seconds') IS NOT NULL);\n",
+# Each round: A's session sets up its open transaction, prints "ready N"
+# (N: the token it holds, 0 for none) and then stalls, stopped by SIGSTOP
+# or merely idle after undoing idle_in_transaction_session_timeout, which
+# must not matter: the bound is not a setting.
+my @rounds = (
+	{
+		name => 'grant in an open transaction',
+		key => 'stall-grant',
+		stop => 1,
+		setup => "BEGIN;\nSELECT 'ready ' || fencing_token FROM le_acquire('stall-grant', 'A', '$ttl_s seconds');\n",
+	},
+	{
+		name => 'renewal in an open transaction',
+		key => 'stall-renew',
+		stop => 1,
+		setup => "SELECT fencing_token AS tok FROM le_acquire('stall-renew', 'A', '$ttl_s seconds') \\gset\n"
+		  . "BEGIN;\nSELECT 'ready ' || :tok || ' renewed ' || (le_renew('stall-renew', 'A', :tok, '$ttl_s seconds') IS NOT NULL);\n",
+	},
+	{
+		name => 'grant, then SET LOCAL idle_in_transaction_session_timeout = 0',
+		key => 'stall-setlocal',
+		setup => "BEGIN;\nSELECT 'ready ' || fencing_token FROM le_acquire('stall-setlocal', 'A', '$ttl_s seconds') \\g /dev/null\n"
+		  . "SET LOCAL idle_in_transaction_session_timeout = 0;\nSELECT 'ready ' || fencing_token FROM le_leases WHERE lease_key = 'stall-setlocal';\n",
+	},
+	{
+		name => 'grant, then RESET idle_in_transaction_session_timeout',
+		key => 'stall-reset',
+		setup => "BEGIN;\nSELECT 'ready ' || fencing_token FROM le_acquire('stall-reset', 'A', '$ttl_s seconds') \\g /dev/null\n"
+		  . "RESET idle_in_transaction_session_timeout;\nSELECT 'ready ' || fencing_token FROM le_leases WHERE lease_key = 'stall-reset';\n",
+	},
+	{
+		name => 'grant, then SET SESSION idle_in_transaction_session_timeout = 0',
+		key => 'stall-session',
+		setup => "BEGIN;\nSELECT 'ready ' || fencing_token FROM le_acquire('stall-session', 'A', '$ttl_s seconds') \\g /dev/null\n"
+		  . "SET SESSION idle_in_transaction_session_timeout = 0;\nSELECT 'ready ' || fencing_token FROM le_leases WHERE lease_key = 'stall-session';\n",
+	},
+	{
+		name => 'le_watch of a new key, then SET LOCAL idle_in_transaction_session_timeout = 0',
+		key => 'stall-watch',
+		setup => "BEGIN;\nSELECT le_watch('stall-watch') \\g /dev/null\n"
+		  . "SET LOCAL idle_in_transaction_session_timeout = 0;\nSELECT 'ready 0';\n",
+	},
 );
-my %key = ('grant in an open transaction' => 'stall-grant', 'renewal in an open transaction' => 'stall-renew');
 
-for my $round (sort keys %setup)
+for my $r (@rounds)
+{
+	my $round = $r->{name};
+	my ($in, $out, $err) = ('', '', '');
+	my $timer = IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default);
+	my $a = IPC::Run::start(
+		[ 'psql', '-XAtq', '-d', $node->connstr('postgres') ],
+		'<', \$in, '>', \$out, '2>', \$err, $timer);
+	$in .= $r->{setup};
+	$a->pump until $out =~ /^ready (\d+)/m || $err =~ /ERROR/ || $timer->is_expired;
+	my ($old) = $out =~ /^ready (\d+)/m;
+	ok(defined $old, "$round: A holds the lease's locks inside its open transaction") or diag($err);
+	$old //= 0;
+	kill 'STOP', $a->{KIDS}[0]{PID} if $r->{stop};
+
+	# B campaigns every 50 ms for at most 10 s, from the moment A stalled.
+	my ($acquired, $token, $waited, $tries) = split /\|/,
+	  $node->safe_psql('postgres', "SELECT * FROM campaign('$r->{key}', 'B', 10)");
+	is($acquired, 't', "$round: B got the lease while A stays stalled");
+	ok(defined $token && $token > $old, "$round: B's token is higher than A's $old");
+	ok(defined $waited && $waited < $bound_s, "$round: B got it within ttl + 1.5 s of A's stall");
+	diag(sprintf("%s: new owner %.3f s after the holder stalled (ttl %d s, %d attempts)",
+		$round, $waited // -1, $ttl_s, $tries // 0));
+
+	$token = 0 unless defined $token && $token ne '';
+	kill 'CONT', $a->{KIDS}[0]{PID} if $r->{stop};
+	$in .= "SELECT 1;\n";
+	$a->finish;
+	like($err, qr/FATAL:  terminating connection because its transaction kept lease "$r->{key}" locked past/,
+		"$round: A's stalled session was ended by the server, naming the lease");
+	is($node->safe_psql('postgres',
+		"SELECT count(*) FROM le_lease_history WHERE lease_key = '$r->{key}' AND fencing_token = $token AND holder = 'B'"),
+		'1', "$round: the history shows B's period");
+}
+
+# A holder busy running a statement past its deadline is not ended during
+# it; once it waits for its client, it is.
 {
 	my ($in, $out, $err) = ('', '', '');
 	my $timer = IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default);
 	my $a = IPC::Run::start(
 		[ 'psql', '-XAtq', '-d', $node->connstr('postgres') ],
 		'<', \$in, '>', \$out, '2>', \$err, $timer);
-	$in .= $setup{$round} . "SELECT setting FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout';\n";
-	$a->pump until $out =~ /^token (\d+).*\n(\S+)\n/m || $err =~ /ERROR/ || $timer->is_expired;
-	my ($old, $setting) = $out =~ /^token (\d+).*\n(\S+)\n/m;
-	ok(defined $old, "$round: A holds the lease inside its open transaction") or diag($err);
-	is($setting, $ttl_s * 1000, "$round: the idle bound of A's transaction is its ttl");
-	$old //= 0;
-	kill 'STOP', $a->{KIDS}[0]{PID};
-
-	# B campaigns every 50 ms for at most 10 s, from the moment A stalled.
-	my ($acquired, $token, $waited, $tries) = split /\|/,
-	  $node->safe_psql('postgres', "SELECT * FROM campaign('$key{$round}', 'B', 10)");
-	is($acquired, 't', "$round: B got the lease while A stays stopped");
-	ok(defined $token && $token > $old, "$round: B's token is higher than A's $old");
-	ok(defined $waited && $waited < $bound_s, "$round: B got it within ttl + 1.5 s of A's stall");
-	diag(sprintf("%s: new owner %.3f s after the holder stalled (ttl %d s, %d attempts)",
-		$round, $waited // -1, $ttl_s, $tries // 0));
-
-	kill 'CONT', $a->{KIDS}[0]{PID};
-	$in .= "SELECT 1;\n";
+	$in .= "BEGIN;\nSELECT acquired FROM le_acquire('stall-busy', 'A', '$ttl_s seconds') \\g /dev/null\n"
+	  . "SELECT 'slept ' || pg_sleep(2);\n";
+	$a->pump until $out =~ /^slept/m || $err =~ /FATAL|ERROR/ || $timer->is_expired;
+	like($out, qr/^slept/m, 'a statement running past the deadline is not interrupted');
+	# psql learns of the end only when it sends the next statement.
+	select(undef, undef, undef, 0.5);
+	$in .= "SELECT 'after';\n";
 	$a->finish;
-	like($err, qr/idle-in-transaction timeout|terminating connection/,
-		"$round: A's stalled session was ended by the server");
-	is($node->safe_psql('postgres',
-		"SELECT count(*) FROM le_lease_history WHERE lease_key = '$key{$round}' AND fencing_token = $token AND holder = 'B'"),
-		'1', "$round: the history shows B's period");
+	like($err, qr/kept lease "stall-busy" locked past/, '... and the session ends once it waits for its client');
+	unlike($out, qr/^after/m, '... before it runs anything else');
 }
 
-# The caller's own shorter setting is kept; outside a transaction block
-# nothing is set.
+# The caller's settings are left alone; outside a transaction block nothing
+# is armed.
 is($node->safe_psql('postgres', q{
 SET idle_in_transaction_session_timeout = '300ms';
 BEGIN;
 SELECT acquired FROM le_acquire('stall-short', 'C', '10 seconds');
 SHOW idle_in_transaction_session_timeout;
 COMMIT;
-}), "t\n300ms", 'a shorter setting of the caller is kept');
+}), "t\n300ms", 'the caller\'s setting is left as it is');
 is($node->safe_psql('postgres', q{
-SELECT acquired FROM le_acquire('stall-auto', 'C', '10 seconds');
-SHOW idle_in_transaction_session_timeout;
-}), "t\n0", 'an autocommit call leaves the setting alone');
+SELECT acquired FROM le_acquire('stall-auto', 'C', '1 second');
+SELECT pg_sleep(1.5);
+SELECT 'alive';
+}), "t\n\nalive", 'an autocommit call arms nothing');
 is($node->safe_psql('postgres', q{
 BEGIN;
-SELECT acquired FROM le_acquire('stall-tx', 'C', '10 seconds');
+SELECT acquired FROM le_acquire('stall-tx', 'C', '1 second');
 COMMIT;
-SHOW idle_in_transaction_session_timeout;
-}), "t\n0", 'the bound ends with the transaction');
+SELECT pg_sleep(1.5);
+BEGIN;
+SELECT pg_sleep(0.2);
+SELECT 'alive';
+COMMIT;
+}), "t\n\n\nalive", 'the deadline ends with the transaction');
+is($node->safe_psql('postgres', q{
+BEGIN;
+SAVEPOINT s;
+SELECT acquired FROM le_acquire('stall-sub', 'C', '1 second');
+ROLLBACK TO SAVEPOINT s;
+SELECT pg_sleep(1.5);
+SELECT 'alive';
+COMMIT;
+}), "t\n\nalive", 'a deadline set in a rolled-back subtransaction goes with it');
 
 $node->stop;
 done_testing();
