@@ -1,6 +1,6 @@
--- Issue 9: the fence's per-backend shortcuts must never judge a row by
+-- G5, G12: the fence's per-backend shortcuts must never judge a row by
 -- another trigger's arguments, another lease or a column read from the
--- wrong place.  Since issue 9 the trigger remembers the last trigger's
+-- wrong place.  The trigger remembers the last trigger's
 -- parsed arguments and the last lease's entry (instead of looking them up
 -- for every statement), reads the token from the executor's slot, and
 -- skips later rows of a command on the first row's check.

@@ -1,4 +1,4 @@
--- Rule 7: a refused acquire only reads (no transaction id, so no row lock,
+-- G12: a refused acquire only reads (no transaction id, so no row lock,
 -- no commit record and no commit flush; no WAL at all); renewals are HOT
 -- updates that change no indexed column, so constant renewal keeps the
 -- lease table small.

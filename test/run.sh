@@ -8,9 +8,9 @@
 #   test/run.sh regress          only pg_regress (sql/)
 #   test/run.sh isolation        only isolation specs (test/specs/)
 #   test/run.sh tap [FILES...]   only TAP tests (test/t/), or the ones named
-#   test/run.sh bench            the benchmark of issue 9 (test/bench/run.sh; no timing
+#   test/run.sh bench            the benchmark (test/bench/run.sh; no timing
 #                                assertion, prints a table; not part of "everything")
-#   test/run.sh bench-scale      the scale benchmark of issue 9 (test/bench/scale.sh:
+#   test/run.sh bench-scale      the scale benchmark (test/bench/scale.sh:
 #                                1M leases, 200 candidates on one key, constant renewal,
 #                                history churn; ~7 min; no timing assertion, not part of
 #                                "everything"; SCALE_LEASES, RENEWALS, ... shrink it)

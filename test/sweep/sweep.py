@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Bad-input and misuse sweep of extension leader_election (issue 10, part 3).
+"""Bad-input and misuse sweep of extension leader_election (G6).
 
 Generated, not hand-listed: every SQL function of the installed extension is
 read from pg_proc/pg_depend at run time (argument names and types from

@@ -1,4 +1,4 @@
-# Rule 3 of issue 2: tokens never repeat across pg_dump/pg_restore.  Lease
+# G3: tokens never repeat across pg_dump/pg_restore.  Lease
 # rows, tokens, the lease id sequence, the history and its id sequence of a database that
 # uses the extension are dumped (pg_extension_config_dump) and restored, in
 # custom format (pg_dump -Fc + pg_restore) and plain format (pg_dump + psql);

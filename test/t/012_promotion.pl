@@ -1,4 +1,4 @@
-# Rule 3 of issue 2, standby promotion and hot standby: grants the old
+# G3, standby promotion and hot standby: grants the old
 # primary acknowledged but never replicated must not let the promoted standby
 # issue the same or a lower token (tokens after a promotion jump to at least
 # (timeline - 1) << 40), whether the standby is asynchronous or synchronous

@@ -1,4 +1,4 @@
-# Issue 2, notifications of lease changes: a session listening on channel
+# G11, notifications of lease changes: a session listening on channel
 # leader_election receives exactly one notification per grant (event
 # "acquired") and per release ("released", "force_released"), delivered at
 # commit (with leader_election.notify = all; the default, releases, leaves

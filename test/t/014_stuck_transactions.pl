@@ -1,4 +1,4 @@
-# Rule 8 of issue 2 (no call waits without bound), across a server restart:
+# G7 (no call waits without bound), across a server restart:
 # a PREPARE TRANSACTION that holds lease rows (a superuser's SELECT ... FOR
 # UPDATE of le_lease: the API itself refuses to prepare a lease change or a
 # fenced transaction, 0A000, checked first) survives a clean restart and a

@@ -1,4 +1,4 @@
-# Rule 3 of issue 2: tokens never repeat across pg_upgrade.  The upgraded
+# G3: tokens never repeat across pg_upgrade.  The upgraded
 # cluster keeps every lease, token and history row; its holders keep their
 # leases; and because pg_upgrade gives the data a new system identifier (and
 # starts the WAL again on timeline 1), the first grant of each key moves to a

@@ -1,4 +1,4 @@
-# Issue 7, item 12: an acknowledged le_release or le_force_release survives
+# G3 and G4: an acknowledged le_release or le_force_release survives
 # an immediate stop right after it, even with synchronous_commit = off and a
 # slow WAL writer: after recovery the lease is free, its history row is
 # ended with the right reason, and a write with the old token is rejected

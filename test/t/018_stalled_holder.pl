@@ -1,4 +1,4 @@
-# Liveness (invariant 5) when the holder itself stalls inside a transaction
+# G9 (liveness) when the holder itself stalls inside a transaction
 # that changed the lease: a client that calls le_acquire or le_renew inside
 # BEGIN ... and then stops (paused, dead host, forgotten COMMIT) keeps the
 # lease row locked (and, for a grant, the fence lock) until its transaction
@@ -62,38 +62,38 @@ my %setup = (
 );
 my %key = ('grant in an open transaction' => 'stall-grant', 'renewal in an open transaction' => 'stall-renew');
 
-for my $round (sort keys %setup)
+for my $case (sort keys %setup)
 {
 	my ($in, $out, $err) = ('', '', '');
 	my $timer = IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default);
 	my $a = IPC::Run::start(
 		[ 'psql', '-XAtq', '-d', $node->connstr('postgres') ],
 		'<', \$in, '>', \$out, '2>', \$err, $timer);
-	$in .= $setup{$round} . "SELECT setting FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout';\n";
+	$in .= $setup{$case} . "SELECT setting FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout';\n";
 	$a->pump until $out =~ /^token (\d+).*\n(\S+)\n/m || $err =~ /ERROR/ || $timer->is_expired;
 	my ($old, $setting) = $out =~ /^token (\d+).*\n(\S+)\n/m;
-	ok(defined $old, "$round: A holds the lease inside its open transaction") or diag($err);
-	is($setting, $ttl_s * 1000, "$round: the idle bound of A's transaction is its ttl");
+	ok(defined $old, "$case: A holds the lease inside its open transaction") or diag($err);
+	is($setting, $ttl_s * 1000, "$case: the idle bound of A's transaction is its ttl");
 	$old //= 0;
 	kill 'STOP', $a->{KIDS}[0]{PID};
 
 	# B campaigns every 50 ms for at most 10 s, from the moment A stalled.
 	my ($acquired, $token, $waited, $tries) = split /\|/,
-	  $node->safe_psql('postgres', "SELECT * FROM campaign('$key{$round}', 'B', 10)");
-	is($acquired, 't', "$round: B got the lease while A stays stopped");
-	ok(defined $token && $token > $old, "$round: B's token is higher than A's $old");
-	ok(defined $waited && $waited < $bound_s, "$round: B got it within ttl + 1.5 s of A's stall");
+	  $node->safe_psql('postgres', "SELECT * FROM campaign('$key{$case}', 'B', 10)");
+	is($acquired, 't', "$case: B got the lease while A stays stopped");
+	ok(defined $token && $token > $old, "$case: B's token is higher than A's $old");
+	ok(defined $waited && $waited < $bound_s, "$case: B got it within ttl + 1.5 s of A's stall");
 	diag(sprintf("%s: new owner %.3f s after the holder stalled (ttl %d s, %d attempts)",
-		$round, $waited // -1, $ttl_s, $tries // 0));
+		$case, $waited // -1, $ttl_s, $tries // 0));
 
 	kill 'CONT', $a->{KIDS}[0]{PID};
 	$in .= "SELECT 1;\n";
 	$a->finish;
 	like($err, qr/idle-in-transaction timeout|terminating connection/,
-		"$round: A's stalled session was ended by the server");
+		"$case: A's stalled session was ended by the server");
 	is($node->safe_psql('postgres',
-		"SELECT count(*) FROM le_lease_history WHERE lease_key = '$key{$round}' AND fencing_token = $token AND holder = 'B'"),
-		'1', "$round: the history shows B's period");
+		"SELECT count(*) FROM le_lease_history WHERE lease_key = '$key{$case}' AND fencing_token = $token AND holder = 'B'"),
+		'1', "$case: the history shows B's period");
 }
 
 # The caller's own shorter setting is kept; outside a transaction block

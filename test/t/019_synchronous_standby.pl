@@ -1,4 +1,4 @@
-# Issue 10, durability under synchronous replication: when the operator
+# G3, durability under synchronous replication: when the operator
 # configured a synchronous standby, a grant, a renewal and a release are
 # acknowledged only once the standby has them, whatever synchronous_commit
 # the caller runs with (off or local, set per session or lowered with SET

@@ -1,4 +1,4 @@
-# Rule 1 (atomic acquisition) and rule 2/invariant 2 (tokens strictly rise,
+# G1 (atomic acquisition) and G3 (tokens strictly rise,
 # never repeat) under load: 10 pgbench clients acquire, renew and release
 # three leases with short ttls for about 10 seconds, so that leases are
 # released, lapse and are taken over, and holders whose lease lapsed

@@ -1,4 +1,4 @@
-# leader_election.history = off (sql/history_setting.sql has the rest): a
+# G12, leader_election.history = off (sql/history_setting.sql has the rest): a
 # backend remembers the periods it granted without a history row, so that
 # ending them does not look for one.  A grant that rolled back must not stay
 # remembered: after le_token_seq is set back by hand its token is drawn

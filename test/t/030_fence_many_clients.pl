@@ -1,4 +1,4 @@
-# Issue 3, many clients (rule 3): several writers with possibly stale tokens
+# G5, many clients: several writers with possibly stale tokens
 # and a client doing takeovers run at once; afterwards, using the commit
 # timestamps of the rows and of the history, no protected row with token T
 # committed after the transaction that ended T's period (a takeover's grant
@@ -44,8 +44,8 @@ my $secs = 8;
 # Writers use the current token, or (one time in four) the previous one, and
 # keep their transaction open a little before and after the write, so that
 # takeovers happen between reading the token and writing, and between the
-# write and the COMMIT.  Since the fence checks again at COMMIT (issue 7
-# item 4), a COMMIT can fail with LE001/LE002; psql goes on after an error
+# write and the COMMIT.  Since the fence checks again at COMMIT,
+# a COMMIT can fail with LE001/LE002; psql goes on after an error
 # (pgbench would abort the client), and the script stops after $secs.
 sub writer_script
 {

@@ -1,4 +1,4 @@
-# Issue 3 with rule 3 of issue 2 (state survives pg_dump/pg_restore): the
+# G5 and G10 with G3 (state survives pg_dump/pg_restore): the
 # scheduled jobs, their id sequence and the "highest accepted token" of
 # le_fence_advance are dumped and restored, so after a restore a job id is
 # not handed out twice, a schedule_key already created is not created again,

@@ -1,4 +1,4 @@
-# Rule 3 with a second extension: a fenced write made by another extension's
+# G5 with a second extension: a fenced write made by another extension's
 # PRE_COMMIT callback that runs after the fence's commit-time check (here
 # test/late_writer, loaded before leader_election, whose callbacks are then
 # called first) holds no fence lock and is never checked again; it must make

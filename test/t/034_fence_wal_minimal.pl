@@ -1,11 +1,11 @@
-# Rule 3 and the fence's commit-time shortcut (src/lease_rows.c,
+# G5 and the fence's commit-time shortcut (src/lease_rows.c,
 # le_store_row_unchanged): at COMMIT, once the fence lock is granted, the
 # fence trusts the row version its write read when that version's page still
 # has the LSN it had then.  With wal_level = minimal a relation whose file was
 # created in the same transaction is changed without WAL, so its pages keep
 # their LSN: ALTER TABLE le_lease SET TABLESPACE copies every page, LSNs
 # included, into a new file, and a takeover in that transaction rewrites the
-# lease row without moving the LSN (found by review, issue 9).  A writer
+# lease row without moving the LSN.  A writer
 # that wrote with the old token before the takeover must still fail at
 # COMMIT (LE001), and none of its rows may commit.
 use strict;

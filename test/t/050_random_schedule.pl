@@ -1,4 +1,4 @@
-# Issue 7, randomized schedule: five sessions driven from one program by a
+# G1, G3, G5, G9: randomized schedule: five sessions driven from one program by a
 # seeded random number generator take random lease, fence, job, pause,
 # VACUUM FULL, pg_terminate_backend and several-calls-per-statement steps
 # (test/random/le_random.py); its checker then proves from the database

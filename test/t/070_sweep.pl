@@ -1,4 +1,4 @@
-# Issue 10 part 3: the bad-input and misuse sweep (test/sweep/sweep.py) on a
+# G6: the bad-input and misuse sweep (test/sweep/sweep.py) on a
 # primary with a streaming hot standby.  The sweep calls every SQL function of
 # the installed extension (read from pg_proc at run time) with edge values of
 # each argument and in aborted, read-only and prepared transactions, several

@@ -1,4 +1,4 @@
-# Callbacks come from one place, in order (issue 8 item 6): two electors in
+# Callbacks come from one place, in order: two electors in
 # one process on one key with fast periods (ttl 400 ms) resign at random
 # for a few seconds while their on_renewed callbacks are slow (up to 40 ms,
 # like logging to a full pipe).  test/t/le_probe.c checks per elector that

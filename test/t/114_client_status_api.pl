@@ -1,4 +1,4 @@
-# Client library statuses and API (issue 8 items 7, 10, 11, 12, 14), with
+# Client library statuses and API, with
 # the probe program test/t/le_probe.c:
 #  - a callback that blocks (like a log write to a full pipe) does not stop
 #    renewals (before: on_renewed ran on the renewal thread; lost at ~1 s);
