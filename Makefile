@@ -42,6 +42,10 @@ $(OBJS): src/leader_election.h src/compat.h
 # "make", installed by "make install" into pg_config's bindir, libdir and
 # includedir.  It is not part of OBJS (src/*.c does not recurse).
 .PHONY: client install-client clean-client demo
+# PGXS assigns CFLAGS and CPPFLAGS; when they also come from the environment
+# (dpkg-buildpackage, a user's export), make would hand PGXS's server flags to
+# the client's make, which has flags of its own.
+unexport CFLAGS CPPFLAGS
 all: client
 client:
 	$(MAKE) -C src/client PG_CONFIG='$(PG_CONFIG)'
