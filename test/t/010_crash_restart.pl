@@ -14,12 +14,12 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use LeNode;
 use Time::HiRes qw(usleep);
 
-my $node = PostgreSQL::Test::Cluster->new('crash');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
+my $node = le_node('crash', conf => q{
 wal_writer_delay = 10s
 wal_writer_flush_after = 1GB
 checkpoint_timeout = 1h
@@ -27,8 +27,6 @@ max_wal_size = 1GB
 bgwriter_lru_maxpages = 0
 autovacuum = off
 });
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION leader_election');
 
 # Every token acknowledged so far, for the "never repeats" check.
 my @acknowledged;

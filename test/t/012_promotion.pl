@@ -13,12 +13,12 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use LeNode;
 use IPC::Run;
 
-my $primary = PostgreSQL::Test::Cluster->new('primary');
-$primary->init(allows_streaming => 1);
-$primary->start;
-$primary->safe_psql('postgres', 'CREATE EXTENSION leader_election');
+my $primary = le_node('primary', init => { allows_streaming => 1 });
 
 $primary->backup('base');
 my $standby = PostgreSQL::Test::Cluster->new('standby');

@@ -17,11 +17,11 @@ use JSON::PP;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use LeNode;
 
-my $node = PostgreSQL::Test::Cluster->new('notify');
-$node->init(extra => [ '--encoding=UTF8', '--locale=C' ]);
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION leader_election');
+my $node = le_node('notify', init => { extra => [ '--encoding=UTF8', '--locale=C' ] });
 
 # The default is releases; grants are announced with all, set for this test.
 is($node->safe_psql('postgres',

@@ -13,11 +13,11 @@ use Cwd;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use LeNode;
 
-my $old = PostgreSQL::Test::Cluster->new('old');
-$old->init;
-$old->start;
-$old->safe_psql('postgres', 'CREATE EXTENSION leader_election');
+my $old = le_node('old');
 for my $i (1 .. 4)
 {
 	my $t = $old->safe_psql('postgres', "SELECT fencing_token FROM le_acquire('k', 'o-$i', '1 minute')");

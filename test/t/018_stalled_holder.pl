@@ -15,17 +15,16 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use LeNode;
 use IPC::Run;
 
 my $ttl_s = 1;
 my $bound_s = $ttl_s + 1.5;
 
-my $node = PostgreSQL::Test::Cluster->new('stalled_holder');
-$node->init;
-$node->append_conf('postgresql.conf', "leader_election.lock_timeout = '1s'\n");
-$node->start;
+my $node = le_node('stalled_holder', conf => "leader_election.lock_timeout = '1s'\n");
 $node->safe_psql('postgres', q{
-CREATE EXTENSION leader_election;
 -- le_acquire every 50 ms until granted or max_s seconds passed; 55P03 counts
 -- as a refusal.
 CREATE FUNCTION campaign(key text, owner text, max_s int,

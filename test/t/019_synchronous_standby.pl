@@ -16,13 +16,13 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use LeNode;
 use IPC::Run;
 use Time::HiRes qw(usleep);
 
-my $primary = PostgreSQL::Test::Cluster->new('primary');
-$primary->init(allows_streaming => 1);
-$primary->start;
-$primary->safe_psql('postgres', 'CREATE EXTENSION leader_election');
+my $primary = le_node('primary', init => { allows_streaming => 1 });
 $primary->safe_psql('postgres', 'CREATE TABLE plain (i int)');
 
 $primary->backup('base');

@@ -13,16 +13,15 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use LeNode;
 use IPC::Run;
 
 my $clients = 10;
 my $seconds = 10;
 
-my $node = PostgreSQL::Test::Cluster->new('many_clients');
-$node->init;
-$node->append_conf('postgresql.conf', "max_connections = 40\n");
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION leader_election');
+my $node = le_node('many_clients', conf => "max_connections = 40\n");
 
 # Owner ids are per client ('c<client>-<1..3>'), so a client sometimes
 # campaigns again under the id whose lease just lapsed or was released.

@@ -14,14 +14,16 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use LeNode;
 
 my ($lib) = glob('/usr/lib/*/faketime/libfaketime.so.1');
 plan skip_all => 'libfaketime is not installed (apt-get install faketime; test/lib/prereq.sh does)'
   unless $lib;
 
-my $node = PostgreSQL::Test::Cluster->new('histclock');
-$node->init;
-$node->append_conf('postgresql.conf', "autovacuum = off\n");
+# Started below under faketime, so created here without the extension.
+my $node = le_node('histclock', conf => "autovacuum = off\n", start => 0);
 my $clock = $node->basedir . '/faketime';
 open(my $fh, '>', $clock) or die "cannot write $clock: $!";
 print $fh "+0\n";

@@ -9,20 +9,19 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use LeNode;
 use IPC::Run;
 
-my $node = PostgreSQL::Test::Cluster->new('fence_many');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
+my $node = le_node('fence_many', conf => qq{
 track_commit_timestamp = on
 max_connections = 30
 lock_timeout = 0
 leader_election.lock_timeout = '20s'
 });
-$node->start;
 
 $node->safe_psql('postgres', q{
-CREATE EXTENSION leader_election;
 CREATE TABLE ledger (id bigserial PRIMARY KEY, writer int NOT NULL,
                      fencing_token bigint NOT NULL);
 SELECT le_protect('ledger', 'many');

@@ -8,13 +8,13 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use LeNode;
 
-my $node = PostgreSQL::Test::Cluster->new('fence_dump');
-$node->init;
-$node->start;
+my $node = le_node('fence_dump');
 
 $node->safe_psql('postgres', q{
-CREATE EXTENSION leader_election;
 SELECT acquired FROM le_acquire('sched', 'leader', '10 minutes');
 SELECT le_schedule_job('sched', 1, 'job-' || i, 'work', clock_timestamp()) FROM generate_series(1, 3) AS i;
 SELECT le_fence_advance('external', 7);

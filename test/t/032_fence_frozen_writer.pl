@@ -12,20 +12,19 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use LeNode;
 use IPC::Run;
 use Time::HiRes qw(usleep);
 
 my $ttl_s = 1;
 my $bound_s = $ttl_s + 1;
 
-my $node = PostgreSQL::Test::Cluster->new('frozen_writer');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
+my $node = le_node('frozen_writer', conf => qq{
 leader_election.lock_timeout = '2s'
 });
-$node->start;
 $node->safe_psql('postgres', q{
-CREATE EXTENSION leader_election;
 CREATE TABLE ledger (id bigserial PRIMARY KEY, phase text NOT NULL, fencing_token bigint NOT NULL);
 SELECT le_protect('ledger', 'frozen');
 -- le_acquire every 50 ms until granted or max_s seconds passed; 55P03 counts

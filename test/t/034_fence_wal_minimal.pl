@@ -13,19 +13,18 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use LeNode;
 use IPC::Run;
 
-my $node = PostgreSQL::Test::Cluster->new('wal_minimal');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
+my $node = le_node('wal_minimal', conf => qq{
 wal_level = minimal
 max_wal_senders = 0
 });
-$node->start;
 my $ts = PostgreSQL::Test::Utils::tempdir();
 $node->safe_psql('postgres', qq{
 CREATE TABLESPACE moved LOCATION '$ts';
-CREATE EXTENSION leader_election;
 CREATE TABLE data (id int, fencing_token bigint NOT NULL);
 SELECT le_protect('data', 'k');
 });

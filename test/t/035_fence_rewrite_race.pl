@@ -14,17 +14,16 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use LeNode;
 use IPC::Run;
 
-my $node = PostgreSQL::Test::Cluster->new('rewrite_race');
 # wal_level = replica (at minimal the page LSNs vouch for nothing); shared
 # buffers large enough that the CLUSTER's own work does not evict the old
 # file's lease page before the writer's COMMIT looks at it.
-$node->init(allows_streaming => 1);
-$node->append_conf('postgresql.conf', "autovacuum = off\nshared_buffers = 128MB\n");
-$node->start;
+my $node = le_node('rewrite_race', init => { allows_streaming => 1 }, conf => "autovacuum = off\nshared_buffers = 128MB\n");
 $node->safe_psql('postgres', q{
-CREATE EXTENSION leader_election;
 CREATE TABLE warm (id serial PRIMARY KEY, note text, fencing_token bigint NOT NULL);
 SELECT le_protect('warm', 'kw');
 });

@@ -9,14 +9,14 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use LeNode;
 
 my $pgbouncer = '/usr/sbin/pgbouncer';
 plan skip_all => "pgbouncer not installed at $pgbouncer" unless -x $pgbouncer;
 
-my $node = PostgreSQL::Test::Cluster->new('main');
-$node->init;
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION leader_election');
+my $node = le_node('main');
 
 # PgBouncer with two server connections in transaction mode, on a Unix socket.
 my $dir = PostgreSQL::Test::Utils::tempdir;

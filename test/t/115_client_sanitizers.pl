@@ -1,6 +1,6 @@
 # The client library under AddressSanitizer/LeakSanitizer/UBSan and
 # ThreadSanitizer: the probe program
-# (test/t/le_probe.c) is built against a copy of the library built with
+# (test/c/le_probe.c) is built against a copy of the library built with
 # src/client/Makefile's SANITIZE= (LeClientTest::build_probe) and runs
 # the modes that exercise most code paths (api: period fd, request_stop,
 # observer, free lease; order: fast periods and resigns; status: errors and
