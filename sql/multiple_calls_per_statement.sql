@@ -1,4 +1,4 @@
--- Every SQL function of the extension called several times in one
+-- G6: Every SQL function of the extension called several times in one
 -- statement: in one select list, in FROM, with LATERAL and over
 -- generate_series.  Each call's result must be its own (a result built in
 -- memory that SPI frees at the end of the call crashed the backend, or showed

@@ -1,4 +1,4 @@
-# A hung renewal connection (its server process frozen with SIGSTOP):
+# G9: A hung renewal connection (its server process frozen with SIGSTOP):
 #  1. alone: one hung attempt must not use all the retry room.
 #     With ttl 3 s and the default 5 s statement timeout, an attempt
 #     gets at most half the time left, then a new connection renews: the

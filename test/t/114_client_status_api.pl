@@ -1,4 +1,4 @@
-# Client library statuses and API, with
+# G6: Client library statuses and API, with
 # the probe program test/c/le_probe.c:
 #  - a callback that blocks (like a log write to a full pipe) does not stop
 #    renewals (before: on_renewed ran on the renewal thread; lost at ~1 s);

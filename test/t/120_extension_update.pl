@@ -1,4 +1,4 @@
-# Upgrade scripts: every installable version, updated with ALTER EXTENSION
+# G3: Upgrade scripts: every installable version, updated with ALTER EXTENSION
 # leader_election UPDATE, must end in exactly the objects of a fresh install
 # of the newest version (default_version).  1.0 is the base install script;
 # later versions ship only upgrade scripts leader_election--X--Y.sql, so
