@@ -4,7 +4,7 @@
 #   make install         install both (root, or a writable PostgreSQL tree)
 #   make installcheck    regression, isolation and TAP tests, each against a
 #                        throwaway server of its own (run as a non-root user)
-#   test/run.sh          the whole suite from scratch; see README.md
+#   test/run.sh          the whole suite from scratch; see CONTRIBUTING.md
 
 EXTENSION    = leader_election
 EXTVERSION   = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(EXTENSION).control)
