@@ -4,7 +4,7 @@
 #   make install         install both (root, or a writable PostgreSQL tree)
 #   make installcheck    regression, isolation and TAP tests, each against a
 #                        throwaway server of its own (run as a non-root user)
-#   test/run.sh          the whole suite from scratch; see README.md
+#   test/run.sh          the whole suite from scratch; see CONTRIBUTING.md
 
 EXTENSION    = leader_election
 EXTVERSION   = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(EXTENSION).control)
@@ -42,6 +42,10 @@ $(OBJS): src/leader_election.h src/compat.h
 # "make", installed by "make install" into pg_config's bindir, libdir and
 # includedir.  It is not part of OBJS (src/*.c does not recurse).
 .PHONY: client install-client clean-client demo
+# PGXS assigns CFLAGS and CPPFLAGS; when they also come from the environment
+# (dpkg-buildpackage, a user's export), make would hand PGXS's server flags to
+# the client's make, which has flags of its own.
+unexport CFLAGS CPPFLAGS
 all: client
 client:
 	$(MAKE) -C src/client PG_CONFIG='$(PG_CONFIG)'

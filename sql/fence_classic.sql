@@ -1,7 +1,7 @@
--- Issue 3, "done when": the classic fencing scenario.  Leader A holds token
+-- G5: the classic fencing scenario.  Leader A holds token
 -- 41 and pauses (a GC pause, a SIGSTOP) past its ttl; B acquires token 42
 -- and writes; A resumes and writes with 41: the database refuses it and
--- nothing of A's late write is stored (rule 3: no protected write commits
+-- nothing of A's late write is stored (G5: no protected write commits
 -- with a token older than the lease's current one).
 CREATE EXTENSION leader_election;
 \set VERBOSITY terse

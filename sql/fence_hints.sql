@@ -1,4 +1,4 @@
--- Issue 7 item 7: the fence caches, per backend, where (heap TID) the lease
+-- G5, G12: the fence caches, per backend, where (heap TID) the lease
 -- row of a key was last found.  VACUUM FULL, CLUSTER and TRUNCATE of
 -- le_lease, and a plain VACUUM that truncates empty trailing pages, can
 -- leave that block past the end of the table; before the fix every later

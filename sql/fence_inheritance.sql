@@ -1,4 +1,4 @@
--- A fenced table with plain inheritance children (not partitions): row
+-- G5: A fenced table with plain inheritance children (not partitions): row
 -- triggers of the parent do not fire for child rows reached through it, so
 -- le_protect attaches the fence to every child too; le_unprotect removes it.
 CREATE EXTENSION leader_election;

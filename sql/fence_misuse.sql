@@ -1,5 +1,5 @@
--- Issue 3, fence misuse: every wrong way to attach or call the fence gets a
--- clear error with its SQLSTATE, never a silent pass (rule 4).
+-- G6, fence misuse: every wrong way to attach or call the fence gets a
+-- clear error with its SQLSTATE, never a silent pass.
 CREATE EXTENSION leader_election;
 \set VERBOSITY terse
 \set ON_ERROR_STOP 0
@@ -52,7 +52,7 @@ SELECT count(*) AS fences_on_extension_tables FROM pg_trigger
 SELECT acquired FROM le_acquire('misuse-after', 'a', '1 minute');
 SELECT count(*) AS triggers_after_errors FROM pg_trigger WHERE tgrelid = 't'::regclass;
 
--- Issue 7 item 5: only bigint token columns.  Tokens jump to 2^40 and
+-- Only bigint token columns.  Tokens jump to 2^40 and
 -- above after a promotion, a point-in-time recovery or a restore into
 -- another cluster, so integer and smallint columns are refused (42804), by
 -- le_protect and by a trigger attached by hand (at the first write).

@@ -1,8 +1,8 @@
--- Issue 3, fence modes and roles: strict mode (the writer's role must be the
+-- G5 and G8, fence modes and roles: strict mode (the writer's role must be the
 -- role that acquired the lease), ordinary roles writing through the
 -- trigger without any privilege on the lease tables, the "highest accepted
--- token" fence (le_fence_advance, function and trigger mode; issue 7 item
--- 9: only the resource's owner role may advance it, administrators reset
+-- token" fence (le_fence_advance, function and trigger mode;
+-- only the resource's owner role may advance it, administrators reset
 -- and assign), partitioned tables, and leader_election.fencing_token set
 -- before the library loads.
 CREATE EXTENSION leader_election;
@@ -101,7 +101,7 @@ COMMIT;
 SELECT count(*) FROM ext_t;
 SELECT resource, highest_token FROM le_fence_resource ORDER BY resource;
 
--- Issue 7 item 9: a resource belongs to the role that first advanced it
+-- G8: a resource belongs to the role that first advanced it
 -- (here the superuser running the test) or that an administrator assigned;
 -- other roles cannot push it to 2^63-1 and lock its writers out.
 SELECT resource, owner_role = current_user AS mine FROM le_fence_resource ORDER BY resource;
@@ -216,7 +216,7 @@ SELECT tgrelid::regclass AS rel, tgname FROM pg_trigger
  WHERE tgrelid IN ('parted'::regclass, 'parted_1'::regclass) ORDER BY 1, 2;
 SELECT * FROM parted;
 
--- Maintenance of a protected table without a token (issue 7 item 13, the
+-- Maintenance of a protected table without a token (the
 -- path documented in doc/fence.md): the fence applies to superusers too;
 -- unprotect, TRUNCATE and protect again in one transaction, or skip the
 -- triggers with session_replication_role.

@@ -1,4 +1,4 @@
--- Issue 7 item 10: an UPDATE that moves a row of a fenced partitioned table
+-- G5: an UPDATE that moves a row of a fenced partitioned table
 -- to another partition deletes it from the old partition, which fires the
 -- fence's DELETE trigger there.  Before the fix that DELETE needed
 -- leader_election.fencing_token and the UPDATE failed with 22004; now the

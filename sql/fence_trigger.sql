@@ -1,6 +1,6 @@
--- Issue 3, fence trigger: le_protect attaches le_fence; writes are accepted
--- only with the lease's current token while the lease is held (rule 3), and
--- every refusal has its documented SQLSTATE (rule 4).
+-- G5 and G6, fence trigger: le_protect attaches le_fence; writes are accepted
+-- only with the lease's current token while the lease is held (G5), and
+-- every refusal has its documented SQLSTATE (G6).
 CREATE EXTENSION leader_election;
 \set VERBOSITY terse
 \set ON_ERROR_STOP 0

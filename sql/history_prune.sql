@@ -1,4 +1,4 @@
--- A grant prunes its lease's history rows that ended longer ago than
+-- G12: A grant prunes its lease's history rows that ended longer ago than
 -- leader_election.history_retention.  The lease row's history_min_ended_at
 -- says when a row can next be due and the grant skips the scan until then:
 -- these steps check that the shortcut never keeps a row past its due time,

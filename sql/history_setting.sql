@@ -1,4 +1,4 @@
--- leader_election.history = off: a grant records no period in
+-- G12: leader_election.history = off: a grant records no period in
 -- le_lease_history, and the end of such a period writes nothing either.
 -- The session that was granted the period does not even look for its row
 -- (no scan of the history's index), also after the setting went back on;

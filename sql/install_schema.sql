@@ -1,4 +1,4 @@
--- Installing into a schema whose name needs quoting: the install script's
+-- G8: Installing into a schema whose name needs quoting: the install script's
 -- regclass literals, the C code's schema-qualified statements and the fence's
 -- direct reads must all find the extension's own objects there, and nothing
 -- may land in public.

@@ -1,9 +1,8 @@
--- Issue 3, scheduled jobs: exactly-once creation fenced by the lease,
+-- G10, scheduled jobs: exactly-once creation fenced by the lease,
 -- claiming by workers without a lease, visibility timeout for vanished
 -- workers, completion only by the claiming worker, retries with backoff up
--- to max_attempts (rules 3 and 4).  Issue 7: backoff never overflows
--- (item 8); the read-only view le_jobs and le_grant(role, 'work') for
--- worker roles, internal helpers not API (item 13).  Tokens are captured
+-- to max_attempts (G5 and G6).  Backoff never overflows; the read-only view le_jobs and le_grant(role, 'work') for
+-- worker roles, internal helpers not API (G8).  Tokens are captured
 -- with \gset and compared, never written literally.
 CREATE EXTENSION leader_election;
 \set VERBOSITY terse
@@ -134,7 +133,7 @@ UPDATE le_scheduled_jobs SET available_at = clock_timestamp() - interval '1 seco
 SELECT count(*) AS claimed FROM le_claim_jobs('worker-8', 1, '1 minute', ARRAY['once']);
 SELECT status, attempts, last_error FROM le_scheduled_jobs WHERE schedule_key = 'once';
 
--- Issue 7 item 8: the backoff of a job failed 60+ times.  retry_delay x
+-- G6: the backoff of a job failed 60+ times.  retry_delay x
 -- 2^(attempts-1) overflowed the interval from about 41 attempts, so the
 -- failure could not be recorded; it is capped at a day, and the next run is
 -- in the future.  (attempts set directly to get there fast.)
@@ -221,7 +220,7 @@ SELECT count(*) FROM le_jobs;
 SELECT * FROM le_claim_jobs('w');
 \echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
--- Issue 7 item 13: one call gives a worker role all it needs: claim,
+-- G8: one call gives a worker role all it needs: claim,
 -- complete, fail, and read the jobs through le_jobs.
 SELECT le_grant('regress_le_worker', 'work');
 SELECT le_schedule_job('billing-scheduler', :t2, 'billing:2026-12-03', 'billing', clock_timestamp() - interval '1 second');

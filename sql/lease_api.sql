@@ -1,4 +1,4 @@
--- Rule 1, 3, 4: the lease API contract, on one session with clock-based expiry.
+-- G1, G2, G3, G4: the lease API contract, on one session with clock-based expiry.
 CREATE EXTENSION leader_election;
 \set VERBOSITY terse
 

@@ -1,6 +1,6 @@
--- Rule 6 / invariant 4: every bad input of le_acquire, le_renew, le_release
+-- G6: every bad input of le_acquire, le_renew, le_release
 -- and le_force_release gets a documented SQLSTATE, changes nothing, and
--- leaves the backend alive.  Rule 3: token overflow is an error, not a wrap.
+-- leaves the backend alive.  G3: token overflow is an error, not a wrap.
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS leader_election;
 RESET client_min_messages;
@@ -153,7 +153,7 @@ SELECT t.label, r.* FROM (VALUES
 RESET leader_election.max_ttl;
 SHOW leader_election.max_ttl;
 
--- Token overflow (rule 3): the last token issued is 2^63-1; the next grant
+-- Token overflow (G3): the last token issued is 2^63-1; the next grant
 -- fails with 22003 and changes nothing, neither the row nor the history.
 SELECT acquired, fencing_token FROM le_acquire('err-ovf', 'a', '1 hour');
 SELECT le_release('err-ovf', 'a', pg_temp.tok('err-ovf')) AS released;

@@ -1,10 +1,10 @@
--- Rule 5: ordinary roles cannot forge lease state.  No direct writes to the
+-- G8: ordinary roles cannot forge lease state.  No direct writes to the
 -- extension's tables or sequence; the API only after GRANT; a lease belongs
 -- to the role that acquired it (another role cannot renew, release or
 -- re-acquire it, even with the right owner id and token); the admin
 -- functions are not executable by PUBLIC; every function pins search_path
 -- and a search_path hijack changes nothing; the extension is not trusted.
--- Issue 7 item 13: le_grant(role, use) gives a role everything one use
+-- G8: le_grant(role, use) gives a role everything one use
 -- needs (each use exercised below by a role that had nothing before);
 -- internal helpers are named _le_*, commented as internal and closed; the
 -- view le_jobs is not readable by PUBLIC.

@@ -1,4 +1,4 @@
--- Invariant 2: a token that was returned to anyone is never issued again,
+-- G3: a token that was returned to anyone is never issued again,
 -- also when the transaction (or savepoint) that was granted it rolls back.
 -- Tokens come from the sequence le_token_seq, shared by every key, so they
 -- rise but not by one per key; new_period tells a new ownership period from

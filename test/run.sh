@@ -8,12 +8,18 @@
 #   test/run.sh regress          only pg_regress (sql/)
 #   test/run.sh isolation        only isolation specs (test/specs/)
 #   test/run.sh tap [FILES...]   only TAP tests (test/t/), or the ones named
-#   test/run.sh bench            the benchmark of issue 9 (test/bench/run.sh; no timing
+#   test/run.sh bench            the benchmark (test/bench/run.sh; no timing
 #                                assertion, prints a table; not part of "everything")
-#   test/run.sh bench-scale      the scale benchmark of issue 9 (test/bench/scale.sh:
+#   test/run.sh bench-scale      the scale benchmark (test/bench/scale.sh:
 #                                1M leases, 200 candidates on one key, constant renewal,
 #                                history churn; ~7 min; no timing assertion, not part of
 #                                "everything"; SCALE_LEASES, RENEWALS, ... shrink it)
+#   test/run.sh package          builds the Debian package (debian/), installs it
+#                                into the SYSTEM PostgreSQL 15, creates the extension
+#                                in a throwaway cluster, runs one le_acquire and
+#                                removes the package (test/package.sh; not part of
+#                                "everything"; run it before the suite, which
+#                                installs from source again)
 #   test/run.sh ha               Patroni + etcd cluster with failovers (test/ha/;
 #                                not part of "everything"; installs patroni and
 #                                etcd-server when missing)
@@ -28,6 +34,8 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 . "$here/test/lib/prereq.sh"
 le_root_or_sudo "$here/test/run.sh" "$@"
+# The package check installs a .deb instead of building into PostgreSQL's tree.
+[ "${1:-}" = package ] && exec "$here/test/package.sh"
 # The HA run also needs Patroni and etcd (installed here when root).
 if [ "${1:-}" = ha ]; then le_ensure_packages patroni etcd-server || exit 1; else le_ensure_packages || exit 1; fi
 le_build_install "$here" || exit 1
@@ -79,7 +87,7 @@ case "$what" in
             /usr/bin/python3 "$work/test/chaos/chaos.py" --bindir "$("$PG_CONFIG" --bindir)" \
             --dir "$work/tmp_chaos" --port 58250 --seconds "$seconds" --mode "$mode" 2>&1 | tee -a "$log"
         [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
-    *) echo "usage: test/run.sh [all|regress|isolation|tap [FILES...]|bench|bench-scale|ha|chaos [--minutes N]]" >&2; exit 2 ;;
+    *) echo "usage: test/run.sh [all|regress|isolation|tap [FILES...]|bench|bench-scale|package|ha|chaos [--minutes N]]" >&2; exit 2 ;;
 esac
 
 # Show what failed, from the copy the tests ran in.

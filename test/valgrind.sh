@@ -11,7 +11,7 @@
 # system calls and writes outside malloc blocks, but not a read of a
 # pfree'd chunk, nor of a deleted memory context whose blocks went back to
 # PostgreSQL's context free list: the use of SPI memory after SPI_finish
-# (issue 7, item 2) ran here without a single report.  Results of the
+# ran here without a single report.  Results of the
 # suites themselves may differ under valgrind's slowness (timing-based
 # steps); what matters here is valgrind's report: frames in
 # leader_election.so.  Logs stay in the directory printed at the end.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The "more clients help" target of issue 9, measured with more repetitions
+# The "more clients help" target (doc/performance.md), measured with more repetitions
 # than test/bench/run.sh gives it: le_'s cycle (le_cycle.pgb) and pglock's
 # (pglock_cycle.pgb) over 1,000 keys, default durability, with 1 and with 16
 # clients, REPS times (default 8) in alternating order, T seconds each

@@ -1,17 +1,17 @@
 #!/usr/bin/python3
 """Many candidates on one lease key at the same moment (test/bench/scale.sh).
 
-Opens --candidates connections, one thread each.  Every round, all threads
+Opens --candidates connections, one thread each.  Every race, all threads
 wait on a barrier, then call le_acquire(key, 'cand<i>', '1 minute') at once.
-Round 1 runs on a key that has no row yet; afterwards the previous winner's
+Race 1 runs on a key that has no row yet; afterwards the previous winner's
 lease is alternately released (le_release) and left to expire (le_renew with
-a 50 ms ttl, then a wait until it has lapsed), so every round starts from a
+a 50 ms ttl, then a wait until it has lapsed), so every race starts from a
 free or an expired lease.
 
-Checks, per round: exactly one candidate got acquired = true, and with
-new_period = true; its token is higher than the previous round's; nobody
+Checks, per race: exactly one candidate got acquired = true, and with
+new_period = true; its token is higher than the previous race's; nobody
 got an error (any SQLSTATE: 40P01 deadlock, 55P03 lock timeout, ...).
-Prints one line per failed round, then a summary; exit status 1 when any
+Prints one line per failed race, then a summary; exit status 1 when any
 check failed.
 """
 import argparse
@@ -73,12 +73,12 @@ def main():
     errors = collections.Counter()
     bad_rounds = 0
     kinds = collections.Counter()
-    busy = 0.0              # sum of the rounds' durations (barrier to last answer)
+    busy = 0.0              # sum of the races' durations (barrier to last answer)
     slowest = 0.0           # longest single le_acquire call
     last_token = 0
     kind = 'new key'
     xids = 0                # transaction ids the candidates took
-    wal = 0                 # WAL bytes written during the rounds
+    wal = 0                 # WAL bytes written during the races
     calls = []              # every call's duration
     for r in range(1, args.rounds + 1):
         admin.execute('SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint, pg_current_wal_insert_lsn()')
@@ -113,11 +113,11 @@ def main():
             problems.append('%d errors' % len(errs))
         if problems:
             bad_rounds += 1
-            print('round %d (%s, %.3f s): %s' % (r, kind, elapsed, '; '.join(problems)))
+            print('race %d (%s, %.3f s): %s' % (r, kind, elapsed, '; '.join(problems)))
         if len(winners) == 1:
             w = winners[0]
             last_token = results[w][3]
-            # Set up the next round: released after an odd round, expired after an even one.
+            # Set up the next race: released after an odd race, expired after an even one.
             if r % 2 == 1:
                 admin.execute('SELECT le_release(%s, %s, %s)', (KEY, 'cand%d' % w, last_token))
                 kind = 'released'
@@ -126,7 +126,7 @@ def main():
                 time.sleep(0.1)
                 kind = 'expired'
             if not admin.fetchone()[0]:
-                print('round %d: the winner could not release or renew its lease' % r)
+                print('race %d: the winner could not release or renew its lease' % r)
                 bad_rounds += 1
         else:
             admin.execute('SELECT le_force_release(%s)', (KEY,))
@@ -135,17 +135,17 @@ def main():
     go.wait()
 
     attempts = n * args.rounds
-    print('%d rounds (%s): %d with exactly one new period and no error, %d failed'
+    print('%d races (%s): %d with exactly one new period and no error, %d failed'
           % (args.rounds, ', '.join('%d %s' % (c, k) for k, c in kinds.items()),
              args.rounds - bad_rounds, bad_rounds))
     for what, count in sorted(errors.items()):
         print('error %s: %d' % (what, count))
     calls.sort()
-    print('%d attempts in %.2f s of rounds (mean round %.3f s): %.1f grants/s, %.0f attempts/s'
+    print('%d attempts in %.2f s of races (mean race %.3f s): %.1f grants/s, %.0f attempts/s'
           % (attempts, busy, busy / args.rounds, args.rounds / busy, attempts / busy))
     print('le_acquire call: median %.3f s, p99 %.3f s, slowest %.3f s (leader_election.lock_timeout: 2 s)'
           % (calls[len(calls) // 2], calls[min(len(calls) - 1, int(len(calls) * 0.99))], slowest))
-    print('per round: %.1f transaction ids taken by candidates (1 is the grant), %.0f WAL bytes; '
+    print('per race: %.1f transaction ids taken by candidates (1 is the grant), %.0f WAL bytes; '
           '%d connections opened in %.1f s' % (xids / args.rounds, wal / args.rounds, n, connect_s))
     return 1 if bad_rounds or errors else 0
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The benchmark of issue 9: every lease operation next to its baseline,
+# The benchmark (doc/performance.md): every lease operation next to its baseline,
 # measured in the same run on one throwaway cluster; not part of the test
 # suite (no timing assertion anywhere).
 #
@@ -324,8 +324,8 @@ fence_phase
 # autovacuum off meanwhile (the WAL position is the cluster's) and le_lease
 # vacuumed first: a read in PostgreSQL prunes the page it reads when other
 # transactions left dead row versions there, and writes that (Heap2/PRUNE,
-# with a full-page image after a checkpoint).  Three runs on this round's
-# code counted 3,104 to 9,297 bytes of such records during the refusals
+# with a full-page image after a checkpoint).  Three runs
+# counted 3,104 to 9,297 bytes of such records during the refusals
 # (pg_waldump --stats), none of the refusals' own.  What was written, if
 # anything, is listed by resource manager on stderr.
 wal_of() {

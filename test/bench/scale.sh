@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The "Scale" part of issue 9, on one throwaway cluster: how the extension
+# The scale benchmark (doc/performance.md), on one throwaway cluster: how the extension
 # behaves with many leases, many candidates and long runs.  Not part of the
 # test suite (no timing assertion in test/run.sh); each section ends with a
 # line giving the measured values, the target and PASS or FAIL.
@@ -33,10 +33,10 @@
 #          the "select" baseline shows).  Target: each 1M/1k ratio <= 1.2.
 # contest  CANDIDATES (200) sessions, one thread each (contest.py, psycopg2),
 #          call le_acquire on one key at the same moment, ROUNDS (20) times:
-#          round 1 on a key that has no row yet, then alternately on the key
+#          race 1 on a key that has no row yet, then alternately on the key
 #          released by the last winner and on the key left to expire (the
 #          winner renews it with a 50 ms ttl).  Checks exactly one grant of a
-#          new period per round with a higher token, no error of any kind
+#          new period per race with a higher token, no error of any kind
 #          (deadlock 40P01, lock timeout 55P03, ...) in the results or the
 #          server log; prints grants and attempts per second and the
 #          multixact ids consumed (pg_control_checkpoint().next_multixact_id
@@ -49,8 +49,8 @@
 #          autovacuum on (defaults), fsync = off for this section only (the
 #          question is bloat, not the disk: with flushes it would take
 #          longer than the whole budget).  Prints table + index size of
-#          le_lease and le_lease_history after each round.  Target: final
-#          size <= 2x the size after the first round.
+#          le_lease and le_lease_history after each pass.  Target: final
+#          size <= 2x the size after the first pass.
 # churn    leader_election.history_retention = RETENTION (10) seconds;
 #          JOBS clients cycle acquire + release over CHURN_KEYS (100) keys for
 #          CHURN_SECONDS (120; autovacuum_naptime is 60 s), sampled four
@@ -294,13 +294,13 @@ if has contest; then
     echo "$summary" | sed 's/^/  /'
     v=PASS
     { [ "$crc" -ne 0 ] || [ "$logerr" -ne 0 ]; } && v=FAIL
-    echo "  server log: $deadlocks deadlocks, $logerr ERROR/FATAL lines during the rounds; lock waits over" \
+    echo "  server log: $deadlocks deadlocks, $logerr ERROR/FATAL lines during the races; lock waits over" \
         "deadlock_timeout (1 s): $(tail -c +"$(( logpos + 1 ))" "$dir/server.log" |
             sed -n 's/.*still waiting for \([A-Za-z]*\) on \([a-z]*\).*/\1 on \2/p' | sort | uniq -c |
             awk '{ printf "%s%s %s %s %s", (NR > 1 ? ", " : ""), $1, $2, $3, $4 } END { if (!NR) printf "none" }')"
     echo "  multixact ids consumed: $(( mx1 - mx0 )) ($mx0 -> $mx1); transaction ids: $(( x1 - x0 - 1 ))" \
-        "(includes the setup between rounds)"
-    echo "  contest: exactly one winner per round, no error, no deadlock: $v"
+        "(includes the setup between races)"
+    echo "  contest: exactly one winner per race, no error, no deadlock: $v"
     [ "$v" = PASS ] || status=1
 fi
 
@@ -324,12 +324,12 @@ if has renewal; then
     per=$(( RENEWALS / 10 / JOBS ))
     t0=$SECONDS
     echo "  after renewals   le_lease (table + indexes)   le_lease_history   autovacuums  HOT updates"
-    for round in $(seq 10); do
+    for step in $(seq 10); do
         pgb renewal -c "$JOBS" -j "$JOBS" -t "$per" -D nleases="$RENEW_LEASES" -D off="$off" \
             -f "$dir/scale_renew_many.pgb" >/dev/null
         read -r lsz hsz <<<"$(size)"
-        [ "$round" = 1 ] && first=$lsz
-        printf '  %14s %14s bytes %18s bytes %12s  %s\n' "$(( round * per * JOBS ))" "$lsz" "$hsz" \
+        [ "$step" = 1 ] && first=$lsz
+        printf '  %14s %14s bytes %18s bytes %12s  %s\n' "$(( step * per * JOBS ))" "$lsz" "$hsz" \
             "$(q renewal -c "SELECT autovacuum_count FROM pg_stat_user_tables WHERE relname = 'le_lease'")" \
             "$(q renewal -c "SELECT n_tup_hot_upd || '/' || n_tup_upd FROM pg_stat_user_tables WHERE relname = 'le_lease'")"
     done

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What PostgreSQL's executor charges for a trigger of each kind, next to the
-# fence, on a multi-row INSERT: the evidence behind issue 9's "fenced 100-row
+# fence, on a multi-row INSERT: the evidence behind the target "fenced 100-row
 # INSERT >= 0.99 of the INSERT without trigger".  Not part of the test suite.
 #
 #   test/bench/trigger_floor.sh             # as root or postgres, after make install

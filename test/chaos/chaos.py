@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Fault-injection run of leader_election (test/run.sh chaos; issue 10 part 1).
+"""Fault-injection run of leader_election (test/run.sh chaos; G1, G3, G5, G9).
 
 Starts a throwaway server (track_commit_timestamp = on, Unix socket in
 --dir), then candidates that compete for short-ttl leases:

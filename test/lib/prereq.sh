@@ -57,7 +57,7 @@ le_root_or_sudo() {
     exit 1
 }
 
-# Run a command as the unprivileged user PostgreSQL servers run as.
+# Runs a command as the unprivileged user PostgreSQL servers run as.
 le_as_pg() {
     if [ "$(id -u)" -eq 0 ]; then
         runuser -u postgres -- "$@"

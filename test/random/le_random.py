@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Randomized adversarial schedule test for leader_election (issue 7).
+"""Randomized adversarial schedule test for leader_election (G1, G3, G5, G9).
 
 Several sessions, driven from this one program by a seeded random number
 generator, take random steps against one server: le_acquire, le_renew and
@@ -66,13 +66,13 @@ Rules the driver keeps so the checks stay sound: inside one transaction,
 lease calls (acquire/renew/release) come before any protected write, never
 after one; owner ids are fresh for every new campaign.
 
-What each known failure looks like (issue 7): item 1, a fence trusting the
+What each known failure looks like: a fence trusting the
 id of a lease row created in a transaction that rolled back, fails A and B
 (a token-1 row committed after token 2 was granted, after the release of
-token 1); item 2, le_acquire results freed before they are returned, fails
+token 1); le_acquire results freed before they are returned, fails
 E (SIGSEGV in the log, 42704 "type with OID 0 does not exist") and C (a
-column holding another call's row); item 3, a token returned in a
-rolled-back transaction or savepoint issued again, fails C; item 7, cached
+column holding another call's row); a token returned in a
+rolled-back transaction or savepoint issued again, fails C; cached
 row locations after VACUUM FULL, fails E ("could not read block", XX001).
 
 Usage: le_random.py --dsn CONNINFO [--seconds N] [--seed N]
@@ -114,7 +114,7 @@ EXPECTED_STATES = {
     '40P01',    # deadlock detected
     '57014',    # statement timeout / cancel by the driver
     '55000',    # object_not_in_prerequisite_state (e.g. VACUUM in a busy state)
-    '25001',    # active_sql_transaction: a fix of issue 7 item 3 may refuse
+    '25001',    # active_sql_transaction: a token rule could refuse
                 # grants inside transaction blocks instead of burning tokens
 }
 UNEXPECTED_PREFIXES = ('XX', '58')
@@ -909,7 +909,7 @@ GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO rt_app;
                 s.holds[key] = (owner, tok)
 
     def p_pattern_fence_cache(self, w, a, b):
-        """Issue 7 item 1: W caches the id of a lease row that rolls back,
+        """W caches the id of a lease row that rolls back,
         A gets token 1, W passes the fence, A releases, B gets token 2,
         W commits."""
         key = self.new_fresh_key()
@@ -969,7 +969,7 @@ GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO rt_app;
                 b.holds[key] = (bo, tok2)
 
     def p_pattern_rollback_token(self, a, b):
-        """Issue 7 item 3: a token returned in a transaction (or savepoint)
+        """G3: a token returned in a transaction (or savepoint)
         that rolls back must not be issued again to another owner."""
         key = self.new_fresh_key() if self.rng.random() < 0.5 else self.any_key()
         ao, bo = self.new_owner(a), self.new_owner(b)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Bad-input and misuse sweep of extension leader_election (issue 10, part 3).
+"""Bad-input and misuse sweep of extension leader_election (G6).
 
 Generated, not hand-listed: every SQL function of the installed extension is
 read from pg_proc/pg_depend at run time (argument names and types from
@@ -12,7 +12,7 @@ several times per statement, by a role without privileges, on the standby and
 while another session drops the extension.
 
 Every case must give a result or a documented SQLSTATE (the codes of the
-README's SQLSTATE table and doc/fence.md's, read at run time, plus the
+doc/reference.md's SQLSTATE table and doc/fence.md's, read at run time, plus the
 documented rules below), a failed call must leave le_lease, le_lease_history,
 le_scheduled_jobs, le_fence_resource and the protected fixture table as they
 were (fingerprint before/after), and the server must stay up.  Prints the case
@@ -119,7 +119,7 @@ BASE_BY_TYPE = {'text': "'sweep'", 'bigint': '1', 'integer': '1', 'interval': "'
                 'regclass': "'sweep_t'", 'name': "'fencing_token'", 'regrole': 'current_user',
                 'oid': '10', 'boolean': 'true'}
 
-# Documented rules for the lease API (README "Limits" and "SQLSTATEs"): the
+# Documented rules for the lease API (doc/reference.md "Limits" and "SQLSTATEs"): the
 # SQLSTATE a value of a named argument must give.
 LEASE_API = {'le_acquire', 'le_renew', 'le_release', 'le_force_release',
              'le_fence_check', 'le_schedule_job'}
@@ -144,7 +144,7 @@ REFUSE = {
     ('le_protect', 'table', "extension's le_lease"),
     ('le_protect', 'table', "extension's le_scheduled_jobs"),
 }
-# The SQLSTATE that README's and doc/fence.md's SQLSTATE tables give for a
+# The SQLSTATE that doc/reference.md's and doc/fence.md's SQLSTATE tables give for a
 # value of a named argument of one function: (function, argument, edge
 # value label) -> SQLSTATE.
 EXPECT = {
@@ -241,9 +241,9 @@ END $f$;
 
 
 def documented_sqlstates(docs):
-    """The SQLSTATEs in README's and doc/fence.md's SQLSTATE tables."""
+    """The SQLSTATEs in doc/reference.md's and doc/fence.md's SQLSTATE tables."""
     codes = set()
-    for path, heading in ((docs + '/README.md', '### SQLSTATEs'),
+    for path, heading in ((docs + '/doc/reference.md', '## SQLSTATEs'),
                           (docs + '/doc/fence.md', '## SQLSTATEs')):
         text = open(path, encoding='utf-8').read()
         part = text.split(heading, 1)[1]
@@ -761,7 +761,7 @@ def main():
     ap.add_argument('--pg-leader')
     ap.add_argument('--only', default='', help='sweep only the functions whose signature matches')
     ap.add_argument('--no-cli', action='store_true', help='skip the pg_leader options')
-    ap.add_argument('--docs', required=True, help='the source tree (README.md, doc/fence.md)')
+    ap.add_argument('--docs', required=True, help='the source tree (doc/reference.md, doc/fence.md)')
     sys.exit(Sweep(ap.parse_args()).main())
 
 

@@ -1,4 +1,4 @@
-# Rule 3 of issue 2: fencing tokens never repeat across a clean restart,
+# G3: fencing tokens never repeat across a clean restart,
 # `pg_ctl stop -m immediate` and kill -9 of the postmaster right after an
 # acknowledged acquire; an acknowledged grant and an acknowledged renewal
 # survive the crash even when the caller runs with synchronous_commit = off
@@ -14,12 +14,12 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use LeNode;
 use Time::HiRes qw(usleep);
 
-my $node = PostgreSQL::Test::Cluster->new('crash');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
+my $node = le_node('crash', conf => q{
 wal_writer_delay = 10s
 wal_writer_flush_after = 1GB
 checkpoint_timeout = 1h
@@ -27,8 +27,6 @@ max_wal_size = 1GB
 bgwriter_lru_maxpages = 0
 autovacuum = off
 });
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION leader_election');
 
 # Every token acknowledged so far, for the "never repeats" check.
 my @acknowledged;
@@ -141,19 +139,19 @@ for my $variant ('session', 'postgresql.conf')
 	my $effective = call($settings, 'SHOW synchronous_commit');
 	is($effective, 'off', "[$variant] callers run with synchronous_commit = off");
 
-	my $round = 0;
+	my $pass = 0;
 
 	for my $mode (@modes)
 	{
-		$round++;
-		my $prefix = "[$variant, round $round, $mode]";
+		$pass++;
+		my $prefix = "[$variant, pass $pass, $mode]";
 
 		# A new ownership period: release the previous one (if any), then
 		# acquire as a new owner; the acquire is the last acknowledged call.
 		is(call($settings, "SELECT le_release('$key', '$owner', $token)"),
 			't', "$prefix previous owner $owner released token $token")
 		  if defined $owner;
-		$owner = "owner-$variant-$round";
+		$owner = "owner-$variant-$pass";
 		my $reply = call($settings,
 			"SELECT acquired || '|' || fencing_token || '|' || extract(epoch FROM expires_at)"
 			  . " FROM le_acquire('$key', '$owner', '10 minutes')");

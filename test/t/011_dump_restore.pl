@@ -1,4 +1,4 @@
-# Rule 3 of issue 2: tokens never repeat across pg_dump/pg_restore.  Lease
+# G3: tokens never repeat across pg_dump/pg_restore.  Lease
 # rows, tokens, the lease id sequence, the history and its id sequence of a database that
 # uses the extension are dumped (pg_extension_config_dump) and restored, in
 # custom format (pg_dump -Fc + pg_restore) and plain format (pg_dump + psql);
@@ -10,16 +10,16 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use LeNode;
 use Time::HiRes qw(usleep);
 
-my $node = PostgreSQL::Test::Cluster->new('dump');
-$node->init;
-$node->start;
+my $node = le_node('dump', dbs => ['src']);
 
-$node->safe_psql('postgres', 'CREATE ROLE app LOGIN; CREATE DATABASE src');
+$node->safe_psql('postgres', 'CREATE ROLE app LOGIN');
 $node->safe_psql(
 	'src', q{
-CREATE EXTENSION leader_election;
 GRANT EXECUTE ON FUNCTION le_acquire(text, text, interval), le_renew(text, text, bigint, interval),
 	le_release(text, text, bigint) TO app;
 });

@@ -1,4 +1,4 @@
-# Rule 3 of issue 2, standby promotion and hot standby: grants the old
+# G3, standby promotion and hot standby: grants the old
 # primary acknowledged but never replicated must not let the promoted standby
 # issue the same or a lower token (tokens after a promotion jump to at least
 # (timeline - 1) << 40), whether the standby is asynchronous or synchronous
@@ -13,12 +13,12 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use LeNode;
 use IPC::Run;
 
-my $primary = PostgreSQL::Test::Cluster->new('primary');
-$primary->init(allows_streaming => 1);
-$primary->start;
-$primary->safe_psql('postgres', 'CREATE EXTENSION leader_election');
+my $primary = le_node('primary', init => { allows_streaming => 1 });
 
 $primary->backup('base');
 my $standby = PostgreSQL::Test::Cluster->new('standby');

@@ -1,4 +1,4 @@
-# Issue 2, notifications of lease changes: a session listening on channel
+# G11, notifications of lease changes: a session listening on channel
 # leader_election receives exactly one notification per grant (event
 # "acquired") and per release ("released", "force_released"), delivered at
 # commit (with leader_election.notify = all; the default, releases, leaves
@@ -17,11 +17,11 @@ use JSON::PP;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use LeNode;
 
-my $node = PostgreSQL::Test::Cluster->new('notify');
-$node->init(extra => [ '--encoding=UTF8', '--locale=C' ]);
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION leader_election');
+my $node = le_node('notify', init => { extra => [ '--encoding=UTF8', '--locale=C' ] });
 
 # The default is releases; grants are announced with all, set for this test.
 is($node->safe_psql('postgres',

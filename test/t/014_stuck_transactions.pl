@@ -1,4 +1,4 @@
-# Rule 8 of issue 2 (no call waits without bound), across a server restart:
+# G7 (no call waits without bound), across a server restart:
 # a PREPARE TRANSACTION that holds lease rows (a superuser's SELECT ... FOR
 # UPDATE of le_lease: the API itself refuses to prepare a lease change or a
 # fenced transaction, 0A000, checked first) survives a clean restart and a
@@ -14,22 +14,19 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use LeNode;
 
 # The bound under test, and what "a few times" it may take on a loaded machine.
 my $lock_timeout_s = 1;
 my $max_wait_s = 10 * $lock_timeout_s;
 
-my $node = PostgreSQL::Test::Cluster->new('stuck');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', qq{
+my $node = le_node('stuck', conf => qq{
 max_prepared_transactions = 5
 leader_election.lock_timeout = ${lock_timeout_s}s
 });
-$node->start;
-$node->safe_psql(
-	'postgres', q{
-CREATE EXTENSION leader_election;
+$node->safe_psql('postgres', q{
 -- Run one call; report its SQLSTATE (or ok), the error context and the
 -- seconds it took, measured by the server clock.
 CREATE FUNCTION try_call(query text, OUT state text, OUT context text, OUT waited numeric)

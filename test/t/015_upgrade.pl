@@ -1,4 +1,4 @@
-# Rule 3 of issue 2: tokens never repeat across pg_upgrade.  The upgraded
+# G3: tokens never repeat across pg_upgrade.  The upgraded
 # cluster keeps every lease, token and history row; its holders keep their
 # leases; and because pg_upgrade gives the data a new system identifier (and
 # starts the WAL again on timeline 1), the first grant of each key moves to a
@@ -13,11 +13,11 @@ use Cwd;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use LeNode;
 
-my $old = PostgreSQL::Test::Cluster->new('old');
-$old->init;
-$old->start;
-$old->safe_psql('postgres', 'CREATE EXTENSION leader_election');
+my $old = le_node('old');
 for my $i (1 .. 4)
 {
 	my $t = $old->safe_psql('postgres', "SELECT fencing_token FROM le_acquire('k', 'o-$i', '1 minute')");

@@ -1,4 +1,4 @@
-# Invariant 2 (issue 7, item 3): a token returned by a grant whose
+# G3: a token returned by a grant whose
 # transaction never committed (rolled back, or still open when the server
 # died) is never issued again, also across a crash with
 # synchronous_commit = off.
@@ -16,11 +16,11 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use LeNode;
 
-my $node = PostgreSQL::Test::Cluster->new('tokcrash');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
+my $node = le_node('tokcrash', conf => q{
 wal_writer_delay = 10s
 wal_writer_flush_after = 1GB
 checkpoint_timeout = 1h
@@ -29,50 +29,48 @@ bgwriter_lru_maxpages = 0
 autovacuum = off
 synchronous_commit = off
 });
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION leader_election');
 
 my @returned;
 
-# Round 1: a grant in a transaction that rolls back, then an immediate
-# stop.  Round 2: a grant in a transaction still open when the server is
-# stopped.  Each round starts right after a checkpoint, so the grant's
+# Pass 1: a grant in a transaction that rolls back, then an immediate
+# stop.  Pass 2: a grant in a transaction still open when the server is
+# stopped.  Each pass starts right after a checkpoint, so the grant's
 # nextval() is the one that WAL-logs the sequence.
-for my $round (1, 2)
+for my $pass (1, 2)
 {
 	$node->safe_psql('postgres', 'CHECKPOINT');
 	my $token;
-	if ($round == 1)
+	if ($pass == 1)
 	{
 		$token = $node->safe_psql('postgres',
-			"BEGIN; SELECT fencing_token FROM le_acquire('rb', 'ghost-$round', '1 minute'); ROLLBACK;");
-		note "round $round: token $token returned by a grant that rolled back";
+			"BEGIN; SELECT fencing_token FROM le_acquire('rb', 'ghost-$pass', '1 minute'); ROLLBACK;");
+		note "pass $pass: token $token returned by a grant that rolled back";
 	}
 	else
 	{
 		my $bg = $node->background_psql('postgres');
 		$bg->query_safe('BEGIN');
 		$token = $bg->query_safe(
-			"SELECT fencing_token FROM le_acquire('rb', 'ghost-$round', '1 minute')");
-		note "round $round: token $token returned in a transaction left open";
+			"SELECT fencing_token FROM le_acquire('rb', 'ghost-$pass', '1 minute')");
+		note "pass $pass: token $token returned in a transaction left open";
 		$node->stop('immediate');
 		eval { $bg->quit };
 		$node->start;
 	}
-	like($token, qr/^\d+$/, "round $round: the grant returned token $token");
+	like($token, qr/^\d+$/, "pass $pass: the grant returned token $token");
 	push @returned, $token;
 
-	$node->stop('immediate') if $round == 1;
-	$node->start if $round == 1;
+	$node->stop('immediate') if $pass == 1;
+	$node->start if $pass == 1;
 
 	is($node->safe_psql('postgres', "SELECT count(*) FROM le_leases WHERE holder LIKE 'ghost-%'"),
-		'0', "round $round: the uncommitted grant is gone after the crash");
+		'0', "pass $pass: the uncommitted grant is gone after the crash");
 	my $next = $node->safe_psql('postgres',
-		"SELECT fencing_token FROM le_acquire('rb', 'real-$round', '1 minute')");
+		"SELECT fencing_token FROM le_acquire('rb', 'real-$pass', '1 minute')");
 	cmp_ok($next, '>', $token,
-		"round $round: the next grant after the crash gets token $next, above the returned $token");
+		"pass $pass: the next grant after the crash gets token $next, above the returned $token");
 	push @returned, $next;
-	$node->safe_psql('postgres', "SELECT le_release('rb', 'real-$round', $next)");
+	$node->safe_psql('postgres', "SELECT le_release('rb', 'real-$pass', $next)");
 }
 
 # Other keys never see those tokens either (one sequence for all keys).

@@ -1,4 +1,4 @@
-# Issue 7, item 12: an acknowledged le_release or le_force_release survives
+# G3 and G4: an acknowledged le_release or le_force_release survives
 # an immediate stop right after it, even with synchronous_commit = off and a
 # slow WAL writer: after recovery the lease is free, its history row is
 # ended with the right reason, and a write with the old token is rejected
@@ -11,11 +11,11 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use LeNode;
 
-my $node = PostgreSQL::Test::Cluster->new('reldurable');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
+my $node = le_node('reldurable', conf => q{
 wal_writer_delay = 10s
 wal_writer_flush_after = 1GB
 checkpoint_timeout = 1h
@@ -24,8 +24,6 @@ bgwriter_lru_maxpages = 0
 autovacuum = off
 synchronous_commit = off
 });
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION leader_election');
 
 for my $how ('le_release', 'le_force_release')
 {

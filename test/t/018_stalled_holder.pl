@@ -1,4 +1,4 @@
-# Liveness (invariant 5) when the holder itself stalls inside a transaction
+# G9 (liveness) when the holder itself stalls inside a transaction
 # that changed the lease: a client that calls le_acquire or le_renew inside
 # BEGIN ... and then stops (paused, dead host, forgotten COMMIT) keeps the
 # lease row locked (and, for a grant, the fence lock) until its transaction
@@ -6,7 +6,7 @@
 # leader_election.lock_timeout for le_watch's new row): once it has passed
 # and the backend waits for its client, the session is ended, whatever the
 # session did to idle_in_transaction_session_timeout, and the next candidate
-# gets the lease within ttl + a small bound of the stall.  Rounds: a grant
+# gets the lease within ttl + a small bound of the stall.  Cases: a grant
 # and a renewal with the client stopped by SIGSTOP; a grant followed by SET
 # LOCAL, RESET and SET SESSION of idle_in_transaction_session_timeout, and
 # a new key's le_watch, each then idle; a holder busy past its deadline;
@@ -17,17 +17,16 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use LeNode;
 use IPC::Run;
 
 my $ttl_s = 1;
 my $bound_s = $ttl_s + 1.5;
 
-my $node = PostgreSQL::Test::Cluster->new('stalled_holder');
-$node->init;
-$node->append_conf('postgresql.conf', "leader_election.lock_timeout = '1s'\n");
-$node->start;
+my $node = le_node('stalled_holder', conf => "leader_election.lock_timeout = '1s'\n");
 $node->safe_psql('postgres', q{
-CREATE EXTENSION leader_election;
 -- le_acquire every 50 ms until granted or max_s seconds passed; 55P03 counts
 -- as a refusal.
 CREATE FUNCTION campaign(key text, owner text, max_s int,
@@ -55,11 +54,11 @@ BEGIN
 END $$;
 });
 
-# Each round: A's session sets up its open transaction, prints "ready N"
+# Each case: A's session sets up its open transaction, prints "ready N"
 # (N: the token it holds, 0 for none) and then stalls, stopped by SIGSTOP
 # or merely idle after undoing idle_in_transaction_session_timeout, which
 # must not matter: the bound is not a setting.
-my @rounds = (
+my @cases = (
 	{
 		name => 'grant in an open transaction',
 		key => 'stall-grant',
@@ -99,9 +98,9 @@ my @rounds = (
 	},
 );
 
-for my $r (@rounds)
+for my $r (@cases)
 {
-	my $round = $r->{name};
+	my $case = $r->{name};
 	my ($in, $out, $err) = ('', '', '');
 	my $timer = IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default);
 	my $a = IPC::Run::start(
@@ -110,28 +109,28 @@ for my $r (@rounds)
 	$in .= $r->{setup};
 	$a->pump until $out =~ /^ready (\d+)/m || $err =~ /ERROR/ || $timer->is_expired;
 	my ($old) = $out =~ /^ready (\d+)/m;
-	ok(defined $old, "$round: A holds the lease's locks inside its open transaction") or diag($err);
+	ok(defined $old, "$case: A holds the lease's locks inside its open transaction") or diag($err);
 	$old //= 0;
 	kill 'STOP', $a->{KIDS}[0]{PID} if $r->{stop};
 
 	# B campaigns every 50 ms for at most 10 s, from the moment A stalled.
 	my ($acquired, $token, $waited, $tries) = split /\|/,
 	  $node->safe_psql('postgres', "SELECT * FROM campaign('$r->{key}', 'B', 10)");
-	is($acquired, 't', "$round: B got the lease while A stays stalled");
-	ok(defined $token && $token > $old, "$round: B's token is higher than A's $old");
-	ok(defined $waited && $waited < $bound_s, "$round: B got it within ttl + 1.5 s of A's stall");
+	is($acquired, 't', "$case: B got the lease while A stays stalled");
+	ok(defined $token && $token > $old, "$case: B's token is higher than A's $old");
+	ok(defined $waited && $waited < $bound_s, "$case: B got it within ttl + 1.5 s of A's stall");
 	diag(sprintf("%s: new owner %.3f s after the holder stalled (ttl %d s, %d attempts)",
-		$round, $waited // -1, $ttl_s, $tries // 0));
+		$case, $waited // -1, $ttl_s, $tries // 0));
 
 	$token = 0 unless defined $token && $token ne '';
 	kill 'CONT', $a->{KIDS}[0]{PID} if $r->{stop};
 	$in .= "SELECT 1;\n";
 	$a->finish;
 	like($err, qr/FATAL:  terminating connection because its transaction kept lease "$r->{key}" locked past/,
-		"$round: A's stalled session was ended by the server, naming the lease");
+		"$case: A's stalled session was ended by the server, naming the lease");
 	is($node->safe_psql('postgres',
 		"SELECT count(*) FROM le_lease_history WHERE lease_key = '$r->{key}' AND fencing_token = $token AND holder = 'B'"),
-		'1', "$round: the history shows B's period");
+		'1', "$case: the history shows B's period");
 }
 
 # A holder busy running a statement past its deadline is not ended during

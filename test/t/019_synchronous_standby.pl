@@ -1,4 +1,4 @@
-# Issue 10, durability under synchronous replication: when the operator
+# G3, durability under synchronous replication: when the operator
 # configured a synchronous standby, a grant, a renewal and a release are
 # acknowledged only once the standby has them, whatever synchronous_commit
 # the caller runs with (off or local, set per session or lowered with SET
@@ -16,13 +16,13 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use LeNode;
 use IPC::Run;
 use Time::HiRes qw(usleep);
 
-my $primary = PostgreSQL::Test::Cluster->new('primary');
-$primary->init(allows_streaming => 1);
-$primary->start;
-$primary->safe_psql('postgres', 'CREATE EXTENSION leader_election');
+my $primary = le_node('primary', init => { allows_streaming => 1 });
 $primary->safe_psql('postgres', 'CREATE TABLE plain (i int)');
 
 $primary->backup('base');

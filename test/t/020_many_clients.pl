@@ -1,4 +1,4 @@
-# Rule 1 (atomic acquisition) and rule 2/invariant 2 (tokens strictly rise,
+# G1 (atomic acquisition) and G3 (tokens strictly rise,
 # never repeat) under load: 10 pgbench clients acquire, renew and release
 # three leases with short ttls for about 10 seconds, so that leases are
 # released, lapse and are taken over, and holders whose lease lapsed
@@ -13,16 +13,15 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use LeNode;
 use IPC::Run;
 
 my $clients = 10;
 my $seconds = 10;
 
-my $node = PostgreSQL::Test::Cluster->new('many_clients');
-$node->init;
-$node->append_conf('postgresql.conf', "max_connections = 40\n");
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION leader_election');
+my $node = le_node('many_clients', conf => "max_connections = 40\n");
 
 # Owner ids are per client ('c<client>-<1..3>'), so a client sometimes
 # campaigns again under the id whose lease just lapsed or was released.

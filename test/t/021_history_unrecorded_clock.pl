@@ -1,4 +1,4 @@
-# leader_election.history = off (sql/history_setting.sql has the rest): a
+# G12, leader_election.history = off (sql/history_setting.sql has the rest): a
 # backend remembers the periods it granted without a history row, so that
 # ending them does not look for one.  A grant that rolled back must not stay
 # remembered: after le_token_seq is set back by hand its token is drawn
@@ -14,14 +14,16 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use LeNode;
 
 my ($lib) = glob('/usr/lib/*/faketime/libfaketime.so.1');
 plan skip_all => 'libfaketime is not installed (apt-get install faketime; test/lib/prereq.sh does)'
   unless $lib;
 
-my $node = PostgreSQL::Test::Cluster->new('histclock');
-$node->init;
-$node->append_conf('postgresql.conf', "autovacuum = off\n");
+# Started below under faketime, so created here without the extension.
+my $node = le_node('histclock', conf => "autovacuum = off\n", start => 0);
 my $clock = $node->basedir . '/faketime';
 open(my $fh, '>', $clock) or die "cannot write $clock: $!";
 print $fh "+0\n";

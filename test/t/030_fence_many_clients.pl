@@ -1,4 +1,4 @@
-# Issue 3, many clients (rule 3): several writers with possibly stale tokens
+# G5, many clients: several writers with possibly stale tokens
 # and a client doing takeovers run at once; afterwards, using the commit
 # timestamps of the rows and of the history, no protected row with token T
 # committed after the transaction that ended T's period (a takeover's grant
@@ -9,20 +9,19 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use LeNode;
 use IPC::Run;
 
-my $node = PostgreSQL::Test::Cluster->new('fence_many');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
+my $node = le_node('fence_many', conf => qq{
 track_commit_timestamp = on
 max_connections = 30
 lock_timeout = 0
 leader_election.lock_timeout = '20s'
 });
-$node->start;
 
 $node->safe_psql('postgres', q{
-CREATE EXTENSION leader_election;
 CREATE TABLE ledger (id bigserial PRIMARY KEY, writer int NOT NULL,
                      fencing_token bigint NOT NULL);
 SELECT le_protect('ledger', 'many');
@@ -44,8 +43,8 @@ my $secs = 8;
 # Writers use the current token, or (one time in four) the previous one, and
 # keep their transaction open a little before and after the write, so that
 # takeovers happen between reading the token and writing, and between the
-# write and the COMMIT.  Since the fence checks again at COMMIT (issue 7
-# item 4), a COMMIT can fail with LE001/LE002; psql goes on after an error
+# write and the COMMIT.  Since the fence checks again at COMMIT,
+# a COMMIT can fail with LE001/LE002; psql goes on after an error
 # (pgbench would abort the client), and the script stops after $secs.
 sub writer_script
 {

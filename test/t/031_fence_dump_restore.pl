@@ -1,4 +1,4 @@
-# Issue 3 with rule 3 of issue 2 (state survives pg_dump/pg_restore): the
+# G5 and G10 with G3 (state survives pg_dump/pg_restore): the
 # scheduled jobs, their id sequence and the "highest accepted token" of
 # le_fence_advance are dumped and restored, so after a restore a job id is
 # not handed out twice, a schedule_key already created is not created again,
@@ -8,13 +8,13 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use LeNode;
 
-my $node = PostgreSQL::Test::Cluster->new('fence_dump');
-$node->init;
-$node->start;
+my $node = le_node('fence_dump');
 
 $node->safe_psql('postgres', q{
-CREATE EXTENSION leader_election;
 SELECT acquired FROM le_acquire('sched', 'leader', '10 minutes');
 SELECT le_schedule_job('sched', 1, 'job-' || i, 'work', clock_timestamp()) FROM generate_series(1, 3) AS i;
 SELECT le_fence_advance('external', 7);

@@ -1,7 +1,7 @@
-# Issue 7 item 4 (liveness): a leader frozen inside an open fenced
+# G9 (liveness) and G5: a leader frozen inside an open fenced
 # transaction must not block failover.  W writes a fenced row with its
-# current token and then stays idle in its transaction (first round) or has
-# its client process stopped with SIGSTOP (second round); its lease (ttl 1 s)
+# current token and then stays idle in its transaction (first case) or has
+# its client process stopped with SIGSTOP (second case); its lease (ttl 1 s)
 # runs out.  A candidate that retries le_acquire every 50 ms must get the
 # lease, with a higher token, within ttl + 1 s of the old grant (before the
 # fix every attempt failed with 55P03 while W's transaction stayed open).
@@ -12,21 +12,20 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use LeNode;
 use IPC::Run;
 use Time::HiRes qw(usleep);
 
 my $ttl_s = 1;
 my $bound_s = $ttl_s + 1;
 
-my $node = PostgreSQL::Test::Cluster->new('frozen_writer');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
+my $node = le_node('frozen_writer', conf => qq{
 leader_election.lock_timeout = '2s'
 });
-$node->start;
 $node->safe_psql('postgres', q{
-CREATE EXTENSION leader_election;
-CREATE TABLE ledger (id bigserial PRIMARY KEY, round text NOT NULL, fencing_token bigint NOT NULL);
+CREATE TABLE ledger (id bigserial PRIMARY KEY, phase text NOT NULL, fencing_token bigint NOT NULL);
 SELECT le_protect('ledger', 'frozen');
 -- le_acquire every 50 ms until granted or max_s seconds passed; 55P03 counts
 -- as a refusal.
@@ -55,7 +54,7 @@ BEGIN
 END $$;
 });
 
-for my $round ('idle in transaction', 'client stopped with SIGSTOP')
+for my $case ('idle in transaction', 'client stopped with SIGSTOP')
 {
 	# W: an interactive psql that acquires the lease (ttl 1 s), writes one
 	# fenced row with its token and stays in its transaction.
@@ -65,16 +64,16 @@ for my $round ('idle in transaction', 'client stopped with SIGSTOP')
 		[ 'psql', '-XAtq', '-v', 'VERBOSITY=verbose', '-d', $node->connstr('postgres') ],
 		'<', \$in, '>', \$out, '2>', \$err, $timer);
 	$in .= "SELECT fencing_token AS tok FROM le_acquire('frozen', 'W', '$ttl_s seconds') WHERE acquired \\gset\n"
-	  . "BEGIN;\nINSERT INTO ledger (round, fencing_token) VALUES ('$round', :tok);\n"
+	  . "BEGIN;\nINSERT INTO ledger (phase, fencing_token) VALUES ('$case', :tok);\n"
 	  . "SELECT 'written with token ' || :tok;\n";
 	$w->pump until $out =~ /written with token \d+/ || $err =~ /ERROR/ || $timer->is_expired;
 	my ($old) = $out =~ /written with token (\d+)/;
 	ok(defined $old && $old > 0,
-		"$round: W acquired the lease, wrote a fenced row and keeps its transaction open")
+		"$case: W acquired the lease, wrote a fenced row and keeps its transaction open")
 	  or diag($err);
 	$old //= 0;
 	my $psql_pid = $w->{KIDS}[0]{PID};
-	kill 'STOP', $psql_pid if $round =~ /SIGSTOP/;
+	kill 'STOP', $psql_pid if $case =~ /SIGSTOP/;
 
 	# B campaigns every 50 ms until it gets the lease, for at most 10 s; the
 	# loop runs in the server so that client start-up does not count.
@@ -87,22 +86,22 @@ SELECT acquired, fencing_token,
   FROM campaign('frozen', 'B', 10) AS c,
        (SELECT acquired_at FROM le_lease_history
          WHERE lease_key = 'frozen' AND fencing_token = $old) AS h});
-	is($acquired, 't', "$round: B got the lease while W's transaction stays open");
-	ok($token > $old, "$round: B's token $token is higher than W's $old");
+	is($acquired, 't', "$case: B got the lease while W's transaction stays open");
+	ok($token > $old, "$case: B's token $token is higher than W's $old");
 	ok(defined $since_grant && $since_grant < $bound_s,
-		"$round: B got the lease within ttl + 1 s of W's grant");
+		"$case: B got the lease within ttl + 1 s of W's grant");
 	diag(sprintf("%s: new owner after %.3f s from the old grant, %.3f s after the old lease expired (%d attempts)",
-		$round, $since_grant // -1, $since_expiry // -1, $tries));
+		$case, $since_grant // -1, $since_expiry // -1, $tries));
 
 	# W resumes and tries to commit: refused, nothing of it commits.
-	kill 'CONT', $psql_pid if $round =~ /SIGSTOP/;
+	kill 'CONT', $psql_pid if $case =~ /SIGSTOP/;
 	$in .= "COMMIT;\nSELECT 'done';\n";
 	$w->pump until $out =~ /done/ || $timer->is_expired;
-	like($err, qr/LE001/, "$round: W's COMMIT fails with LE001");
+	like($err, qr/LE001/, "$case: W's COMMIT fails with LE001");
 	$in .= "\\q\n";
 	$w->finish;
-	is($node->safe_psql('postgres', "SELECT count(*) FROM ledger WHERE round = '$round'"),
-		'0', "$round: none of W's rows committed");
+	is($node->safe_psql('postgres', "SELECT count(*) FROM ledger WHERE phase = '$case'"),
+		'0', "$case: none of W's rows committed");
 	$node->safe_psql('postgres', "SELECT le_force_release('frozen')");
 }
 

@@ -1,6 +1,6 @@
-# Rule 3 with a second extension: a fenced write made by another extension's
+# G5 with a second extension: a fenced write made by another extension's
 # PRE_COMMIT callback that runs after the fence's commit-time check (here
-# test/late_writer, loaded before leader_election, whose callbacks are then
+# test/c/late_writer.c, loaded before leader_election, whose callbacks are then
 # called first) holds no fence lock and is never checked again; it must make
 # the commit fail (55000), so that no stale row commits after a newer grant.
 use strict;
@@ -8,20 +8,20 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use LeNode;
 
-my $node = PostgreSQL::Test::Cluster->new('late');
-$node->init;
-$node->start;
+my $node = le_node('late');
 
 # Build the stand-in extension into the test's own directory.
 my $inc = $node->config_data('--includedir-server');
 my $so = "$PostgreSQL::Test::Utils::tmp_check/late_writer.so";
-my $src = "test/late_writer/late_writer.c";
+my $src = "test/c/late_writer.c";
 system('cc', '-shared', '-fPIC', '-O0', "-I$inc", '-o', $so, $src) == 0
   or BAIL_OUT("cannot build $src");
 
 $node->safe_psql('postgres', q{
-CREATE EXTENSION leader_election;
 CREATE TABLE lw (id serial, fencing_token bigint NOT NULL);
 SELECT le_protect('lw', 'k');
 });

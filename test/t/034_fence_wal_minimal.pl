@@ -1,11 +1,11 @@
-# Rule 3 and the fence's commit-time shortcut (src/lease_rows.c,
+# G5 and the fence's commit-time shortcut (src/lease_rows.c,
 # le_store_row_unchanged): at COMMIT, once the fence lock is granted, the
 # fence trusts the row version its write read when that version's page still
 # has the LSN it had then.  With wal_level = minimal a relation whose file was
 # created in the same transaction is changed without WAL, so its pages keep
 # their LSN: ALTER TABLE le_lease SET TABLESPACE copies every page, LSNs
 # included, into a new file, and a takeover in that transaction rewrites the
-# lease row without moving the LSN (found by review, issue 9).  A writer
+# lease row without moving the LSN.  A writer
 # that wrote with the old token before the takeover must still fail at
 # COMMIT (LE001), and none of its rows may commit.
 use strict;
@@ -13,19 +13,18 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use LeNode;
 use IPC::Run;
 
-my $node = PostgreSQL::Test::Cluster->new('wal_minimal');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
+my $node = le_node('wal_minimal', conf => qq{
 wal_level = minimal
 max_wal_senders = 0
 });
-$node->start;
 my $ts = PostgreSQL::Test::Utils::tempdir();
 $node->safe_psql('postgres', qq{
 CREATE TABLESPACE moved LOCATION '$ts';
-CREATE EXTENSION leader_election;
 CREATE TABLE data (id int, fencing_token bigint NOT NULL);
 SELECT le_protect('data', 'k');
 });

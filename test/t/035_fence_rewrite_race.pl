@@ -1,30 +1,29 @@
-# Rule 3 and the fence's look at a page by its shared buffer (src/lease_rows.c,
+# G5 and the fence's look at a page by its shared buffer (src/lease_rows.c,
 # le_store_page_unchanged): a rewrite of le_lease (here CLUSTER) releases its
 # locks before it drops the old file's buffers, so a takeover can commit in
 # the new file while the old file's page, unchanged, is still in its buffer.
 # A warm writer that wrote with the old token before must still fail at
-# COMMIT (LE001), and none of its rows may commit (helper 38, issue 9: it
-# committed).  gdb holds the CLUSTER's backend where it drops the old file
+# COMMIT (LE001), and none of its rows may commit (a fence that
+# trusted the old buffer let them commit).  gdb holds the CLUSTER's backend where it drops the old file
 # (smgrdounlinkall), after its commit and the release of its locks.  The
-# second part holds a TRUNCATE of le_lease that also granted the key anew
-# (helper 40), the third a writer between its commit-time check and its
+# second part holds a TRUNCATE of le_lease that also granted the key anew,
+# the third a writer between its commit-time check and its
 # commit record.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use LeNode;
 use IPC::Run;
 
-my $node = PostgreSQL::Test::Cluster->new('rewrite_race');
 # wal_level = replica (at minimal the page LSNs vouch for nothing); shared
 # buffers large enough that the CLUSTER's own work does not evict the old
 # file's lease page before the writer's COMMIT looks at it.
-$node->init(allows_streaming => 1);
-$node->append_conf('postgresql.conf', "autovacuum = off\nshared_buffers = 128MB\n");
-$node->start;
+my $node = le_node('rewrite_race', init => { allows_streaming => 1 }, conf => "autovacuum = off\nshared_buffers = 128MB\n");
 $node->safe_psql('postgres', q{
-CREATE EXTENSION leader_election;
 CREATE TABLE warm (id serial PRIMARY KEY, note text, fencing_token bigint NOT NULL);
 SELECT le_protect('warm', 'kw');
 });
@@ -122,7 +121,7 @@ $_->{in} .= "\\q\n", $_->{h}->finish for ($w, $r);
 is($node->safe_psql('postgres', "SELECT count(*) FROM warm WHERE note = 'race'"), '0',
 	'no row written with the old token committed');
 
-# Second race (helper 40): TRUNCATE le_lease and a grant of the key in one
+# Second race: TRUNCATE le_lease and a grant of the key in one
 # transaction, held by gdb where it sends its invalidations (AtEOXact_Inval),
 # after it is seen as committed and before it releases its locks.  The new
 # row has a new lease id, so its fence lock is not the one the writer takes:

@@ -1,4 +1,4 @@
-# Leases through PgBouncer in transaction-pooling mode: every call may land on
+# G1 through PgBouncer in transaction-pooling mode: every call may land on
 # a different server connection, and the lease API still works, because it
 # keeps no session state (unlike advisory locks, which die with the server
 # connection they were taken on).  Proves the mission's "also through
@@ -9,14 +9,14 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use LeNode;
 
 my $pgbouncer = '/usr/sbin/pgbouncer';
 plan skip_all => "pgbouncer not installed at $pgbouncer" unless -x $pgbouncer;
 
-my $node = PostgreSQL::Test::Cluster->new('main');
-$node->init;
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION leader_election');
+my $node = le_node('main');
 
 # PgBouncer with two server connections in transaction mode, on a Unix socket.
 my $dir = PostgreSQL::Test::Utils::tempdir;
@@ -115,8 +115,8 @@ is(via_bouncer("SELECT le_release('pooled', 'app-1', 1)"),
 is(via_bouncer("SELECT acquired, fencing_token FROM le_acquire('pooled', 'app-2', '30 seconds')"),
 	't|2', 'the next owner gets a higher token through pgbouncer');
 
-# Concurrent campaigns through the pool: exactly one winner per round.
-for my $round (1 .. 3)
+# Concurrent campaigns through the pool: exactly one winner per race.
+for my $pass (1 .. 3)
 {
 	via_bouncer("SELECT le_force_release('pooled')");
 	my @h;
@@ -133,7 +133,7 @@ for my $round (1 .. 3)
 	}
 	$_->finish for @h;
 	my $winners = grep { $_ =~ /^t$/m } @out;
-	is($winners, 1, "round $round: exactly one of six pooled racers acquired");
+	is($winners, 1, "pass $pass: exactly one of six pooled racers acquired");
 }
 
 my $tokens = $node->safe_psql('postgres',

@@ -1,4 +1,4 @@
-# Issue 7, randomized schedule: five sessions driven from one program by a
+# G1, G3, G5, G9: randomized schedule: five sessions driven from one program by a
 # seeded random number generator take random lease, fence, job, pause,
 # VACUUM FULL, pg_terminate_backend and several-calls-per-statement steps
 # (test/random/le_random.py); its checker then proves from the database
@@ -15,19 +15,17 @@ use FindBin;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use lib $FindBin::Bin;
+use LeNode;
 
 my $python = -x '/usr/bin/python3' ? '/usr/bin/python3' : 'python3';
 my $driver = "$FindBin::Bin/../random/le_random.py";
 
-my $node = PostgreSQL::Test::Cluster->new('random');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
+my $node = le_node('random', conf => qq{
 track_commit_timestamp = on
 max_connections = 30
 leader_election.lock_timeout = '1s'
 });
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION leader_election');
 
 my $seconds = $ENV{LE_RANDOM_SECONDS} // 50;
 my @cmd = ($python, $driver, '--dsn', $node->connstr('postgres'),

@@ -1,11 +1,11 @@
-# Issue 10, item 4: the model check of the lease and fence protocol.
+# G1, G3, G5, G9: the model check of the lease and fence protocol.
 # test/model/check.sh explores every interleaving of test/model/fence.pml
 # within its bounds with spin (2 clients with 2 writing sessions, 3 clients
 # with one) and finds no violation; each of its mutants (the token read
 # before the fence lock is taken, acquire without the fence lock, writers
 # that lock at the early check, a fence lock let go before the commit
 # record, a commit-time check that ignores expiry, a transactional token
-# sequence) must be caught.  Run a second
+# sequence) must be caught.  It runs a second
 # time with the token read before the lock in the checked model itself,
 # the script must fail and show the counterexample.
 use strict;

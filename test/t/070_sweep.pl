@@ -1,4 +1,4 @@
-# Issue 10 part 3: the bad-input and misuse sweep (test/sweep/sweep.py) on a
+# G6: the bad-input and misuse sweep (test/sweep/sweep.py) on a
 # primary with a streaming hot standby.  The sweep calls every SQL function of
 # the installed extension (read from pg_proc at run time) with edge values of
 # each argument and in aborted, read-only and prepared transactions, several
@@ -13,17 +13,16 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::Bin;
+use LeNode;
 use Time::HiRes qw(time);
 
 my $python = '/usr/bin/python3';    # Debian's, with python3-psycopg2
 plan skip_all => 'python3-psycopg2 is not installed'
   unless system($python, '-c', 'import psycopg2') == 0;
 
-my $primary = PostgreSQL::Test::Cluster->new('primary');
-$primary->init(allows_streaming => 1);
-$primary->append_conf('postgresql.conf', "max_prepared_transactions = 10\n");
-$primary->start;
-$primary->safe_psql('postgres', 'CREATE EXTENSION leader_election');
+my $primary = le_node('primary', init => { allows_streaming => 1 }, conf => "max_prepared_transactions = 10\n");
 $primary->backup('base');
 my $standby = PostgreSQL::Test::Cluster->new('standby');
 $standby->init_from_backup($primary, 'base', has_streaming => 1);

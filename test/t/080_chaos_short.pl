@@ -1,4 +1,4 @@
-# Issue 10, short fault-injection run (the long form: test/run.sh chaos
+# G1, G3, G5, G9: short fault-injection run (the long form: test/run.sh chaos
 # --minutes N): pg_leader candidates on two keys and plain SQL clients that
 # hold transactions open across their fenced writes on a third, with short
 # ttls, under random SIGSTOP/SIGCONT, SIGKILL of candidates and commands,

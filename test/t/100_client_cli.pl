@@ -1,6 +1,6 @@
-# pg_leader CLI and client library: usage errors and exit statuses, the
+# G5, G9: pg_leader CLI and client library: usage errors and exit statuses, the
 # child's environment, loss of leadership, status/release, log formats,
-# and the C API used directly (issue 4: CLI and library).
+# and the C API used directly.
 use strict;
 use warnings;
 use FindBin;

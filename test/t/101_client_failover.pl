@@ -1,4 +1,4 @@
-# pg_leader with real processes: one leader among several candidates (jobs
+# G1, G9: pg_leader with real processes: one leader among several candidates (jobs
 # never overlap, tokens rise), graceful shutdown hands over at once, SIGKILL
 # of the leader kills its command (PR_SET_PDEATHSIG) and a follower takes
 # over within ttl + retry.  Prints the measured failover latencies.

@@ -1,4 +1,4 @@
-# pg_leader frozen with SIGSTOP past its ttl: a follower takes over with a
+# G5, G9: pg_leader frozen with SIGSTOP past its ttl: a follower takes over with a
 # higher token while the leader is frozen, and when the leader resumes it
 # notices its passed local deadline at once and stops its command.
 # Once with only the wrapper's process frozen (its watchdog stops the command

@@ -1,4 +1,4 @@
-# pg_leader across connection loss: pg_terminate_backend of the renewal
+# G9: pg_leader across connection loss: pg_terminate_backend of the renewal
 # connection (the leader reconnects and keeps its lease and token),
 # of the campaign connections (LISTEN is re-established: a release still
 # hands over at once), and a server restart during leadership (afterwards

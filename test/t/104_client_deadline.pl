@@ -1,4 +1,4 @@
-# Issue 8 item 1: the command is dead before the server-side end of its
+# G5 from the client side: the command is dead before the server-side end of its
 # period whatever it does with SIGTERM.  The command ignores SIGTERM and
 # writes a timestamp every 50 ms; the server process of the renewal
 # connection is frozen (SIGSTOP), so renewals hang until the local deadline.

@@ -1,4 +1,4 @@
-# Issue 8 item 2: SIGINT to pg_leader's whole process group (Ctrl-C, or
+# G9: SIGINT to pg_leader's whole process group (Ctrl-C, or
 # kill -INT -- -PGID), run with default signal dispositions.  pg_leader must
 # not die of SIGPIPE (141): it stops the command and its grandchildren (even
 # those ignoring SIGTERM), releases the lease, logs its exit, exits 130.

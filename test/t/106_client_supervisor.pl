@@ -1,4 +1,4 @@
-# Issue 8 items 8 and 13: the command's supervisor.  It is the command's
+# G5: The command's supervisor.  It is the command's
 # parent and leads the command's process group (so the command never runs
 # without it, and no reused group id is signalled); frozen past an old
 # deadline while renewals went on, it reads the newer deadline before it

@@ -1,4 +1,4 @@
-# Issue 8 items 12, 14, 15 (CLI): --version, LE_DSN, --wait-timeout, a
+# CLI options: --version, LE_DSN, --wait-timeout, a
 # second signal forces an immediate stop, --max-runtime and the heartbeat
 # file, escaped log values, masked passwords, status alignment with long
 # tokens, status --timeout, one timestamp format in logs.

@@ -1,4 +1,4 @@
-# A multi-host connection string whose first host is frozen: it accepts TCP
+# G9: A multi-host connection string whose first host is frozen: it accepts TCP
 # connections and never answers (a SIGSTOPped primary, or one cut off after
 # the handshake).  libpq ignores connect_timeout in non-blocking connects,
 # so the client must try the hosts one at a time, each for connect_timeout

@@ -1,4 +1,4 @@
-# A period that ends with renew_failed while the command is still in its
+# G4: A period that ends with renew_failed while the command is still in its
 # grace period: the lease must be released only after the command's whole
 # process group is gone (pg_leader asks the library to hold the release
 # back: le_config.defer_release, le_elector_release_period).  The command

@@ -1,4 +1,4 @@
-# Unit test of the client's NOTIFY payload parser (src/client/le_notify.c)
+# G11: Unit test of the client's NOTIFY payload parser (src/client/le_notify.c)
 # with hostile payloads: truncated JSON, huge numbers, escapes, \u0000 and
 # embedded NUL, very long strings, deep nesting.  Runs the C test program
 # src/client/test_notify (built by src/client/Makefile) and passes its TAP

@@ -1,4 +1,4 @@
-# Notifications on channel leader_election are unauthenticated: any role that
+# G8, G11: Notifications on channel leader_election are unauthenticated: any role that
 # can connect may send one.  A forged "acquired" with a huge token, a forged
 # "force_released" of the leader's own token and a forged "released" must not
 # end leadership, must not make --loop candidates flap, and must not be

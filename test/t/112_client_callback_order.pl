@@ -1,7 +1,7 @@
-# Callbacks come from one place, in order (issue 8 item 6): two electors in
+# Callbacks come from one place, in order: two electors in
 # one process on one key with fast periods (ttl 400 ms) resign at random
 # for a few seconds while their on_renewed callbacks are slow (up to 40 ms,
-# like logging to a full pipe).  test/t/le_probe.c checks per elector that
+# like logging to a full pipe).  test/c/le_probe.c checks per elector that
 # no two callbacks run at once, that on_started(N) comes only after
 # on_stopped(N-1), and that on_renewed(N)/on_stopped(N) come only within
 # period N.  (Before the dispatcher thread, callbacks ran on two threads

@@ -1,6 +1,6 @@
-# A hung renewal connection (its server process frozen with SIGSTOP):
-#  1. alone: one hung attempt must not use all the retry room (issue 8 item
-#     5).  With ttl 3 s and the default 5 s statement timeout, an attempt
+# G9: A hung renewal connection (its server process frozen with SIGSTOP):
+#  1. alone: one hung attempt must not use all the retry room.
+#     With ttl 3 s and the default 5 s statement timeout, an attempt
 #     gets at most half the time left, then a new connection renews: the
 #     elector keeps leading.  (Before: the attempt ran to the deadline and
 #     leadership ended.)

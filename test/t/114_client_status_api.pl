@@ -1,5 +1,5 @@
-# Client library statuses and API (issue 8 items 7, 10, 11, 12, 14), with
-# the probe program test/t/le_probe.c:
+# G6: Client library statuses and API, with
+# the probe program test/c/le_probe.c:
 #  - a callback that blocks (like a log write to a full pipe) does not stop
 #    renewals (before: on_renewed ran on the renewal thread; lost at ~1 s);
 #  - permission denied, lease held, standby (read-only) are told apart in
@@ -18,16 +18,15 @@ use lib $FindBin::RealBin;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use lib $FindBin::Bin;
+use LeNode;
 use LeClientTest;
 
 my $cc = `sh -c 'command -v cc'`;
 plan skip_all => 'no C compiler' unless $cc;
 
 # like LeClientTest::start_node, with streaming allowed (for a standby)
-my $node = PostgreSQL::Test::Cluster->new('client_api');
-$node->init(allows_streaming => 1);
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION leader_election');
+my $node = le_node('client_api', init => { allows_streaming => 1 });
 my $dsn = $node->connstr('postgres');
 my $dir = PostgreSQL::Test::Utils::tempdir;
 my ($ok, $err) = build_probe("$dir/le_probe");

@@ -1,6 +1,6 @@
 # The client library under AddressSanitizer/LeakSanitizer/UBSan and
-# ThreadSanitizer (issue 8 items 6 and 9): the probe program
-# (test/t/le_probe.c) is built against a copy of the library built with
+# ThreadSanitizer: the probe program
+# (test/c/le_probe.c) is built against a copy of the library built with
 # src/client/Makefile's SANITIZE= (LeClientTest::build_probe) and runs
 # the modes that exercise most code paths (api: period fd, request_stop,
 # observer, free lease; order: fast periods and resigns; status: errors and
@@ -31,7 +31,7 @@ sub build
 	return $ok;
 }
 
-# Run a probe; returns (exit status, stdout, stderr).
+# Runs a probe; returns (exit status, stdout, stderr).
 sub run_probe
 {
 	my ($exe, @args) = @_;

@@ -15,6 +15,8 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use IPC::Run;
 use FindBin;
+use lib $FindBin::Bin;
+use LeNode;
 
 our @EXPORT = qw(start_node pg_leader_bin pg_leader_cmd start_candidate stop_all wait_for write_job
   read_events lease_state history_rows log_has alive reap log_events
@@ -27,10 +29,7 @@ my @started;    # every wrapper we started, killed at the end
 sub start_node
 {
 	my ($name) = @_;
-	my $node = PostgreSQL::Test::Cluster->new($name);
-	$node->init;
-	$node->start;
-	$node->safe_psql('postgres', 'CREATE EXTENSION leader_election');
+	my $node = le_node($name);
 	return ($node, $node->connstr('postgres'), PostgreSQL::Test::Utils::tempdir);
 }
 
@@ -297,7 +296,7 @@ sub check_no_overlap
 	return @problems;
 }
 
-# Build test/t/le_probe.c into $exe against the client library; returns
+# Build test/c/le_probe.c into $exe against the client library; returns
 # (ok, compiler messages).  Without $sanitize it links the library of this
 # build tree (src/client); with a -fsanitize= list (e.g.
 # "address,undefined", "thread") it builds a copy of the library with
@@ -332,7 +331,7 @@ sub build_probe
 	my ($o, $e) = ('', '');
 	my $ok = IPC::Run::run(
 		[ 'cc', '-Wall', '-Wextra', '-Werror', '-pthread', @san, "-I$cdir", "-I$inc",
-		  "$FindBin::RealBin/le_probe.c", "$cdir/libleader_election_client.a",
+		  "$FindBin::RealBin/../c/le_probe.c", "$cdir/libleader_election_client.a",
 		  "-L$libdir", '-lpq', '-o', $exe ],
 		'>', \$o, '2>', \$e);
 	return ($ok, $e);

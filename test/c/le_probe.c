@@ -1,7 +1,7 @@
 /*
  * le_probe.c: a test program for the client library, compiled by the TAP
  * tests test/t/11x_client_*.pl against src/client's header and static
- * library.  Uses only the API that existed before issue 8 in modes
+ * library.  Uses only the library's oldest calls in modes
  * "order" and "deadline" (so that it can be run against old builds too).
  *
  *   le_probe order DSN KEY SECONDS

@@ -1,4 +1,4 @@
--- Each backend remembers where it last found the row of a lease key, and
+-- G1, G12: Each backend remembers where it last found the row of a lease key, and
 -- where it inserted the history row of a period, and looks there first.
 -- Such a hint is only a place to look: after VACUUM FULL rewrites the
 -- table, another key's row (or another period's) sits there, and the call

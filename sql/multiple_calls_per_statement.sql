@@ -1,4 +1,4 @@
--- Every SQL function of the extension called several times in one
+-- G6: Every SQL function of the extension called several times in one
 -- statement: in one select list, in FROM, with LATERAL and over
 -- generate_series.  Each call's result must be its own (a result built in
 -- memory that SPI frees at the end of the call crashed the backend, or showed
@@ -10,6 +10,7 @@ CREATE EXTENSION IF NOT EXISTS leader_election;
 RESET client_min_messages;
 \set VERBOSITY sqlstate
 \set ON_ERROR_STOP 0
+
 -- le_acquire three times in one select list: two keys, the first key twice
 -- by its owner (the valid holder again: same period, same token).
 CREATE TEMP TABLE sl AS
@@ -36,10 +37,6 @@ SELECT x->'acquired' AS x_acq, x->>'holder' AS x_holder,
        le_leases a,
        le_leases b
  WHERE a.lease_key = 'mc-a' AND b.lease_key = 'mc-b';
- x_acq | x_holder | y_acq | y_holder | z_acq | z_holder | r_acq | r_holder | r_token | x_new | y_new | z_new | r_new | x_is_current | z_same_token | y_is_current | z_expiry_is_current | z_not_earlier | r_shows_expiry 
--------+----------+-------+----------+-------+----------+-------+----------+---------+-------+-------+-------+-------+--------------+--------------+--------------+---------------------+---------------+----------------
- true  | o1       | true  | o2       | true  | o1       | false | o1       | null    | true  | true  | false | null  | t            | t            | t            | t                   | t             | t
-(1 row)
 
 -- The same key twice by the same owner: both calls report the one period.
 CREATE TEMP TABLE twice AS
@@ -54,10 +51,6 @@ SELECT first->'acquired' AS first_acq, second->'acquired' AS second_acq,
        (first->>'expires_at')::timestamptz < (second->>'expires_at')::timestamptz AS second_extends,
        (second->>'expires_at')::timestamptz = l.expires_at AS second_is_current
   FROM twice, le_leases l WHERE l.lease_key = 'mc-s';
- first_acq | second_acq | first_new | second_new | same_token | is_current | second_extends | second_is_current 
------------+------------+-----------+------------+------------+------------+----------------+-------------------
- true      | true       | true      | false      | t          | t          | t              | t
-(1 row)
 
 -- In FROM: two calls, one row each.
 CREATE TEMP TABLE fr AS
@@ -68,10 +61,6 @@ SELECT f_acq, f_holder, f_new, g_acq, g_holder, g_new,
        f_tok = (SELECT fencing_token FROM le_leases WHERE lease_key = 'mc-c') AS f_current,
        g_tok = (SELECT fencing_token FROM le_leases WHERE lease_key = 'mc-d') AS g_current
   FROM fr;
- f_acq | f_holder | f_new | g_acq | g_holder | g_new | f_current | g_current 
--------+----------+-------+-------+----------+-------+-----------+-----------
- t     | o1       | t     | t     | o2       | t     | t         | t
-(1 row)
 
 -- LATERAL over a list of keys, one key three times by different owners:
 -- its first call wins, the other two are refused and name the winner.
@@ -83,13 +72,6 @@ SELECT v.n, v.k, v.o, r.acquired, r.holder, r.fencing_token, r.new_period
 SELECT lat.n, lat.k, lat.o, lat.acquired, lat.holder, lat.new_period,
        (lat.fencing_token = l.fencing_token) AS token_is_current
   FROM lat JOIN le_leases l ON l.lease_key = lat.k ORDER BY lat.n;
- n |   k   | o  | acquired | holder | new_period | token_is_current 
----+-------+----+----------+--------+------------+------------------
- 1 | mc-l1 | w1 | t        | w1     | t          | t
- 2 | mc-l2 | w2 | t        | w2     | t          | t
- 3 | mc-l1 | w3 | f        | w1     |            | 
- 4 | mc-l1 | w4 | f        | w1     |            | 
-(4 rows)
 
 -- Over generate_series: nine calls on three keys, owner by key, so every
 -- call is granted; three new periods, six extensions.  Each row also calls
@@ -103,27 +85,10 @@ SELECT g, to_jsonb(r) AS r, to_jsonb(own) AS own
 SELECT g, r->'acquired' AS acquired, r->>'holder' AS holder, r->'new_period' AS new_period,
        (r->>'fencing_token')::bigint = l.fencing_token AS token_is_current
   FROM gs JOIN le_leases l ON l.lease_key = 'mc-g' || (g % 3) ORDER BY g;
- g | acquired | holder  | new_period | token_is_current 
----+----------+---------+------------+------------------
- 1 | true     | gowner1 | true       | t
- 2 | true     | gowner2 | true       | t
- 3 | true     | gowner0 | true       | t
- 4 | true     | gowner1 | false      | t
- 5 | true     | gowner2 | false      | t
- 6 | true     | gowner0 | false      | t
- 7 | true     | gowner1 | false      | t
- 8 | true     | gowner2 | false      | t
- 9 | true     | gowner0 | false      | t
-(9 rows)
-
 SELECT count(DISTINCT r->'fencing_token') AS distinct_tokens,
        count(*) FILTER (WHERE own->>'holder' = 'x' AND (own->>'acquired')::boolean) AS own_granted,
        bool_and((own->>'fencing_token')::bigint = l.fencing_token) AS own_current
   FROM gs JOIN le_leases l ON l.lease_key = 'mc-own' || g;
- distinct_tokens | own_granted | own_current 
------------------+-------------+-------------
-               3 |           9 | t
-(1 row)
 
 -- le_renew several times in one select list and over generate_series.
 SELECT fencing_token AS tok_a FROM le_leases WHERE lease_key = 'mc-a' \gset
@@ -138,305 +103,106 @@ SELECT a1 IS NOT NULL AS a1_renewed, b1 IS NOT NULL AS b1_renewed,
        a2 = (SELECT expires_at FROM le_leases WHERE lease_key = 'mc-a') AS a2_current,
        b1 = (SELECT expires_at FROM le_leases WHERE lease_key = 'mc-b') AS b1_current
   FROM rn;
- a1_renewed | b1_renewed | wrong_owner_null | a2_later | a2_current | b1_current 
-------------+------------+------------------+----------+------------+------------
- t          | t          | t                | t        | t          | t
-(1 row)
-
 SELECT count(*) AS renewed
   FROM generate_series(1, 5) g, LATERAL le_renew('mc-a', 'o1', :tok_a, '1 hour') r
  WHERE r IS NOT NULL;
- renewed 
----------
-       5
-(1 row)
 
 -- le_fence_check several times: passes for current tokens, each call's
 -- error is its own.
 SELECT le_fence_check('mc-a', :tok_a), le_fence_check('mc-b', :tok_b), le_fence_check('mc-a', :tok_a);
- le_fence_check | le_fence_check | le_fence_check 
-----------------+----------------+----------------
-                |                | 
-(1 row)
-
 SELECT count(*) AS checked
   FROM generate_series(1, 4) g, LATERAL le_fence_check(CASE WHEN g % 2 = 0 THEN 'mc-a' ELSE 'mc-b' END,
                                                      CASE WHEN g % 2 = 0 THEN :tok_a ELSE :tok_b END) c;
- checked 
----------
-       4
-(1 row)
-
 SELECT le_fence_check('mc-a', :tok_a), le_fence_check('mc-b', :tok_b + 1000000);
-ERROR:  LE001
 \echo :LAST_ERROR_SQLSTATE
-LE001
+
 -- le_protect / le_unprotect several times in one select list.
 CREATE TABLE mc_t1 (id int, fencing_token bigint);
 CREATE TABLE mc_t2 (id int, tok bigint);
 SELECT le_protect('mc_t1', 'mc-a'), le_protect('mc_t2', 'mc-b', 'tok'), le_protect('mc_t1', 'mc-a');
- le_protect | le_protect | le_protect 
-------------+------------+------------
-            |            | 
-(1 row)
-
 INSERT INTO mc_t1 VALUES (1, :tok_a);
 INSERT INTO mc_t2 VALUES (1, :tok_b);
 INSERT INTO mc_t2 VALUES (2, :tok_b + 1000000);
-ERROR:  LE001
 \echo :LAST_ERROR_SQLSTATE
-LE001
 SELECT count(*) AS fence_triggers FROM pg_trigger
  WHERE tgrelid IN ('mc_t1'::regclass, 'mc_t2'::regclass) AND NOT tgisinternal;
- fence_triggers 
-----------------
-              4
-(1 row)
-
 SELECT le_unprotect('mc_t1') AS u1, le_unprotect('mc_t2') AS u2, le_unprotect('mc_t1') AS u1_again;
- u1 | u2 | u1_again 
-----+----+----------
- t  | t  | f
-(1 row)
-
 SELECT count(*) AS fence_triggers FROM pg_trigger
  WHERE tgrelid IN ('mc_t1'::regclass, 'mc_t2'::regclass) AND NOT tgisinternal;
- fence_triggers 
-----------------
-              0
-(1 row)
-
 SELECT le_protect(t::regclass, 'mc-a') FROM (VALUES ('mc_t1'), ('mc_t2')) v(t) WHERE false;
- le_protect 
-------------
-(0 rows)
-
 SELECT count(*) AS protected
   FROM (VALUES ('mc_t1'), ('mc_t1')) v(t), LATERAL le_protect(v.t::regclass, 'mc-a') p;
- protected 
------------
-         2
-(1 row)
-
 SELECT le_unprotect('mc_t1') AS u1;
- u1 
-----
- t
-(1 row)
-
 DROP TABLE mc_t1, mc_t2;
+
 -- le_fence_advance several times in one select list, in FROM and over
 -- generate_series: each call returns its own accepted token.
 SELECT le_fence_advance('mc-r1', 5) AS r1_5, le_fence_advance('mc-r2', 3) AS r2_3,
        le_fence_advance('mc-r1', 7) AS r1_7, le_fence_advance('mc-r1', 7) AS r1_7_again;
- r1_5 | r2_3 | r1_7 | r1_7_again 
-------+------+------+------------
-    5 |    3 |    7 |          7
-(1 row)
-
 SELECT * FROM le_fence_advance('mc-r1', 8) a, le_fence_advance('mc-r2', 9) b;
- a | b 
----+---
- 8 | 9
-(1 row)
-
 SELECT g, le_fence_advance('mc-r3', g * 10) FROM generate_series(1, 4) g ORDER BY g;
- g | le_fence_advance 
----+------------------
- 1 |               10
- 2 |               20
- 3 |               30
- 4 |               40
-(4 rows)
-
 SELECT resource, highest_token FROM le_fence_resource WHERE resource LIKE 'mc-%' ORDER BY resource;
- resource | highest_token 
-----------+---------------
- mc-r1    |             8
- mc-r2    |             9
- mc-r3    |            40
-(3 rows)
-
 SELECT le_fence_advance('mc-r1', 9), le_fence_advance('mc-r1', 2);
-ERROR:  LE001
 \echo :LAST_ERROR_SQLSTATE
-LE001
+
 -- The jobs functions several times per statement.
 SELECT fencing_token AS tok_j FROM le_acquire('mc-jobs', 'leader', '1 hour') \gset
 SELECT le_schedule_job('mc-jobs', :tok_j, 'mc:1', 't', clock_timestamp() - interval '1 minute') AS j1,
        le_schedule_job('mc-jobs', :tok_j, 'mc:2', 't', clock_timestamp() - interval '1 minute') AS j2,
        le_schedule_job('mc-jobs', :tok_j, 'mc:1', 't', clock_timestamp() - interval '1 minute') AS j1_again;
- j1 | j2 | j1_again 
-----+----+----------
- t  | t  | f
-(1 row)
-
 SELECT g, le_schedule_job('mc-jobs', :tok_j, 'mc:g' || g, 't', clock_timestamp() - interval '1 minute')
   FROM generate_series(1, 3) g ORDER BY g;
- g | le_schedule_job 
----+-----------------
- 1 | t
- 2 | t
- 3 | t
-(3 rows)
-
 SELECT count(*) AS claimed_by_wa FROM generate_series(1, 2) g, LATERAL le_claim_jobs('wa', 1) c;
- claimed_by_wa 
----------------
-             2
-(1 row)
-
 SELECT a.schedule_key IS NOT NULL AS a_claimed, b.schedule_key IS NOT NULL AS b_claimed,
        a.schedule_key <> b.schedule_key AS different_jobs, a.claimed_by, b.claimed_by
   FROM le_claim_jobs('wb', 1) a, le_claim_jobs('wc', 1) b;
- a_claimed | b_claimed | different_jobs | claimed_by | claimed_by 
------------+-----------+----------------+------------+------------
- t         | t         | t              | wb         | wc
-(1 row)
-
 SELECT claimed_by, count(*) FROM le_scheduled_jobs WHERE status = 'running' GROUP BY claimed_by ORDER BY claimed_by;
- claimed_by | count 
-------------+-------
- wa         |     1
- wb         |     1
- wc         |     1
-(3 rows)
-
 SELECT schedule_key AS ka FROM le_scheduled_jobs WHERE claimed_by = 'wa' ORDER BY job_id LIMIT 1 \gset
 SELECT schedule_key AS kb FROM le_scheduled_jobs WHERE claimed_by = 'wb' \gset
 SELECT schedule_key AS kc FROM le_scheduled_jobs WHERE claimed_by = 'wc' \gset
 SELECT le_complete_job(:'ka', 'wa'), le_fail_job(:'kb', 'wb', 'boom', '1 hour') AS b_fail,
        le_fail_job(:'kc', 'wc', 'bang', '1 hour') AS c_fail;
- le_complete_job | b_fail  | c_fail  
------------------+---------+---------
-                 | pending | pending
-(1 row)
-
 SELECT schedule_key = :'ka' AS is_a, schedule_key = :'kb' AS is_b, status, attempts, last_error
   FROM le_scheduled_jobs WHERE schedule_key IN (:'ka', :'kb', :'kc') ORDER BY schedule_key = :'ka' DESC, last_error;
- is_a | is_b | status  | attempts | last_error 
-------+------+---------+----------+------------
- t    | f    | done    |        1 | 
- f    | f    | pending |        1 | bang
- f    | t    | pending |        1 | boom
-(3 rows)
-
 SELECT le_complete_job(:'ka', 'wa'), le_complete_job(:'kb', 'wb');
-ERROR:  LE003
 \echo :LAST_ERROR_SQLSTATE
-LE003
+
 -- le_release and le_force_release several times in one select list: each
 -- answer is its own, and the state matches.
 CREATE TEMP TABLE rel AS
 SELECT le_release('mc-a', 'o1', :tok_a) AS a, le_release('mc-b', 'o2', :tok_b) AS b,
        le_release('mc-a', 'o1', :tok_a) AS a_again, le_release('mc-c', 'o2', 1) AS c_wrong;
 SELECT * FROM rel;
- a | b | a_again | c_wrong 
----+---+---------+---------
- t | t | f       | f
-(1 row)
-
 SELECT lease_key, holder, is_valid FROM le_leases WHERE lease_key IN ('mc-a', 'mc-b', 'mc-c') ORDER BY 1;
- lease_key | holder | is_valid 
------------+--------+----------
- mc-a      |        | f
- mc-b      |        | f
- mc-c      | o1     | t
-(3 rows)
-
 SELECT le_force_release('mc-c') AS c, le_force_release('mc-d') AS d, le_force_release('mc-c') AS c_again,
        le_force_release('mc-none') AS none;
- c | d | c_again | none 
----+---+---------+------
- t | t | f       | f
-(1 row)
-
 SELECT k, f FROM (VALUES ('mc-l1'), ('mc-l2'), ('mc-l1')) v(k), LATERAL le_force_release(v.k) f;
-   k   | f 
--------+---
- mc-l1 | t
- mc-l2 | t
- mc-l1 | f
-(3 rows)
-
 SELECT count(*) FILTER (WHERE r) AS released, count(*) FILTER (WHERE NOT r) AS not_held
   FROM generate_series(0, 5) g, LATERAL le_force_release('mc-g' || (g % 3)) r;
- released | not_held 
-----------+----------
-        3 |        3
-(1 row)
-
 SELECT count(*) AS still_held FROM le_leases WHERE lease_key LIKE 'mc-%' AND holder IS NOT NULL;
- still_held 
-------------
-         11
-(1 row)
 
 -- History: one closed period per grant that was released, each token once.
 SELECT lease_key, holder, end_reason
   FROM le_lease_history WHERE lease_key IN ('mc-a', 'mc-b', 'mc-c', 'mc-d', 'mc-l1', 'mc-l2')
  ORDER BY lease_key;
- lease_key | holder |   end_reason   
------------+--------+----------------
- mc-a      | o1     | released
- mc-b      | o2     | released
- mc-c      | o1     | force_released
- mc-d      | o2     | force_released
- mc-l1     | w1     | force_released
- mc-l2     | w2     | force_released
-(6 rows)
-
 SELECT count(*) = count(DISTINCT (lease_id, fencing_token)) AS tokens_unique
   FROM le_lease_history WHERE lease_key LIKE 'mc-%';
- tokens_unique 
----------------
- t
-(1 row)
 
 -- le_prune_history several times: nothing is past the retention yet, then
 -- everything ended is (the first call deletes, the others find nothing).
 SELECT le_prune_history() AS p1, le_prune_history() AS p2;
- p1 | p2 
-----+----
-  0 |  0
-(1 row)
-
 SET leader_election.history_retention = 0;
 SELECT pg_sleep(0.01);
- pg_sleep 
-----------
- 
-(1 row)
-
 CREATE TEMP TABLE pr AS SELECT le_prune_history() AS p1, le_prune_history() AS p2, le_prune_history() AS p3;
 SELECT p1 > 0 AS first_deleted, p2, p3 FROM pr;
- first_deleted | p2 | p3 
----------------+----+----
- t             |  0 |  0
-(1 row)
-
 SELECT g, le_prune_history() FROM generate_series(1, 3) g ORDER BY g;
- g | le_prune_history 
----+------------------
- 1 |                0
- 2 |                0
- 3 |                0
-(3 rows)
-
 SELECT count(*) AS open_periods FROM le_lease_history WHERE ended_at IS NULL AND lease_key LIKE 'mc-%';
- open_periods 
---------------
-           11
-(1 row)
-
 RESET leader_election.history_retention;
+
 -- The view several times in one statement.
 SELECT count(*) AS pairs FROM le_leases a JOIN le_leases b USING (lease_key)
  WHERE a.fencing_token = b.fencing_token AND lease_key LIKE 'mc-%';
- pairs 
--------
-    20
-(1 row)
+
 
 -- Calls that fail inside the lease code (after it switched user, bounded
 -- lock waits and connected SPI), caught by a PL/pgSQL exception block
@@ -444,17 +210,7 @@ SELECT count(*) AS pairs FROM le_leases a JOIN le_leases b USING (lease_key)
 -- and a later unrelated error carries no context of the lease.
 SET lock_timeout = '7s';
 SELECT acquired FROM le_acquire('mc-err', 'o', '1 minute');
- acquired 
-----------
- t
-(1 row)
-
 SELECT le_force_release('mc-err');
- le_force_release 
-------------------
- t
-(1 row)
-
 UPDATE le_lease SET fencing_token = 9223372036854775807 WHERE lease_key = 'mc-err';
 \set VERBOSITY terse
 DO $$
@@ -471,28 +227,11 @@ BEGIN
   RAISE NOTICE 'caught %, lock_timeout %, current_user is session_user: %',
     caught, current_setting('lock_timeout'), current_user = session_user;
 END $$;
-NOTICE:  caught 3, lock_timeout 7s, current_user is session_user: t
 \set VERBOSITY sqlstate
 SHOW lock_timeout;
- lock_timeout 
---------------
- 7s
-(1 row)
-
 SELECT current_user = session_user AS same_user;
- same_user 
------------
- t
-(1 row)
-
 SELECT count(*) AS mc_err2_rows FROM le_lease WHERE lease_key = 'mc-err2';
- mc_err2_rows 
---------------
-            0
-(1 row)
-
 \set VERBOSITY default
 SELECT 1 / 0;
-ERROR:  division by zero
 \set VERBOSITY sqlstate
 RESET lock_timeout;

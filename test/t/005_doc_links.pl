@@ -1,0 +1,21 @@
+# The documents: every relative link and #anchor in README.md,
+# CONTRIBUTING.md and doc/*.md resolves (test/check_links.py), and META.json
+# follows the PGXN META spec with the control file's version
+# (test/check_meta.py).  No server is needed.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $tree = $ENV{TESTDIR} // '.';
+for my $check (['check_links.py', 'every relative link and anchor of the documents resolves'],
+	['check_meta.py', 'META.json follows the PGXN META spec and the control file'])
+{
+	my ($script, $name) = @$check;
+	my ($stdout, $stderr);
+	my $ok = IPC::Run::run(['/usr/bin/python3', "$tree/test/$script", $tree], '>', \$stdout, '2>', \$stderr);
+	ok($ok, $name) or diag($stdout . $stderr);
+}
+
+done_testing();
