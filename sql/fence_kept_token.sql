@@ -1,4 +1,4 @@
--- The fence judges the writer's token, and the row actually stored.
+-- G5: the fence judges the writer's token, and the row actually stored.
 --  * An UPDATE that leaves the token column alone (or assigns it the value
 --    it has) keeps the row's token, which may be a newer leader's: it needs
 --    the token declared for the transaction (SET LOCAL

@@ -1,4 +1,4 @@
--- The per-backend cache of lease rows that the fence keeps (one entry per
+-- G12: the per-backend cache of lease rows that the fence keeps (one entry per
 -- key checked) is bounded: a session that checks ever new keys, here keys
 -- that do not exist (each check fails and is caught), does not grow it
 -- without end, neither during the transaction nor after it.

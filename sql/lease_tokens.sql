@@ -107,7 +107,7 @@ SELECT k, r.acquired, r.new_period
   FROM (VALUES ('star-lateral')) AS v(k), LATERAL le_acquire(v.k, 'a', '1 minute') AS r;
 SELECT transitions FROM le_leases WHERE lease_key = 'star-lateral';
 
--- Rule 1 and the server clock: a renewal or a repeated acquire inside a long
+-- G2, the server clock: a renewal or a repeated acquire inside a long
 -- transaction extends the lease from the server clock at the call
 -- (clock_timestamp()), never from the transaction's start (now()), which
 -- may already lie further back than the ttl.

@@ -1,4 +1,4 @@
--- After ALTER SCHEMA ... RENAME of the extension's schema, a role with
+-- G8: after ALTER SCHEMA ... RENAME of the extension's schema, a role with
 -- CREATE on the database takes the old name for a schema of its own and
 -- plants there (and in its temporary schema) an object under every name
 -- that a PL/pgSQL or SQL body of the extension uses.  Each planted object
