@@ -8,8 +8,9 @@
  * the main thread, which alone forks, signals and reaps and handles our
  * own signals, and the elector's threads (campaign, renewal, timer and
  * callback dispatcher, see le_client.h), which block all signals.  The
- * elector's callbacks run on its dispatcher thread, only log (under
- * log_mu) and wake the main thread through a self-pipe; the main thread then asks
+ * elector's callbacks run on its dispatcher thread, only queue log lines
+ * (see "Logging" below: nobody but the log writer thread ever blocks on
+ * stderr) and wake the main thread through a self-pipe; the main thread then asks
  * le_elector_is_leader(), which compares the local deadline with the clock
  * itself.  So after a SIGSTOP longer than the ttl, the first thing the
  * resumed main thread does is notice the passed deadline and act.
