@@ -1808,12 +1808,13 @@ cmd_run(options *o)
 			}
 			/*
 			 * The command ended but its supervisor did not report it (it is
-			 * frozen: the command is its unreaped zombie): do its job, kill
-			 * the rest of the group, and reap the command ourselves.
+			 * stopped, so the command is its unreaped zombie; or it is silent
+			 * for UNREPORTED_END_MS): do its job, kill the rest of the group,
+			 * and reap the command ourselves.
 			 */
 			if (!sigkill_sent && !run.group_gone && run.cmd_dead && !run.command_exited &&
 				!run.sup_reported_end &&
-				(sv_sup_frozen(&run, now) || now - run.cmd_dead_at >= UNREPORTED_END_MS))
+				(run.sup_stopped || now - run.cmd_dead_at >= UNREPORTED_END_MS))
 			{
 				log_event("killing_command", child_token, NULL, NULL,
 						  "the command (pid %d) ended and its supervisor %s; SIGKILL to process group %d",
