@@ -1787,6 +1787,10 @@ cmd_run(options *o)
 				if (run.group_gone)
 					log_event("stopping_command", child_token, NULL, reason,
 							  "the supervisor had already stopped the command at its deadline");
+				else if (strcmp(reason, "group_stopped") == 0 && run.command <= 0)
+					log_event("stopping_command", child_token, NULL, reason,
+							  "the supervisor stopped before it started the command; SIGKILL to process group %d",
+							  (int) run.group);
 				else if (strcmp(reason, "group_stopped") == 0)
 					log_event("stopping_command", child_token, NULL, reason,
 							  "the command (pid %d) and its supervisor are stopped; SIGKILL to process group %d",

@@ -31,9 +31,13 @@
  * pidfd of the command, which becomes readable when the command ends,
  * zombie or not; it then SIGKILLs G itself, S's death makes the zombie the
  * wrapper's child (the wrapper is a subreaper), and the wrapper reaps it
- * with its real wait status.  While S is frozen the wrapper also reads the
+ * with its real wait status.  S itself only peeks at the command's exit
+ * (WNOWAIT) and reports it without reaping, so a kill between the two
+ * cannot lose the status.  While S is frozen the wrapper also reads the
  * command's state in /proc: a stopped command under a frozen supervisor is
- * a stopped group, which nothing would ever resume on its own.
+ * a stopped group, which nothing would ever resume on its own; so is a
+ * supervisor stopped before it forked the command (the wrapper looks for
+ * S's child in /proc when S has not reported one).
  *
  * Deadline.  S sends SIGTERM (and SIGCONT) to G at kill_deadline - grace
  * and SIGKILL at kill_deadline.  When the command exits, S reports its wait
@@ -55,12 +59,14 @@
  *-------------------------------------------------------------------------
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <string.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -241,19 +247,42 @@ supervisor_main(int in_fd, int out_fd, const char *path, char *const argv[], cha
 			_exit(137);
 		}
 
-		/* 2. The command (and orphans, which are ours as subreaper). */
-		while ((w = waitpid(-1, &st, WNOHANG | WUNTRACED)) > 0)
+		/*
+		 * 2. The command (and orphans, which are ours as subreaper).  The
+		 * command's exit is only peeked at (WNOWAIT), reported, and left a
+		 * zombie: should we be killed between learning its status and
+		 * reporting it, the zombie passes to the wrapper (a subreaper),
+		 * which reaps it with that status itself.
+		 */
+		for (;;)
 		{
+			siginfo_t	si;
+
+			memset(&si, 0, sizeof(si));
+			if (waitid(P_ALL, 0, &si, WEXITED | WSTOPPED | WNOHANG | WNOWAIT) != 0 ||
+				si.si_pid <= 0)
+				break;
+			w = si.si_pid;
 			if (w != cmd)
-				continue;
-			if (WIFSTOPPED(st))
-				sv_report(out_fd, SV_STOPPED, WSTOPSIG(st));
-			else
 			{
-				sv_report(out_fd, SV_EXITED, st);
-				kill(0, SIGKILL);	/* what is left of the group, and us */
-				_exit(0);
+				(void) waitpid(w, &st, WNOHANG | WUNTRACED);
+				continue;
 			}
+			if (si.si_code == CLD_STOPPED || si.si_code == CLD_TRAPPED)
+			{
+				/* consume this stop only, never the exit that may follow */
+				memset(&si, 0, sizeof(si));
+				if (waitid(P_PID, (id_t) cmd, &si, WSTOPPED | WNOHANG) == 0 && si.si_pid == cmd)
+					sv_report(out_fd, SV_STOPPED, si.si_status);
+				continue;
+			}
+			if (si.si_code == CLD_EXITED)
+				st = (si.si_status & 0xff) << 8;
+			else
+				st = (si.si_status & 0x7f) | (si.si_code == CLD_DUMPED ? 0x80 : 0);
+			sv_report(out_fd, SV_EXITED, st);
+			kill(0, SIGKILL);	/* what is left of the group, and us */
+			_exit(0);
 		}
 
 		/* 3. The deadline. */
@@ -412,6 +441,48 @@ read_reports(sv_run *r)
 	}
 }
 
+/*
+ * A child of pid (the first found in /proc), or 0.  Only for a supervisor
+ * that is stopped, so its children cannot change under us.
+ */
+static pid_t
+child_of(pid_t pid)
+{
+	DIR		   *d = opendir("/proc");
+	struct dirent *de;
+	pid_t		found = 0;
+
+	if (d == NULL)
+		return 0;
+	while (found == 0 && (de = readdir(d)) != NULL)
+	{
+		char		path[300];
+		char		buf[512];
+		char	   *p;
+		char		state;
+		long		ppid;
+		int			fd;
+		ssize_t		n;
+
+		if (de->d_name[0] < '1' || de->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		n = read(fd, buf, sizeof(buf) - 1);
+		close(fd);
+		if (n <= 0)
+			continue;
+		buf[n] = '\0';
+		p = strrchr(buf, ')');
+		if (p != NULL && sscanf(p + 1, " %c %ld", &state, &ppid) == 2 && ppid == (long) pid)
+			found = (pid_t) atol(de->d_name);
+	}
+	closedir(d);
+	return found;
+}
+
 /* Read reports, reap members of the group, ping; see supervise.h. */
 void
 sv_poll(sv_run *r)
@@ -457,6 +528,20 @@ sv_poll(sv_run *r)
 	/* the supervisor reports before it dies: once it is reaped, all is readable */
 	if (r->sup_exited)
 		read_reports(r);
+	/* stopped before it told us the command's pid: find it ourselves */
+	r->no_command = false;
+	if (r->sup_stopped && !r->sup_exited && r->command <= 0 && !r->exec_failed)
+	{
+		pid_t		c = child_of(r->group);
+
+		if (c > 0)
+		{
+			r->command = c;
+			r->cmd_pidfd = (int) syscall(SYS_pidfd_open, c, 0);
+		}
+		else
+			r->no_command = true;
+	}
 
 	now = le_monotonic_ms();
 	/* the command's end, seen without its parent's help */
@@ -510,7 +595,9 @@ sv_command_stopped(const sv_run *r)
 	int			fd;
 	ssize_t		n;
 
-	if (r->command <= 0 || r->command_exited)
+	if (r->command <= 0)
+		return r->no_command;	/* stopped before its fork: nothing can ever run */
+	if (r->command_exited)
 		return false;
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int) r->command);
 	fd = open(path, O_RDONLY | O_CLOEXEC);

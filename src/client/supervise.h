@@ -36,6 +36,7 @@ typedef struct sv_run
 	bool		deadline_kill;	/* the supervisor sent SIGKILL at the deadline */
 	int64_t		sent_deadline;	/* last kill deadline written to the supervisor */
 	bool		sup_stopped;	/* the supervisor is stopped (WUNTRACED) */
+	bool		no_command;		/* ... before it forked the command */
 	int			cmd_pidfd;		/* pidfd of the command, -1: none */
 	bool		cmd_dead;		/* the pidfd says the command has ended */
 	int64_t		cmd_dead_at;	/* when that was seen (le_monotonic_ms) */
@@ -84,7 +85,10 @@ extern void sv_poll(sv_run *r);
  */
 extern bool sv_sup_frozen(const sv_run *r, int64_t now);
 
-/* Is the command itself stopped (SIGSTOP, tracing stop), as /proc shows it? */
+/*
+ * Is the command itself stopped (SIGSTOP, tracing stop), as /proc shows it,
+ * or not there at all under a supervisor stopped before its fork?
+ */
 extern bool sv_command_stopped(const sv_run *r);
 
 /* Close the pipes of a run whose group is gone. */
