@@ -460,6 +460,33 @@ log_flush(int64_t timeout_ms)
 }
 
 /*
+ * "pg_leader: error: MESSAGE" for people, through the queue like every log
+ * line: stderr may be a full pipe, and an exit must not wait for it.
+ */
+static void
+log_plain_error(const char *msg)
+{
+	char		line[LOG_LINE_MAX];
+	FILE	   *out = fmemopen(line, sizeof(line), "w");
+	long		len;
+
+	if (out == NULL)
+		return;
+	fprintf(out, "%s: error: ", progname);
+	text_str(out, msg);
+	fputc('\n', out);
+	fflush(out);
+	len = ftell(out);
+	fclose(out);
+	if (len <= 0)
+		return;
+	if (len >= (long) sizeof(line))
+		len = sizeof(line) - 1;
+	line[len - 1] = '\n';
+	log_submit(line, (size_t) len);
+}
+
+/*
  * One log line per event on stderr: timestamp, event, lease key, owner,
  * token (if > 0), expiry (if known), reason (if any), free text detail.
  * JSON lines of new_leader events also have a "holder" field (has_holder:
@@ -1644,10 +1671,8 @@ cmd_run(options *o)
 	if (rc != LE_OK)
 	{
 		log_event("error", 0, NULL, NULL, "%s", err);
+		log_plain_error(err);
 		log_flush(LOG_EXIT_FLUSH_MS);
-		fprintf(stderr, "%s: error: ", progname);
-		text_str(stderr, err);
-		fputc('\n', stderr);
 		le_elector_destroy(e);
 		return rc == LE_ERR_NO_EXTENSION ? EXIT_NO_EXTENSION :
 			rc == LE_ERR_CONNECT ? EXIT_CONNECT : EXIT_INTERNAL;
@@ -2048,7 +2073,7 @@ main(int argc, char **argv)
 	options		o;
 	const char *cmd;
 
-	/* a closed pipe must be an EPIPE error, never our death (issue 8 item 2) */
+	/* a closed pipe must be an EPIPE error, never our death */
 	signal(SIGPIPE, SIG_IGN);
 	if (argc < 2)
 		usage_error("missing command (run, status or release)");

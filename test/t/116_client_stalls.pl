@@ -8,7 +8,9 @@
 #  - only the supervisor is stopped, then the command exits: its end is
 #    seen (pidfd) although it stays a zombie of the stopped supervisor,
 #    the group is killed, the command reaped with its own status, the
-#    lease released.
+#    lease released;
+#  - stderr is full before pg_leader starts and the server is unreachable:
+#    pg_leader exits (69) instead of hanging on its error message.
 # Each case measures from the test the time from the command's end (or
 # the stop) to the lease row showing the period over; the bound is
 # ttl + 1 s.
@@ -218,6 +220,33 @@ my %figures;
 	is(lease_state($node, 'pause'), "pause|$tok|t", 'supervisor pause: the same period goes on');
 	kill 'TERM', $c->{pid};
 	is(wait_exit($c, 20), 143, 'supervisor pause: SIGTERM ends it as usual');
+}
+
+# --- stderr already full, the server unreachable: pg_leader still exits (69) -----------
+{
+	pipe(my $r, my $w) or die "pipe: $!";
+	my $flags = fcntl($w, F_GETFL, 0);
+	fcntl($w, F_SETFL, $flags | O_NONBLOCK);
+	1 while defined syswrite($w, 'x' x 4096);
+	fcntl($w, F_SETFL, $flags);
+	my $pid = fork();
+	die "fork: $!" unless defined $pid;
+	if ($pid == 0)
+	{
+		close($r);
+		open(STDOUT, '>', '/dev/null') or die;
+		open(STDERR, '>&', $w) or die;
+		LeClientTest::default_signals();
+		exec('env', '--default-signal', pg_leader_bin(), 'run', '-d', "host=$dir port=1 dbname=postgres",
+			'-l', 'nostart', '--', 'true')
+		  or die "exec: $!";
+	}
+	close($w);
+	my $c = { pid => $pid, name => 'nostart' };
+	my $st = wait_exit($c, 10);
+	is($st, 69, 'full pipe, no server: pg_leader exits 69 although stderr is stuck');
+	kill 'KILL', $pid unless defined $st;
+	close($r);
 }
 
 done_testing();
