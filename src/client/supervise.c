@@ -400,6 +400,8 @@ read_reports(sv_run *r)
 			switch (m[i].kind)
 			{
 				case SV_STARTED:
+					if (r->command == m[i].value && r->cmd_pidfd >= 0)
+						break;	/* found already, while S was stopped */
 					r->command = m[i].value;
 					/*
 					 * A quick command may be reaped (and its pid reused) by

@@ -3,6 +3,10 @@
 #  - stopped before it has forked the command (a group stop that early):
 #    nothing can ever run, so the period ends (SIGKILL of the group,
 #    release, exit 80) instead of being renewed for good;
+#  - stopped right after the fork, before it reported the command's pid:
+#    pg_leader finds the command itself and leaves it alone while it runs;
+#    resumed, the supervisor's late report opens no second pidfd; the
+#    command's status is returned;
 #  - stalled between learning the command's exit status and reporting it,
 #    long enough for pg_leader to kill the group itself: pg_leader still
 #    exits with the command's own status, not 137.
@@ -61,6 +65,55 @@ sub wait_exit
 	ok(log_has($c, qr/stopping_command .*reason=group_stopped/), 'early stop: reason group_stopped logged');
 	like(lease_state($node, 'early'), qr/\|f$/, 'early stop: the lease was released')
 	  if defined $took && $took < $ttl;
+	kill 'KILL', $c->{pid} unless defined reap($c);
+}
+
+# pidfds pg_leader holds.
+sub pidfds
+{
+	my ($pid) = @_;
+	my $n = 0;
+	for my $fd (glob("/proc/$pid/fd/*"))
+	{
+		my $l = readlink($fd) // '';
+		$n++ if $l =~ /pidfd/;
+	}
+	return $n;
+}
+
+# Parent pid of a process, or 0.
+sub ppid_of
+{
+	my ($pid) = @_;
+	open(my $fh, '<', "/proc/$pid/stat") or return 0;
+	my $line = <$fh>;
+	return $line =~ /\)\s+\S+\s+(\d+)/ ? $1 : 0;
+}
+
+# --- the supervisor stops after the fork, before its report ------------------------
+{
+	local $ENV{LD_PRELOAD} = $shim;
+	local $ENV{LE_SV_STALL} = 'forked';
+	my $pidf = "$dir/mid.pid";
+	my $go = "$dir/mid.go";
+	my $c = start_candidate(dir => $dir, name => 'mid', dsn => $dsn, key => 'mid',
+		opts => [ '--ttl', "${ttl}s" ],
+		command => [ 'sh', '-c', "echo \$\$ > $pidf; while [ ! -e $go ]; do sleep 0.1; done; exit 4" ]);
+	ok(wait_for(sub { -s $pidf }, 30), 'stop after fork: the command runs');
+	chomp(my $pid = slurp_file($pidf));
+	my $sup = ppid_of($pid);
+	my $tok = (split /\|/, lease_state($node, 'mid'))[1];
+	usleep(1_500_000);
+	ok(alive($pid), 'stop after fork: the running command is left alone');
+	is(lease_state($node, 'mid'), "mid|$tok|t", 'stop after fork: the same period goes on');
+	is(pidfds($c->{pid}), 1, 'stop after fork: pg_leader found the command (one pidfd)');
+	kill 'CONT', $sup;
+	usleep(500_000);
+	is(pidfds($c->{pid}), 1, 'stop after fork: the late report opens no second pidfd');
+	open(my $fh, '>', $go) or die;
+	close($fh);
+	is(wait_exit($c, 20), 4, 'stop after fork: pg_leader exits with the command\'s status');
+	like(lease_state($node, 'mid'), qr/\|f$/, 'stop after fork: the lease was released');
 	kill 'KILL', $c->{pid} unless defined reap($c);
 }
 

@@ -9,6 +9,8 @@
  * pg_leader itself have other names or parents).  LE_SV_STALL chooses:
  *   fork: the supervisor stops itself (SIGSTOP) before it forks the
  *         command, as a group stop arriving that early would;
+ *   forked: it stops itself right after the fork, before it can report
+ *         the command's pid;
  *   reap: once the supervisor learns that the command exited (waitpid or
  *         waitid), it sleeps 600 ms before going on, as a supervisor
  *         preempted (or stopped) right there would.
@@ -56,9 +58,14 @@ fork(void)
 {
 	pid_t		(*real) (void) = (pid_t (*) (void)) dlsym(RTLD_NEXT, "fork");
 
+	pid_t		pid;
+
 	if (stall("fork"))
 		raise(SIGSTOP);
-	return real();
+	pid = real();
+	if (pid > 0 && stall("forked"))
+		raise(SIGSTOP);
+	return pid;
 }
 
 pid_t
