@@ -2075,6 +2075,16 @@ main(int argc, char **argv)
 
 	/* a closed pipe must be an EPIPE error, never our death */
 	signal(SIGPIPE, SIG_IGN);
+
+	/*
+	 * A closed standard descriptor would be reused by the next open (an
+	 * internal pipe, a timerfd, a server connection), and log lines would
+	 * land there: give it /dev/null first.
+	 */
+	for (int fd = 0; fd <= 2; fd++)
+		if (fcntl(fd, F_GETFD) < 0 && errno == EBADF &&
+			open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY) < 0)
+			return EXIT_INTERNAL;
 	if (argc < 2)
 		usage_error("missing command (run, status or release)");
 	cmd = argv[1];

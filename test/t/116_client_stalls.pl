@@ -10,7 +10,9 @@
 #    the group is killed, the command reaped with its own status, the
 #    lease released;
 #  - stderr is full before pg_leader starts and the server is unreachable:
-#    pg_leader exits (69) instead of hanging on its error message.
+#    pg_leader exits (69) instead of hanging on its error message;
+#  - stdout and stderr closed at start: they are /dev/null, so log lines
+#    never land in a descriptor pg_leader opened for itself.
 # Each case measures from the test the time from the command's end (or
 # the stop) to the lease row showing the period over; the bound is
 # ttl + 1 s.
@@ -247,6 +249,30 @@ my %figures;
 	is($st, 69, 'full pipe, no server: pg_leader exits 69 although stderr is stuck');
 	kill 'KILL', $pid unless defined $st;
 	close($r);
+}
+
+# --- stdout and stderr closed: they become /dev/null, never an internal descriptor ------
+{
+	my $pidf = "$dir/closed.pid";
+	my $bin = pg_leader_bin();
+	my $pid = fork();
+	die "fork: $!" unless defined $pid;
+	if ($pid == 0)
+	{
+		delete $ENV{PGAPPNAME};
+		LeClientTest::default_signals();
+		exec('sh', '-c',
+			"echo \$\$ > $pidf; exec $bin run -d '$dsn' -l closed --owner closed -v --ttl ${ttl}s -- sleep 3 >&- 2>&-")
+		  or die "exec: $!";
+	}
+	ok(wait_for(sub { -s $pidf }, 10), 'closed stderr: pg_leader started');
+	chomp(my $p = slurp_file($pidf));
+	ok(wait_for(sub { period_over('closed', 'closed') ? 0 : 1 }, 20), 'closed stderr: it leads');
+	is(readlink("/proc/$p/fd/2") // '', '/dev/null', 'closed stderr: fd 2 is /dev/null');
+	is(readlink("/proc/$p/fd/1") // '', '/dev/null', 'closed stdout: fd 1 is /dev/null');
+	my $c = { pid => $pid, name => 'closed' };
+	is(wait_exit($c, 20), 0, 'closed stderr: the command\'s status');
+	kill 'KILL', $pid unless defined reap($c);
 }
 
 done_testing();
