@@ -8,8 +8,9 @@
  * the main thread, which alone forks, signals and reaps and handles our
  * own signals, and the elector's threads (campaign, renewal, timer and
  * callback dispatcher, see le_client.h), which block all signals.  The
- * elector's callbacks run on its dispatcher thread, only log (under
- * log_mu) and wake the main thread through a self-pipe; the main thread then asks
+ * elector's callbacks run on its dispatcher thread, only queue log lines
+ * (see "Logging" below: nobody but the log writer thread ever blocks on
+ * stderr) and wake the main thread through a self-pipe; the main thread then asks
  * le_elector_is_leader(), which compares the local deadline with the clock
  * itself.  So after a SIGSTOP longer than the ttl, the first thing the
  * resumed main thread does is notice the passed deadline and act.
@@ -82,12 +83,38 @@
  */
 #define KILL_SLACK_MS		100
 
+/* --no-wait waits for its attempt in slices this long, checking for signals. */
+#define NO_WAIT_SLICE_MS	20
+
+/* A command that ended unreported by its supervisor is killed after this. */
+#define UNREPORTED_END_MS	200
+
 extern char **environ;
 
 static const char *progname = "pg_leader";
 
-/* Logging state: shared by the main thread and the elector's callbacks. */
+/*
+ * Logging.  The main thread and the elector's callbacks format a line and
+ * put it in a bounded queue; a writer thread (all signals blocked) alone
+ * writes to stderr, and may block there (a full pipe nobody reads).
+ * log_mu guards only the queue and is never held during I/O, so a log line
+ * never delays what ends a period: signals, reaping, SIGKILL, the release.
+ * A line that finds the queue full is dropped and counted; the writer
+ * reports the count when it can write again.  At exit the queue gets
+ * LOG_EXIT_FLUSH_MS to drain.
+ */
+#define LOG_QUEUE_LINES		256
+#define LOG_LINE_MAX		8192
+#define LOG_EXIT_FLUSH_MS	1000
 static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t log_cv = PTHREAD_COND_INITIALIZER;
+static char *log_q[LOG_QUEUE_LINES];	/* ring of malloc'd lines */
+static size_t log_q_len[LOG_QUEUE_LINES];
+static int	log_q_head = 0;
+static int	log_q_count = 0;
+static uint64_t log_dropped = 0;
+static bool log_writing = false;	/* the writer holds a line outside the queue */
+static bool log_async = false;	/* the writer thread runs */
 static bool log_json = false;
 static bool verbose = false;
 static const char *log_key = "";
@@ -97,6 +124,15 @@ static char log_owner[256] = "";
 static int wake_pipe[2] = {-1, -1};
 static volatile sig_atomic_t got_signal = 0;
 static volatile sig_atomic_t signal_count = 0;
+
+/*
+ * Signals from one sender within this window count once: timeout(1), for
+ * one, signals its child and then its own process group, so pg_leader gets
+ * the same signal twice at once; only a later signal is a second one.
+ */
+#define SIGNAL_BURST_MS		200
+static volatile sig_atomic_t burst_sender = 0;
+static volatile int64_t burst_start_ms = 0;
 
 /* Print a usage error and exit. */
 static void
@@ -289,6 +325,167 @@ now_iso(char *buf, size_t len)
 	snprintf(buf, len, "%s.%03dZ", base, (int) (ts.tv_nsec / 1000000) % 1000);
 }
 
+/* Write all of buf to fd, waiting while it is full; false on an error. */
+static bool
+write_all(int fd, const char *buf, size_t len)
+{
+	while (len > 0)
+	{
+		ssize_t		n = write(fd, buf, len);
+
+		if (n > 0)
+		{
+			buf += n;
+			len -= (size_t) n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+		{
+			struct pollfd p = {fd, POLLOUT, 0};
+
+			(void) poll(&p, 1, -1);
+			continue;
+		}
+		return false;
+	}
+	return true;
+}
+
+/*
+ * Queue one formatted line for the writer (never blocks on I/O; drops and
+ * counts it when the queue is full).  Before the writer runs (status,
+ * release, usage errors) it is written at once.
+ */
+static void
+log_submit(const char *line, size_t len)
+{
+	char	   *copy;
+
+	if (!log_async)
+	{
+		(void) write_all(STDERR_FILENO, line, len);
+		return;
+	}
+	copy = malloc(len);
+	pthread_mutex_lock(&log_mu);
+	if (copy == NULL || log_q_count == LOG_QUEUE_LINES)
+	{
+		log_dropped++;
+		pthread_mutex_unlock(&log_mu);
+		free(copy);
+		return;
+	}
+	memcpy(copy, line, len);
+	log_q[(log_q_head + log_q_count) % LOG_QUEUE_LINES] = copy;
+	log_q_len[(log_q_head + log_q_count) % LOG_QUEUE_LINES] = len;
+	log_q_count++;
+	pthread_cond_broadcast(&log_cv);
+	pthread_mutex_unlock(&log_mu);
+}
+
+static void log_event(const char *event, int64_t token, const char *expires, const char *reason,
+					  const char *fmt,...) __attribute__((format(printf, 5, 6)));
+
+/* The writer thread: the only one that writes log lines to stderr. */
+static void *
+log_writer(void *arg)
+{
+	(void) arg;
+	for (;;)
+	{
+		char	   *line;
+		size_t		len;
+		uint64_t	dropped;
+
+		pthread_mutex_lock(&log_mu);
+		while (log_q_count == 0)
+			pthread_cond_wait(&log_cv, &log_mu);
+		line = log_q[log_q_head];
+		len = log_q_len[log_q_head];
+		log_q_head = (log_q_head + 1) % LOG_QUEUE_LINES;
+		log_q_count--;
+		log_writing = true;
+		pthread_mutex_unlock(&log_mu);
+
+		(void) write_all(STDERR_FILENO, line, len);
+		free(line);
+
+		pthread_mutex_lock(&log_mu);
+		dropped = log_dropped;
+		log_dropped = 0;
+		log_writing = false;
+		pthread_cond_broadcast(&log_cv);
+		pthread_mutex_unlock(&log_mu);
+		if (dropped > 0)
+			log_event("notice", 0, NULL, NULL,
+					  "%" PRIu64 " log lines dropped: stderr was not writable", dropped);
+	}
+	return NULL;
+}
+
+/* Start the writer thread, with every signal blocked in it. */
+static void
+log_start(void)
+{
+	pthread_t	t;
+	sigset_t	all,
+				old;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	if (pthread_create(&t, NULL, log_writer, NULL) == 0)
+	{
+		pthread_detach(t);
+		log_async = true;
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+/* Give the queue up to timeout_ms to drain (stderr may be stuck for good). */
+static void
+log_flush(int64_t timeout_ms)
+{
+	int64_t		end = le_monotonic_ms() + timeout_ms;
+
+	pthread_mutex_lock(&log_mu);
+	while (log_async && (log_q_count > 0 || log_writing) && le_monotonic_ms() < end)
+	{
+		pthread_mutex_unlock(&log_mu);
+		poll(NULL, 0, 5);
+		pthread_mutex_lock(&log_mu);
+	}
+	pthread_mutex_unlock(&log_mu);
+}
+
+/*
+ * "pg_leader: error: MESSAGE" for people, through the queue like every log
+ * line: stderr may be a full pipe, and an exit must not wait for it.
+ */
+static void
+log_plain_error(const char *msg)
+{
+	char		line[LOG_LINE_MAX];
+	FILE	   *out = fmemopen(line, sizeof(line), "w");
+	long		len;
+
+	if (out == NULL)
+		return;
+	fprintf(out, "%s: error: ", progname);
+	text_str(out, msg);
+	fputc('\n', out);
+	fflush(out);
+	len = ftell(out);
+	fclose(out);
+	if (len <= 0)
+		return;
+	if (len >= (long) sizeof(line))
+		len = sizeof(line) - 1;
+	line[len - 1] = '\n';
+	log_submit(line, (size_t) len);
+}
+
 /*
  * One log line per event on stderr: timestamp, event, lease key, owner,
  * token (if > 0), expiry (if known), reason (if any), free text detail.
@@ -301,6 +498,9 @@ log_line(const char *event, int64_t token, const char *expires, const char *reas
 {
 	char		ts[64];
 	char		exp_iso[80] = "";
+	char		line[LOG_LINE_MAX];
+	FILE	   *out;
+	long		len;
 
 	now_iso(ts, sizeof(ts));
 	if (expires && *expires)
@@ -308,71 +508,85 @@ log_line(const char *event, int64_t token, const char *expires, const char *reas
 		iso_utc(expires, exp_iso, sizeof(exp_iso));
 		expires = exp_iso;
 	}
-	pthread_mutex_lock(&log_mu);
+	out = fmemopen(line, sizeof(line), "w");
+	if (out == NULL)
+	{
+		pthread_mutex_lock(&log_mu);
+		log_dropped++;
+		pthread_mutex_unlock(&log_mu);
+		return;
+	}
 	if (log_json)
 	{
-		fprintf(stderr, "{\"ts\":\"%s\",\"pid\":%d,\"event\":", ts, (int) getpid());
-		json_str(stderr, event);
-		fputs(",\"lease_key\":", stderr);
-		json_str(stderr, log_key);
-		fputs(",\"owner\":", stderr);
-		json_str(stderr, log_owner);
+		fprintf(out, "{\"ts\":\"%s\",\"pid\":%d,\"event\":", ts, (int) getpid());
+		json_str(out, event);
+		fputs(",\"lease_key\":", out);
+		json_str(out, log_key);
+		fputs(",\"owner\":", out);
+		json_str(out, log_owner);
 		if (token > 0)
-			fprintf(stderr, ",\"token\":%" PRId64, token);
+			fprintf(out, ",\"token\":%" PRId64, token);
 		else
-			fputs(",\"token\":null", stderr);
-		fputs(",\"expires_at\":", stderr);
+			fputs(",\"token\":null", out);
+		fputs(",\"expires_at\":", out);
 		if (expires && *expires)
-			json_str(stderr, expires);
+			json_str(out, expires);
 		else
-			fputs("null", stderr);
-		fputs(",\"reason\":", stderr);
+			fputs("null", out);
+		fputs(",\"reason\":", out);
 		if (reason)
-			json_str(stderr, reason);
+			json_str(out, reason);
 		else
-			fputs("null", stderr);
+			fputs("null", out);
 		if (has_holder)
 		{
-			fputs(",\"holder\":", stderr);
+			fputs(",\"holder\":", out);
 			if (holder)
-				json_str(stderr, holder);
+				json_str(out, holder);
 			else
-				fputs("null", stderr);
+				fputs("null", out);
 		}
 		if (detail[0])
 		{
-			fputs(",\"detail\":", stderr);
-			json_str(stderr, detail);
+			fputs(",\"detail\":", out);
+			json_str(out, detail);
 		}
-		fputs("}\n", stderr);
+		fputs("}\n", out);
 	}
 	else
 	{
-		fprintf(stderr, "%s pg_leader[%d] %s key=", ts, (int) getpid(), event);
-		text_str(stderr, log_key);
-		fputs(" owner=", stderr);
-		text_str(stderr, log_owner);
+		fprintf(out, "%s pg_leader[%d] %s key=", ts, (int) getpid(), event);
+		text_str(out, log_key);
+		fputs(" owner=", out);
+		text_str(out, log_owner);
 		if (token > 0)
-			fprintf(stderr, " token=%" PRId64, token);
+			fprintf(out, " token=%" PRId64, token);
 		if (expires && *expires)
 		{
-			fputs(" expires=", stderr);
-			text_str(stderr, expires);
+			fputs(" expires=", out);
+			text_str(out, expires);
 		}
 		if (reason)
 		{
-			fputs(" reason=", stderr);
-			text_str(stderr, reason);
+			fputs(" reason=", out);
+			text_str(out, reason);
 		}
 		if (detail[0])
 		{
-			fputs(": ", stderr);
-			text_str(stderr, detail);
+			fputs(": ", out);
+			text_str(out, detail);
 		}
-		fputc('\n', stderr);
+		fputc('\n', out);
 	}
-	fflush(stderr);
-	pthread_mutex_unlock(&log_mu);
+	fflush(out);
+	len = ftell(out);
+	fclose(out);
+	if (len <= 0)
+		return;
+	if (len >= (long) sizeof(line))
+		len = sizeof(line) - 1;
+	line[len - 1] = '\n';		/* a truncated line still ends its line */
+	log_submit(line, (size_t) len);
 }
 
 /* log_line with a printf-style detail and no holder field. */
@@ -405,15 +619,28 @@ wake_main(void)
 	errno = save;
 }
 
-/* SIGTERM/SIGINT/SIGHUP: remember, wake.  SIGCHLD: wake. */
+/*
+ * SIGTERM/SIGINT/SIGHUP: remember, count (once per sender burst, see
+ * SIGNAL_BURST_MS), wake.  SIGCHLD: wake.
+ */
 static void
-on_signal(int sig)
+on_signal(int sig, siginfo_t *si, void *ctx)
 {
+	(void) ctx;
 	if (sig != SIGCHLD)
 	{
+		int64_t		now = le_monotonic_ms();
+		pid_t		sender = si ? si->si_pid : 0;
+
 		if (got_signal == 0)
 			got_signal = sig;
-		signal_count++;
+		if (signal_count == 0 || sender != (pid_t) burst_sender ||
+			now - burst_start_ms >= SIGNAL_BURST_MS)
+		{
+			signal_count++;
+			burst_sender = sender;
+			burst_start_ms = now;
+		}
 	}
 	wake_main();
 }
@@ -813,6 +1040,13 @@ check_timing(options *o)
 static int
 no_wait_status(bool answered, const le_status *st, char *why, size_t len)
 {
+	/* lock_timeout on the lease row: a transaction holds it (busy), as good as held */
+	if (strcmp(st->last_sqlstate, "55P03") == 0)
+	{
+		snprintf(why, len, "busy: the lease row is locked by another transaction: %s",
+				 st->last_message);
+		return EXIT_NOT_ACQUIRED;
+	}
 	switch (st->last_error)
 	{
 		case LE_ERR_HELD:
@@ -1290,25 +1524,59 @@ foreground_tty(void)
 	return fd;
 }
 
-/* Has the command missed its heartbeat?  (Its file older than the timeout.) */
+/*
+ * The heartbeat file as last seen: a beat is any change of it (mtime,
+ * ctime, size, inode, existence), timed on the monotonic clock when seen.
+ * Its timestamps are compared with each other, never with the wall clock,
+ * so a clock step or a touch -d far away neither stops a healthy command
+ * nor excuses a hung one.
+ */
+typedef struct heartbeat
+{
+	bool		exists;
+	struct timespec mtime;
+	struct timespec ctime;
+	off_t		size;
+	ino_t		ino;
+	int64_t		last_beat;		/* le_monotonic_ms() when a change was seen */
+} heartbeat;
+
+/* Read the heartbeat file; true if it differs from *hb (which is updated). */
 static bool
-heartbeat_missed(const options *o, int64_t started_real_ms)
+heartbeat_changed(const options *o, heartbeat *hb)
 {
 	struct stat sb;
-	struct timespec now;
-	int64_t		last = started_real_ms;
+	heartbeat	now;
 
-	if (o->heartbeat_file == NULL)
-		return false;
+	memset(&now, 0, sizeof(now));
 	if (stat(o->heartbeat_file, &sb) == 0)
 	{
-		int64_t		m = (int64_t) sb.st_mtim.tv_sec * 1000 + sb.st_mtim.tv_nsec / 1000000;
-
-		if (m > last)
-			last = m;
+		now.exists = true;
+		now.mtime = sb.st_mtim;
+		now.ctime = sb.st_ctim;
+		now.size = sb.st_size;
+		now.ino = sb.st_ino;
 	}
-	clock_gettime(CLOCK_REALTIME, &now);
-	return (int64_t) now.tv_sec * 1000 + now.tv_nsec / 1000000 - last > o->heartbeat_timeout;
+	if (now.exists == hb->exists &&
+		(!now.exists ||
+		 (now.mtime.tv_sec == hb->mtime.tv_sec && now.mtime.tv_nsec == hb->mtime.tv_nsec &&
+		  now.ctime.tv_sec == hb->ctime.tv_sec && now.ctime.tv_nsec == hb->ctime.tv_nsec &&
+		  now.size == hb->size && now.ino == hb->ino)))
+		return false;
+	now.last_beat = hb->last_beat;
+	*hb = now;
+	return true;
+}
+
+/* Has the command missed its heartbeat?  (No change seen for the timeout.) */
+static bool
+heartbeat_missed(const options *o, heartbeat *hb, int64_t now)
+{
+	if (o->heartbeat_file == NULL)
+		return false;
+	if (heartbeat_changed(o, hb))
+		hb->last_beat = now;
+	return now - hb->last_beat > o->heartbeat_timeout;
 }
 
 /* Why a running command is being stopped. */
@@ -1336,7 +1604,7 @@ cmd_run(options *o)
 	int64_t		child_token = 0;
 	int64_t		kill_deadline = 0;	/* SIGKILL of the group at the latest */
 	int64_t		started_at = 0;
-	int64_t		started_real = 0;
+	heartbeat	hb;
 	stop_kind	stopping = STOP_NONE;
 	bool		sigkill_sent = false;
 	bool		we_killed = false;
@@ -1381,10 +1649,12 @@ cmd_run(options *o)
 
 	if (pipe2(wake_pipe, O_NONBLOCK | O_CLOEXEC) != 0)
 		fatal(EXIT_INTERNAL, "pipe: %s", strerror(errno));
+	log_start();
 	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_signal;
-	sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
-	sigemptyset(&sa.sa_mask);
+	/* no SA_RESTART: nothing may sit out a signal; SIGCHLD also for stops */
+	sa.sa_sigaction = on_signal;
+	sa.sa_flags = SA_SIGINFO;
+	sigfillset(&sa.sa_mask);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
@@ -1401,9 +1671,8 @@ cmd_run(options *o)
 	if (rc != LE_OK)
 	{
 		log_event("error", 0, NULL, NULL, "%s", err);
-		fprintf(stderr, "%s: error: ", progname);
-		text_str(stderr, err);
-		fputc('\n', stderr);
+		log_plain_error(err);
+		log_flush(LOG_EXIT_FLUSH_MS);
 		le_elector_destroy(e);
 		return rc == LE_ERR_NO_EXTENSION ? EXIT_NO_EXTENSION :
 			rc == LE_ERR_CONNECT ? EXIT_CONNECT : EXIT_INTERNAL;
@@ -1413,8 +1682,26 @@ cmd_run(options *o)
 
 	if (o->no_wait)
 	{
-		bool		answered = le_elector_wait_attempt(e, o->connect_timeout + o->statement_timeout);
+		int64_t		wait_end = le_monotonic_ms() + o->connect_timeout + o->statement_timeout;
+		bool		answered;
 
+		/* in slices, so that our own signal ends the wait at once */
+		while (!(answered = le_elector_wait_attempt(e, NO_WAIT_SLICE_MS)) &&
+			   !got_signal && le_monotonic_ms() < wait_end)
+			;
+		if (!answered && got_signal)
+		{
+			/*
+			 * The attempt is still in flight and may take its whole
+			 * statement timeout: do not wait for it.  Should the server
+			 * grant it after all, no command runs and the lease expires
+			 * after its ttl.
+			 */
+			log_event("not_acquired", 0, NULL, NULL, "signal %d during the attempt", (int) got_signal);
+			log_event("exit", 0, NULL, NULL, "status %d", 128 + (int) got_signal);
+			log_flush(LOG_EXIT_FLUSH_MS);
+			_exit(128 + got_signal);
+		}
 		if (!le_elector_is_leader(e, NULL))
 		{
 			le_status	st;
@@ -1426,15 +1713,21 @@ cmd_run(options *o)
 			status = no_wait_status(answered, &st, why, sizeof(why));
 			log_event("not_acquired", 0, NULL, NULL, "%s", why);
 			/* no answer in time: the attempt may have been granted after all */
-			if (!answered || st.last_error == LE_ERR_TIMEOUT || st.owner_conflicts > 0)
+			if (!got_signal &&
+				(!answered || st.last_error == LE_ERR_TIMEOUT || st.owner_conflicts > 0))
 				settle_unknown_acquire(o, log_owner);
 			le_elector_destroy(e);
+			if (got_signal)
+				status = 128 + got_signal;
+			log_event("exit", 0, NULL, NULL, "status %d", status);
+			log_flush(LOG_EXIT_FLUSH_MS);
 			return status;
 		}
 	}
 
 	memset(&run, 0, sizeof(run));
-	run.to_sup = run.from_sup = -1;
+	run.to_sup = run.from_sup = run.cmd_pidfd = -1;
+	memset(&hb, 0, sizeof(hb));
 	wait_since = le_monotonic_ms();
 	for (;;)
 	{
@@ -1442,7 +1735,7 @@ cmd_run(options *o)
 		bool		leading = le_elector_is_leader(e, &info);
 		int64_t		now = le_monotonic_ms();
 		int64_t		timeout = 1000;
-		struct pollfd p[2];
+		struct pollfd p[3];
 		int			np = 1;
 
 		/*
@@ -1492,12 +1785,18 @@ cmd_run(options *o)
 				kind = STOP_UNHEALTHY;
 				reason = "command_stopped";
 			}
+			else if (sv_sup_frozen(&run, now) && sv_command_stopped(&run))
+			{
+				/* supervisor and command stopped (kill -STOP -- -PGID): nothing works */
+				kind = STOP_UNHEALTHY;
+				reason = "group_stopped";
+			}
 			else if (o->max_runtime > 0 && now - started_at >= o->max_runtime)
 			{
 				kind = STOP_UNHEALTHY;
 				reason = "max_runtime";
 			}
-			else if (heartbeat_missed(o, started_real))
+			else if (heartbeat_missed(o, &hb, now))
 			{
 				kind = STOP_UNHEALTHY;
 				reason = "heartbeat_timeout";
@@ -1508,11 +1807,19 @@ cmd_run(options *o)
 				kill_at = now + o->grace;
 				if (kill_at > kill_deadline)
 					kill_at = kill_deadline;
-				if (kind == STOP_GUARD)
+				if (kind == STOP_GUARD || strcmp(reason, "group_stopped") == 0)
 					kill_at = now;
 				if (run.group_gone)
 					log_event("stopping_command", child_token, NULL, reason,
 							  "the supervisor had already stopped the command at its deadline");
+				else if (strcmp(reason, "group_stopped") == 0 && run.command <= 0)
+					log_event("stopping_command", child_token, NULL, reason,
+							  "the supervisor stopped before it started the command; SIGKILL to process group %d",
+							  (int) run.group);
+				else if (strcmp(reason, "group_stopped") == 0)
+					log_event("stopping_command", child_token, NULL, reason,
+							  "the command (pid %d) and its supervisor are stopped; SIGKILL to process group %d",
+							  (int) run.command, (int) run.group);
 				else if (kind == STOP_UNHEALTHY && run.stopped_sig)
 					log_event("stopping_command", child_token, NULL, reason,
 							  "the command was stopped by signal %d; SIGTERM to process group %d, SIGKILL in %" PRId64 "ms",
@@ -1521,8 +1828,31 @@ cmd_run(options *o)
 					log_event("stopping_command", child_token, NULL, reason,
 							  "SIGTERM to process group %d, SIGKILL in %" PRId64 "ms",
 							  (int) run.group, kill_at - now);
-				sv_signal(&run, SIGTERM);
-				sv_signal(&run, SIGCONT);
+				/* a stopped group is not resumed: it gets its SIGKILL below */
+				if (strcmp(reason, "group_stopped") != 0)
+				{
+					sv_signal(&run, SIGTERM);
+					sv_signal(&run, SIGCONT);
+				}
+			}
+			/*
+			 * The command ended but its supervisor did not report it (it is
+			 * stopped, so the command is its unreaped zombie; or it is silent
+			 * for UNREPORTED_END_MS): do its job, kill the rest of the group,
+			 * and reap the command ourselves.
+			 */
+			if (!sigkill_sent && !run.group_gone && run.cmd_dead && !run.command_exited &&
+				!run.sup_reported_end &&
+				(run.sup_stopped || now - run.cmd_dead_at >= UNREPORTED_END_MS))
+			{
+				log_event("killing_command", child_token, NULL, NULL,
+						  "the command (pid %d) ended and its supervisor %s; SIGKILL to process group %d",
+						  (int) run.command,
+						  run.sup_stopped ? "is stopped" : "did not report it", (int) run.group);
+				sv_signal(&run, SIGKILL);
+				sigkill_sent = true;
+				we_killed = true;
+				sv_poll(&run);
 			}
 			/* 2. SIGKILL: grace over, kill deadline reached, or a second signal. */
 			if (!sigkill_sent && !run.group_gone &&
@@ -1649,12 +1979,11 @@ cmd_run(options *o)
 			sigkill_sent = false;
 			we_killed = false;
 			started_at = le_monotonic_ms();
-			{
-				struct timespec ts;
-
-				clock_gettime(CLOCK_REALTIME, &ts);
-				started_real = (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-			}
+			/* the file as it is now is the baseline: beats are changes of it */
+			memset(&hb, 0, sizeof(hb));
+			if (o->heartbeat_file)
+				(void) heartbeat_changed(o, &hb);
+			hb.last_beat = started_at;
 			log_event("command_started", info.fencing_token, info.expires_at, NULL,
 					  "process group %d: %s", (int) run.group, o->command[0]);
 			continue;
@@ -1678,10 +2007,20 @@ cmd_run(options *o)
 			timeout = due - now;
 			if (timeout > 100)
 				timeout = 100;	/* liveness checks and belt and braces for reaping */
-			p[1].fd = run.from_sup;
-			p[1].events = POLLIN;
 			/* after the supervisor's exit its pipe only says EOF: do not spin on it */
-			np = run.from_sup >= 0 && !run.sup_exited ? 2 : 1;
+			if (run.from_sup >= 0 && !run.sup_exited)
+			{
+				p[np].fd = run.from_sup;
+				p[np].events = POLLIN;
+				np++;
+			}
+			/* the command's end, even when its supervisor cannot report it */
+			if (run.cmd_pidfd >= 0 && !run.cmd_dead)
+			{
+				p[np].fd = run.cmd_pidfd;
+				p[np].events = POLLIN;
+				np++;
+			}
 		}
 		else if (o->wait_timeout > 0 && wait_since + o->wait_timeout - now < timeout)
 			timeout = wait_since + o->wait_timeout - now;
@@ -1724,6 +2063,7 @@ cmd_run(options *o)
 	}
 	le_elector_destroy(e);
 	log_event("exit", 0, NULL, NULL, "status %d", exit_status);
+	log_flush(LOG_EXIT_FLUSH_MS);
 	return exit_status;
 }
 /* Entry point: dispatch on the subcommand. */
@@ -1733,8 +2073,18 @@ main(int argc, char **argv)
 	options		o;
 	const char *cmd;
 
-	/* a closed pipe must be an EPIPE error, never our death (issue 8 item 2) */
+	/* a closed pipe must be an EPIPE error, never our death */
 	signal(SIGPIPE, SIG_IGN);
+
+	/*
+	 * A closed standard descriptor would be reused by the next open (an
+	 * internal pipe, a timerfd, a server connection), and log lines would
+	 * land there: give it /dev/null first.
+	 */
+	for (int fd = 0; fd <= 2; fd++)
+		if (fcntl(fd, F_GETFD) < 0 && errno == EBADF &&
+			open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY) < 0)
+			return EXIT_INTERNAL;
 	if (argc < 2)
 		usage_error("missing command (run, status or release)");
 	cmd = argv[1];

@@ -15,12 +15,29 @@
  * group) is in G and, once orphaned, a child of S.
  *
  * Messages.  Wrapper -> S: 8-byte kill deadlines (le_monotonic_ms clock)
- * after every renewal.  S drains them before it acts on a deadline, so it
- * never acts on a stale one it has not read.  S -> wrapper: 8-byte reports
- * (command started, exec failed, command stopped by a signal, SIGTERM or
- * SIGKILL sent at the deadline, command exited with a wait status).  All
- * writes are below PIPE_BUF, so atomic.  EOF on S's input means the wrapper
- * died: S SIGKILLs G at once.
+ * after every renewal, and liveness pings (a negative value: minus the
+ * ping's number) every SV_PING_MS.  S drains them before it acts on a
+ * deadline, so it never acts on a stale one it has not read.  S -> wrapper:
+ * 8-byte reports (command started, exec failed, command stopped by a
+ * signal, SIGTERM or SIGKILL sent at the deadline, command exited with a
+ * wait status, pong).  All writes are below PIPE_BUF, so atomic.  EOF on
+ * S's input means the wrapper died: S SIGKILLs G at once.
+ *
+ * A frozen supervisor.  The wrapper waits for S with WUNTRACED and
+ * WCONTINUED, and counts S as frozen while it is stopped or a ping is
+ * unanswered for SV_UNRESPONSIVE_MS.  The deadlines do not need S (the
+ * wrapper enforces them too); the command's end does: a command whose
+ * parent is stopped stays an unreaped zombie.  So the wrapper holds a
+ * pidfd of the command, which becomes readable when the command ends,
+ * zombie or not; it then SIGKILLs G itself, S's death makes the zombie the
+ * wrapper's child (the wrapper is a subreaper), and the wrapper reaps it
+ * with its real wait status.  S itself only peeks at the command's exit
+ * (WNOWAIT) and reports it without reaping, so a kill between the two
+ * cannot lose the status.  While S is frozen the wrapper also reads the
+ * command's state in /proc: a stopped command under a frozen supervisor is
+ * a stopped group, which nothing would ever resume on its own; so is a
+ * supervisor stopped before it forked the command (the wrapper looks for
+ * S's child in /proc when S has not reported one).
  *
  * Deadline.  S sends SIGTERM (and SIGCONT) to G at kill_deadline - grace
  * and SIGKILL at kill_deadline.  When the command exits, S reports its wait
@@ -42,12 +59,16 @@
  *-------------------------------------------------------------------------
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
@@ -64,7 +85,8 @@ enum
 	SV_STOPPED,					/* value: the signal that stopped the command */
 	SV_DEADLINE_TERM,			/* SIGTERM sent at kill deadline - grace */
 	SV_DEADLINE_KILL,			/* SIGKILL sent at the kill deadline */
-	SV_EXITED					/* value: the command's wait status */
+	SV_EXITED,					/* value: the command's wait status */
+	SV_PONG						/* value: the number of the ping answered */
 };
 
 typedef struct sv_msg
@@ -150,6 +172,7 @@ supervisor_main(int in_fd, int out_fd, const char *path, char *const argv[], cha
 	pid_t		self = getpid();
 	pid_t		cmd;
 	bool		term_sent = false;
+	int64_t		pong = 0;
 
 	setpgid(0, 0);
 	memset(&sa, 0, sizeof(sa));
@@ -204,8 +227,18 @@ supervisor_main(int in_fd, int out_fd, const char *path, char *const argv[], cha
 					continue;
 				break;			/* EAGAIN: nothing more */
 			}
-			if (n >= (ssize_t) sizeof(int64_t) && !term_sent)
-				deadline = msg[n / (ssize_t) sizeof(int64_t) - 1];
+			for (ssize_t i = 0; i < n / (ssize_t) sizeof(int64_t); i++)
+			{
+				if (msg[i] < 0)
+					pong = -msg[i];	/* a ping: answered below */
+				else if (!term_sent)
+					deadline = msg[i];
+			}
+		}
+		if (pong > 0)
+		{
+			sv_report(out_fd, SV_PONG, (int32_t) pong);
+			pong = 0;
 		}
 		if (n == 0)
 		{
@@ -214,19 +247,42 @@ supervisor_main(int in_fd, int out_fd, const char *path, char *const argv[], cha
 			_exit(137);
 		}
 
-		/* 2. The command (and orphans, which are ours as subreaper). */
-		while ((w = waitpid(-1, &st, WNOHANG | WUNTRACED)) > 0)
+		/*
+		 * 2. The command (and orphans, which are ours as subreaper).  The
+		 * command's exit is only peeked at (WNOWAIT), reported, and left a
+		 * zombie: should we be killed between learning its status and
+		 * reporting it, the zombie passes to the wrapper (a subreaper),
+		 * which reaps it with that status itself.
+		 */
+		for (;;)
 		{
+			siginfo_t	si;
+
+			memset(&si, 0, sizeof(si));
+			if (waitid(P_ALL, 0, &si, WEXITED | WSTOPPED | WNOHANG | WNOWAIT) != 0 ||
+				si.si_pid <= 0)
+				break;
+			w = si.si_pid;
 			if (w != cmd)
-				continue;
-			if (WIFSTOPPED(st))
-				sv_report(out_fd, SV_STOPPED, WSTOPSIG(st));
-			else
 			{
-				sv_report(out_fd, SV_EXITED, st);
-				kill(0, SIGKILL);	/* what is left of the group, and us */
-				_exit(0);
+				(void) waitpid(w, &st, WNOHANG | WUNTRACED);
+				continue;
 			}
+			if (si.si_code == CLD_STOPPED || si.si_code == CLD_TRAPPED)
+			{
+				/* consume this stop only, never the exit that may follow */
+				memset(&si, 0, sizeof(si));
+				if (waitid(P_PID, (id_t) cmd, &si, WSTOPPED | WNOHANG) == 0 && si.si_pid == cmd)
+					sv_report(out_fd, SV_STOPPED, si.si_status);
+				continue;
+			}
+			if (si.si_code == CLD_EXITED)
+				st = (si.si_status & 0xff) << 8;
+			else
+				st = (si.si_status & 0x7f) | (si.si_code == CLD_DUMPED ? 0x80 : 0);
+			sv_report(out_fd, SV_EXITED, st);
+			kill(0, SIGKILL);	/* what is left of the group, and us */
+			_exit(0);
 		}
 
 		/* 3. The deadline. */
@@ -269,6 +325,7 @@ sv_start(sv_run *r, const char *path, char *const argv[], char *const envp[],
 
 	memset(r, 0, sizeof(*r));
 	r->to_sup = r->from_sup = -1;
+	r->cmd_pidfd = -1;
 	if (pipe2(to, O_CLOEXEC) != 0)
 		return false;
 	if (pipe2(from, O_CLOEXEC) != 0)
@@ -300,6 +357,7 @@ sv_start(sv_run *r, const char *path, char *const argv[], char *const envp[],
 	r->to_sup = to[1];
 	r->from_sup = from[0];
 	r->sent_deadline = kill_deadline;
+	r->pong_at = le_monotonic_ms();
 	return true;
 }
 
@@ -342,7 +400,15 @@ read_reports(sv_run *r)
 			switch (m[i].kind)
 			{
 				case SV_STARTED:
+					if (r->command == m[i].value && r->cmd_pidfd >= 0)
+						break;	/* found already, while S was stopped */
 					r->command = m[i].value;
+					/*
+					 * A quick command may be reaped (and its pid reused) by
+					 * now: the pidfd is acted on only while S has not
+					 * reported the command's end (see cmd_run).
+					 */
+					r->cmd_pidfd = (int) syscall(SYS_pidfd_open, r->command, 0);
 					break;
 				case SV_EXEC_FAILED:
 				case SV_FORK_FAILED:
@@ -365,25 +431,91 @@ read_reports(sv_run *r)
 					r->command_wstatus = m[i].value;
 					r->sup_reported_end = true;
 					break;
+				case SV_PONG:
+					if (m[i].value == r->ping_out)
+					{
+						r->ping_out = 0;
+						r->pong_at = le_monotonic_ms();
+					}
+					break;
 			}
 		}
 	}
 }
 
-/* Read reports and reap members of the group; see supervise.h. */
+/*
+ * A child of pid (the first found in /proc), or 0.  Only for a supervisor
+ * that is stopped, so its children cannot change under us.
+ */
+static pid_t
+child_of(pid_t pid)
+{
+	DIR		   *d = opendir("/proc");
+	struct dirent *de;
+	pid_t		found = 0;
+
+	if (d == NULL)
+		return 0;
+	while (found == 0 && (de = readdir(d)) != NULL)
+	{
+		char		path[300];
+		char		buf[512];
+		char	   *p;
+		char		state;
+		long		ppid;
+		int			fd;
+		ssize_t		n;
+
+		if (de->d_name[0] < '1' || de->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		n = read(fd, buf, sizeof(buf) - 1);
+		close(fd);
+		if (n <= 0)
+			continue;
+		buf[n] = '\0';
+		p = strrchr(buf, ')');
+		if (p != NULL && sscanf(p + 1, " %c %ld", &state, &ppid) == 2 && ppid == (long) pid)
+			found = (pid_t) atol(de->d_name);
+	}
+	closedir(d);
+	return found;
+}
+
+/* Read reports, reap members of the group, ping; see supervise.h. */
 void
 sv_poll(sv_run *r)
 {
+	int64_t		now;
+
 	read_reports(r);
 	while (r->group > 0 && !r->group_gone)
 	{
 		int			st;
-		pid_t		w = waitpid(-r->group, &st, WNOHANG);
+		pid_t		w = waitpid(-r->group, &st, WNOHANG | WUNTRACED | WCONTINUED);
 
 		if (w > 0)
 		{
+			if (WIFSTOPPED(st) || WIFCONTINUED(st))
+			{
+				if (w == r->group)
+					r->sup_stopped = WIFSTOPPED(st);
+				continue;
+			}
 			if (w == r->group)
+			{
 				r->sup_exited = true;
+				r->sup_stopped = false;
+			}
+			else if (w == r->command && !r->command_exited)
+			{
+				/* orphaned by S's death before S could reap it: ours */
+				r->command_exited = true;
+				r->command_wstatus = st;
+			}
 			continue;
 		}
 		if (w < 0 && errno == EINTR)
@@ -398,6 +530,90 @@ sv_poll(sv_run *r)
 	/* the supervisor reports before it dies: once it is reaped, all is readable */
 	if (r->sup_exited)
 		read_reports(r);
+	/* stopped before it told us the command's pid: find it ourselves */
+	r->no_command = false;
+	if (r->sup_stopped && !r->sup_exited && r->command <= 0 && !r->exec_failed)
+	{
+		pid_t		c = child_of(r->group);
+
+		if (c > 0)
+		{
+			r->command = c;
+			r->cmd_pidfd = (int) syscall(SYS_pidfd_open, c, 0);
+		}
+		else
+			r->no_command = true;
+	}
+
+	now = le_monotonic_ms();
+	/* the command's end, seen without its parent's help */
+	if (r->cmd_pidfd >= 0 && !r->cmd_dead)
+	{
+		struct pollfd p = {r->cmd_pidfd, POLLIN, 0};
+
+		if (poll(&p, 1, 0) > 0)
+		{
+			r->cmd_dead = true;
+			r->cmd_dead_at = now;
+		}
+	}
+	/* a liveness ping, one at a time */
+	if (r->to_sup >= 0 && !r->sup_exited && r->ping_out == 0 && now - r->pong_at >= SV_PING_MS)
+	{
+		int64_t		v;
+
+		r->ping_seq = r->ping_seq >= INT32_MAX - 1 ? 1 : r->ping_seq + 1;
+		v = -(int64_t) r->ping_seq;
+		if (write(r->to_sup, &v, sizeof(v)) == (ssize_t) sizeof(v))
+		{
+			r->ping_out = r->ping_seq;
+			r->ping_sent_at = now;
+		}
+	}
+}
+
+/* Stopped, or silent for SV_UNRESPONSIVE_MS; see supervise.h. */
+bool
+sv_sup_frozen(const sv_run *r, int64_t now)
+{
+	if (r->group <= 0 || r->sup_exited)
+		return false;
+	return r->sup_stopped || (r->ping_out != 0 && now - r->ping_sent_at >= SV_UNRESPONSIVE_MS);
+}
+
+/*
+ * State of the command in /proc/PID/stat ("T" stopped, "t" tracing stop),
+ * trusted only while the pid is still in the group (not reused).
+ */
+bool
+sv_command_stopped(const sv_run *r)
+{
+	char		path[64];
+	char		buf[512];
+	char	   *p;
+	char		state;
+	long		ppid,
+				pgrp;
+	int			fd;
+	ssize_t		n;
+
+	if (r->command <= 0)
+		return r->no_command;	/* stopped before its fork: nothing can ever run */
+	if (r->command_exited)
+		return false;
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int) r->command);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	p = strrchr(buf, ')');
+	if (p == NULL || sscanf(p + 1, " %c %ld %ld", &state, &ppid, &pgrp) != 3)
+		return false;
+	return (state == 'T' || state == 't') && pgrp == (long) r->group;
 }
 
 /* Close the pipes and reap strays (processes that left the group). */
@@ -408,7 +624,9 @@ sv_finish(sv_run *r)
 		close(r->to_sup);
 	if (r->from_sup >= 0)
 		close(r->from_sup);
-	r->to_sup = r->from_sup = -1;
+	if (r->cmd_pidfd >= 0)
+		close(r->cmd_pidfd);
+	r->to_sup = r->from_sup = r->cmd_pidfd = -1;
 	while (waitpid(-1, NULL, WNOHANG) > 0)
 		;
 }

@@ -35,7 +35,21 @@ typedef struct sv_run
 	bool		deadline_term;	/* the supervisor sent SIGTERM at deadline - grace */
 	bool		deadline_kill;	/* the supervisor sent SIGKILL at the deadline */
 	int64_t		sent_deadline;	/* last kill deadline written to the supervisor */
+	bool		sup_stopped;	/* the supervisor is stopped (WUNTRACED) */
+	bool		no_command;		/* ... before it forked the command */
+	int			cmd_pidfd;		/* pidfd of the command, -1: none */
+	bool		cmd_dead;		/* the pidfd says the command has ended */
+	int64_t		cmd_dead_at;	/* when that was seen (le_monotonic_ms) */
+	int32_t		ping_seq;		/* last liveness ping sent to the supervisor */
+	int32_t		ping_out;		/* that ping, while unanswered (0: none) */
+	int64_t		ping_sent_at;	/* when it was sent */
+	int64_t		pong_at;		/* when the supervisor last answered */
 } sv_run;
+
+/* A liveness ping goes to the supervisor this often ... */
+#define SV_PING_MS			200
+/* ... and one unanswered for this long makes it unresponsive. */
+#define SV_UNRESPONSIVE_MS	1000
 
 /*
  * Fork the supervisor, which forks and execs the command (path, argv, envp
@@ -58,8 +72,24 @@ extern void sv_set_deadline(sv_run *r, int64_t kill_deadline);
  */
 extern bool sv_signal(sv_run *r, int sig);
 
-/* Read reports and reap (never blocks); updates *r. */
+/*
+ * Read reports, reap, see the supervisor stop or continue and the command
+ * end (its pidfd), and send a liveness ping when one is due (never
+ * blocks); updates *r.
+ */
 extern void sv_poll(sv_run *r);
+
+/*
+ * Is the supervisor frozen: stopped, or a ping unanswered for
+ * SV_UNRESPONSIVE_MS?  Then only the wrapper can act for it.
+ */
+extern bool sv_sup_frozen(const sv_run *r, int64_t now);
+
+/*
+ * Is the command itself stopped (SIGSTOP, tracing stop), as /proc shows it,
+ * or not there at all under a supervisor stopped before its fork?
+ */
+extern bool sv_command_stopped(const sv_run *r);
 
 /* Close the pipes of a run whose group is gone. */
 extern void sv_finish(sv_run *r);
