@@ -1,4 +1,4 @@
-# A leader that does not work must not keep the lease: pg_leader with
+# G9: a leader that does not work must not keep the lease: pg_leader with
 # default signal dispositions, real pipes and real signals.
 #  - stderr is a pipe nobody reads, filled by the command, which then
 #    exits: the lease is released at once, and pg_leader exits although

@@ -1,4 +1,4 @@
-# Signals and clocks of pg_leader run, with default signal dispositions:
+# G9: signals and clocks of pg_leader run, with default signal dispositions:
 #  - SIGTERM while --no-wait's one attempt waits on a busy lease row
 #    (locked by an open transaction): exit 143 at once, not after the
 #    server's lock_timeout; without the signal a busy row is "held" (75);

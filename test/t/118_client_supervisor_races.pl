@@ -1,4 +1,4 @@
-# The supervisor caught at its two awkward instants (test/t/sv_stall.c, an
+# G9: the supervisor caught at its two awkward instants (test/c/sv_stall.c, an
 # LD_PRELOAD shim, stalls it there so the outcome does not depend on luck):
 #  - stopped before it has forked the command (a group stop that early):
 #    nothing can ever run, so the period ends (SIGKILL of the group,
@@ -27,7 +27,7 @@ my $ttl = 2;
 my $shim = "$dir/sv_stall.so";
 my ($o, $e) = ('', '');
 IPC::Run::run([ 'cc', '-Wall', '-Wextra', '-Werror', '-shared', '-fPIC',
-		"$FindBin::RealBin/sv_stall.c", '-ldl', '-o', $shim ], '>', \$o, '2>', \$e)
+		"$FindBin::RealBin/../c/sv_stall.c", '-ldl', '-o', $shim ], '>', \$o, '2>', \$e)
   or plan skip_all => "cannot build the shim (a C compiler is needed): $e";
 
 # Is the lease's period over (released, expired or someone else's)?
