@@ -82,7 +82,23 @@ INSERT INTO ext_t VALUES (3, 3);
 \echo :LAST_ERROR_SQLSTATE
 UPDATE ext_t SET v = v + 10;
 \echo :LAST_ERROR_SQLSTATE
+-- An UPDATE that keeps the row's token (not assigned, or assigned the same
+-- value) needs the transaction to declare it: the row's token may be a
+-- newer writer's.  Here a writer whose token 3 was superseded by 4 would
+-- otherwise rewrite row 2 under 4 (22004).
+UPDATE ext_t SET v = v + 100 WHERE v = 2;
+\echo :LAST_ERROR_SQLSTATE
 UPDATE ext_t SET v = v + 10, tok = 4;
+\echo :LAST_ERROR_SQLSTATE
+BEGIN;
+SET LOCAL leader_election.fencing_token = 3;
+UPDATE ext_t SET v = v + 100 WHERE v = 2;
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+BEGIN;
+SET LOCAL leader_election.fencing_token = 4;
+UPDATE ext_t SET v = v + 10, tok = 4;
+COMMIT;
 INSERT INTO ext_t VALUES (4, NULL);
 \echo :LAST_ERROR_SQLSTATE
 DELETE FROM ext_t WHERE v = 11;
