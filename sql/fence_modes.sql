@@ -269,6 +269,27 @@ COMMIT;
 SELECT * FROM parted;
 SHOW leader_election.fencing_token;
 
+-- 'advance' mode judges the row stored too: a BEFORE ROW trigger that
+-- fires after the fence (here one created after le_protect, which would
+-- store token 7 where 5 was accepted) fails every write (09000).
+CREATE TABLE adv_late (v int, tok bigint);
+SELECT le_protect('adv_late', 'adv-late', 'tok', 'advance');
+INSERT INTO adv_late VALUES (1, 5);
+CREATE FUNCTION restamp() RETURNS trigger LANGUAGE plpgsql
+    AS $$ BEGIN NEW.tok := 7; RETURN NEW; END $$;
+CREATE TRIGGER zz_restamp BEFORE INSERT OR UPDATE ON adv_late
+    FOR EACH ROW EXECUTE FUNCTION restamp();
+BEGIN;
+SET LOCAL leader_election.fencing_token = 5;
+UPDATE adv_late SET v = 2;
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+INSERT INTO adv_late VALUES (3, 5);
+\echo :LAST_ERROR_SQLSTATE
+SELECT v, tok FROM adv_late;
+DROP TABLE adv_late;
+DROP FUNCTION restamp();
+
 DROP TABLE strict_t, loose_t, ext_t, parted;
 DROP EXTENSION leader_election;
 DROP ROLE regress_le_a, regress_le_b;

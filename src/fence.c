@@ -1180,6 +1180,47 @@ le_fence_require_last(Relation rel, const Trigger *fence, int16 event)
 	}
 }
 
+/*
+ * The checks of le_fence() on the row stored, for the trigger of 'advance'
+ * mode (le_fence_advance_trigger, whose token rules are in PL/pgSQL): at
+ * every INSERT or UPDATE firing, no BEFORE ROW trigger fires after it and
+ * the token column is not generated.  Misplaced firings are left to the
+ * PL/pgSQL trigger, which refuses them.
+ */
+void
+le_fence_advance_guard(struct TriggerData *trigdata)
+{
+	TriggerEvent ev = trigdata->tg_event;
+	Relation	rel = trigdata->tg_relation;
+	TupleDesc	desc = RelationGetDescr(rel);
+	const char *column;
+	int			i;
+
+	if (!TRIGGER_FIRED_BEFORE(ev) || !TRIGGER_FIRED_FOR_ROW(ev) ||
+		trigdata->tg_trigger->tgnargs != 2)
+		return;
+	if (TRIGGER_FIRED_BY_INSERT(ev))
+		le_fence_require_last(rel, trigdata->tg_trigger, TRIGGER_TYPE_INSERT);
+	else if (TRIGGER_FIRED_BY_UPDATE(ev))
+		le_fence_require_last(rel, trigdata->tg_trigger, TRIGGER_TYPE_UPDATE);
+	else
+		return;
+	column = trigdata->tg_trigger->tgargs[1];
+	for (i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (!att->attisdropped && att->attgenerated != '\0' &&
+			strcmp(NameStr(att->attname), column) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("token column \"%s\" of table \"%s\" is a generated column",
+							column, RelationGetRelationName(rel)),
+					 errdetail("A generated column is computed after BEFORE triggers, so the fence would judge a value that is not the one stored."),
+					 errhint("Store the writer's fencing token in a plain bigint column.")));
+	}
+}
+
 /* The token a DELETE or TRUNCATE carries: leader_election.fencing_token. */
 static int64
 le_fence_setting_token(TriggerData *trigdata, const char *what)
