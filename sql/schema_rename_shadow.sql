@@ -162,7 +162,10 @@ RESET ROLE;
 SET ROLE regress_le_writer;
 SELECT acquired, fencing_token AS wt FROM le_renamed.le_acquire('k', 'w', '1 minute') \gset
 INSERT INTO public.t_lease VALUES (1, :wt);
+BEGIN;
+SET LOCAL leader_election.fencing_token = :wt;
 UPDATE public.t_lease SET id = 2;
+COMMIT;
 INSERT INTO public.t_strict VALUES (1, :wt);
 INSERT INTO public.t_adv VALUES (1, 7);
 UPDATE public.t_adv SET fencing_token = 8;
