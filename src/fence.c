@@ -255,6 +255,7 @@ typedef struct ReleasedLease
 	int64		lease_id;
 	int64		token;
 	bool		was_valid;
+	TimestampTz expires_at;		/* the lease's expiry when released */
 	SubTransactionId subid;
 } ReleasedLease;
 
@@ -345,15 +346,17 @@ le_fence_judged_row(LeaseRow *row, int64 lease_id, int64 token, TimestampTz expi
 
 /*
  * Did this transaction itself release the lease row lease_id with token,
- * while the lease was held and unexpired (le_fence_note_release)?  Then
- * its writes under that token commit although the lease is free: the lease
- * was valid with that token from the writes to the release (the token
- * never changed, and a lapsed lease cannot be renewed), and the release's
- * row lock and exclusive fence lock, held to our commit, keep everyone
- * else out until then.
+ * while the lease was held and unexpired (le_fence_note_release), and is
+ * it now still before the expiry the lease had then?  Then its writes
+ * under that token commit although the lease is free: the lease was valid
+ * with that token from the writes to the release (the token never changed,
+ * and a lapsed lease cannot be renewed), and the release's row lock and
+ * exclusive fence lock, held to our commit, keep everyone else out until
+ * then.  The release does not lengthen the lease: a commit after that
+ * expiry fails as it would have without the release.
  */
 static bool
-le_fence_released_here(int64 lease_id, int64 token)
+le_fence_released_here(int64 lease_id, int64 token, TimestampTz now)
 {
 	ListCell   *lc;
 
@@ -362,18 +365,19 @@ le_fence_released_here(int64 lease_id, int64 token)
 		ReleasedLease *rl = (ReleasedLease *) lfirst(lc);
 
 		if (rl->lease_id == lease_id && rl->token == token)
-			return rl->was_valid;
+			return rl->was_valid && now < rl->expires_at;
 	}
 	return false;
 }
 
 /*
- * le_release() freed lease row lease_id, which had token (and was valid or
- * not): remember it for the commit-time check, and make the next fenced
- * write of this command read the (now free) row again.
+ * le_release() freed lease row lease_id, which had token and expires_at
+ * (and was valid or not): remember it for the commit-time check, and make
+ * the next fenced write of this command read the (now free) row again.
  */
 void
-le_fence_note_release(int64 lease_id, int64 token, bool was_valid)
+le_fence_note_release(int64 lease_id, int64 token, bool was_valid,
+					  TimestampTz expires_at)
 {
 	MemoryContext oldcxt = MemoryContextSwitchTo(TopTransactionContext);
 	ReleasedLease *rl = (ReleasedLease *) palloc(sizeof(ReleasedLease));
@@ -381,6 +385,7 @@ le_fence_note_release(int64 lease_id, int64 token, bool was_valid)
 	rl->lease_id = lease_id;
 	rl->token = token;
 	rl->was_valid = was_valid;
+	rl->expires_at = expires_at;
 	rl->subid = GetCurrentSubTransactionId();
 	released_leases = lcons(rl, released_leases);	/* the latest first */
 	MemoryContextSwitchTo(oldcxt);
@@ -509,7 +514,7 @@ le_fence_commit_check(void)
 							   row.fencing_token),
 					 errhint("A leader whose token was superseded must stop working, not retry.")));
 		if (!le_lease_is_valid(&row, now) &&
-			!(ours && row.holder == NULL && le_fence_released_here(fl->lease_id, fl->token)))
+			!(ours && row.holder == NULL && le_fence_released_here(fl->lease_id, fl->token, now)))
 			ereport(ERROR,
 					(errcode(ERRCODE_LE_LEASE_NOT_HELD),
 					 errmsg("lease \"%s\" ended before this transaction committed", fl->key),
