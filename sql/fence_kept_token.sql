@@ -177,6 +177,17 @@ SELECT le_force_release('kept');
 COMMIT;
 \echo :LAST_ERROR_SQLSTATE
 SELECT count(*) FROM jobs WHERE id = 14;
+-- The release does not lengthen the lease: a commit after the expiry the
+-- lease had when released fails, as it would without the release (LE002).
+-- (node-d still holds the lease: the forced release above was rolled back)
+BEGIN;
+INSERT INTO jobs VALUES (15, 'slow', :d);
+UPDATE le_lease SET expires_at = clock_timestamp() + interval '1 second' WHERE lease_key = 'kept';
+SELECT le_release('kept', 'node-d', :d);
+SELECT pg_sleep(1.5);
+COMMIT;
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) FROM jobs WHERE id = 15;
 DROP TABLE jobs, late, lp, gen;
 DROP FUNCTION stamp();
 DROP EXTENSION leader_election;

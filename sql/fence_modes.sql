@@ -82,7 +82,23 @@ INSERT INTO ext_t VALUES (3, 3);
 \echo :LAST_ERROR_SQLSTATE
 UPDATE ext_t SET v = v + 10;
 \echo :LAST_ERROR_SQLSTATE
+-- An UPDATE that keeps the row's token (not assigned, or assigned the same
+-- value) needs the transaction to declare it: the row's token may be a
+-- newer writer's.  Here a writer whose token 3 was superseded by 4 would
+-- otherwise rewrite row 2 under 4 (22004).
+UPDATE ext_t SET v = v + 100 WHERE v = 2;
+\echo :LAST_ERROR_SQLSTATE
 UPDATE ext_t SET v = v + 10, tok = 4;
+\echo :LAST_ERROR_SQLSTATE
+BEGIN;
+SET LOCAL leader_election.fencing_token = 3;
+UPDATE ext_t SET v = v + 100 WHERE v = 2;
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+BEGIN;
+SET LOCAL leader_election.fencing_token = 4;
+UPDATE ext_t SET v = v + 10, tok = 4;
+COMMIT;
 INSERT INTO ext_t VALUES (4, NULL);
 \echo :LAST_ERROR_SQLSTATE
 DELETE FROM ext_t WHERE v = 11;
@@ -252,6 +268,27 @@ DELETE FROM parted WHERE k = 1;
 COMMIT;
 SELECT * FROM parted;
 SHOW leader_election.fencing_token;
+
+-- 'advance' mode judges the row stored too: a BEFORE ROW trigger that
+-- fires after the fence (here one created after le_protect, which would
+-- store token 7 where 5 was accepted) fails every write (09000).
+CREATE TABLE adv_late (v int, tok bigint);
+SELECT le_protect('adv_late', 'adv-late', 'tok', 'advance');
+INSERT INTO adv_late VALUES (1, 5);
+CREATE FUNCTION restamp() RETURNS trigger LANGUAGE plpgsql
+    AS $$ BEGIN NEW.tok := 7; RETURN NEW; END $$;
+CREATE TRIGGER zz_restamp BEFORE INSERT OR UPDATE ON adv_late
+    FOR EACH ROW EXECUTE FUNCTION restamp();
+BEGIN;
+SET LOCAL leader_election.fencing_token = 5;
+UPDATE adv_late SET v = 2;
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+INSERT INTO adv_late VALUES (3, 5);
+\echo :LAST_ERROR_SQLSTATE
+SELECT v, tok FROM adv_late;
+DROP TABLE adv_late;
+DROP FUNCTION restamp();
 
 DROP TABLE strict_t, loose_t, ext_t, parted;
 DROP EXTENSION leader_election;

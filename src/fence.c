@@ -258,6 +258,7 @@ typedef struct ReleasedLease
 	int64		lease_id;
 	int64		token;
 	bool		was_valid;
+	TimestampTz expires_at;		/* the lease's expiry when released */
 	SubTransactionId subid;
 } ReleasedLease;
 
@@ -348,15 +349,17 @@ le_fence_judged_row(LeaseRow *row, int64 lease_id, int64 token, TimestampTz expi
 
 /*
  * Did this transaction itself release the lease row lease_id with token,
- * while the lease was held and unexpired (le_fence_note_release)?  Then
- * its writes under that token commit although the lease is free: the lease
- * was valid with that token from the writes to the release (the token
- * never changed, and a lapsed lease cannot be renewed), and the release's
- * row lock and exclusive fence lock, held to our commit, keep everyone
- * else out until then.
+ * while the lease was held and unexpired (le_fence_note_release), and is
+ * it now still before the expiry the lease had then?  Then its writes
+ * under that token commit although the lease is free: the lease was valid
+ * with that token from the writes to the release (the token never changed,
+ * and a lapsed lease cannot be renewed), and the release's row lock and
+ * exclusive fence lock, held to our commit, keep everyone else out until
+ * then.  The release does not lengthen the lease: a commit after that
+ * expiry fails as it would have without the release.
  */
 static bool
-le_fence_released_here(int64 lease_id, int64 token)
+le_fence_released_here(int64 lease_id, int64 token, TimestampTz now)
 {
 	ListCell   *lc;
 
@@ -365,18 +368,19 @@ le_fence_released_here(int64 lease_id, int64 token)
 		ReleasedLease *rl = (ReleasedLease *) lfirst(lc);
 
 		if (rl->lease_id == lease_id && rl->token == token)
-			return rl->was_valid;
+			return rl->was_valid && now < rl->expires_at;
 	}
 	return false;
 }
 
 /*
- * le_release() freed lease row lease_id, which had token (and was valid or
- * not): remember it for the commit-time check, and make the next fenced
- * write of this command read the (now free) row again.
+ * le_release() freed lease row lease_id, which had token and expires_at
+ * (and was valid or not): remember it for the commit-time check, and make
+ * the next fenced write of this command read the (now free) row again.
  */
 void
-le_fence_note_release(int64 lease_id, int64 token, bool was_valid)
+le_fence_note_release(int64 lease_id, int64 token, bool was_valid,
+					  TimestampTz expires_at)
 {
 	MemoryContext oldcxt = MemoryContextSwitchTo(TopTransactionContext);
 	ReleasedLease *rl = (ReleasedLease *) palloc(sizeof(ReleasedLease));
@@ -384,6 +388,7 @@ le_fence_note_release(int64 lease_id, int64 token, bool was_valid)
 	rl->lease_id = lease_id;
 	rl->token = token;
 	rl->was_valid = was_valid;
+	rl->expires_at = expires_at;
 	rl->subid = GetCurrentSubTransactionId();
 	released_leases = lcons(rl, released_leases);	/* the latest first */
 	MemoryContextSwitchTo(oldcxt);
@@ -512,7 +517,7 @@ le_fence_commit_check(void)
 							   row.fencing_token),
 					 errhint("A leader whose token was superseded must stop working, not retry.")));
 		if (!le_lease_is_valid(&row, now) &&
-			!(ours && row.holder == NULL && le_fence_released_here(fl->lease_id, fl->token)))
+			!(ours && row.holder == NULL && le_fence_released_here(fl->lease_id, fl->token, now)))
 			ereport(ERROR,
 					(errcode(ERRCODE_LE_LEASE_NOT_HELD),
 					 errmsg("lease \"%s\" ended before this transaction committed", fl->key),
@@ -1190,6 +1195,47 @@ le_fence_require_last(Relation rel, const Trigger *fence, int16 event)
 						t->tgname, RelationGetRelationName(rel), fence->tgname),
 				 errdetail("BEFORE ROW triggers fire in name order; one after the fence could change the fencing token the fence judged."),
 				 errhint("Rename the trigger so that its name sorts before \"%s\".", fence->tgname)));
+	}
+}
+
+/*
+ * The checks of le_fence() on the row stored, for the trigger of 'advance'
+ * mode (le_fence_advance_trigger, whose token rules are in PL/pgSQL): at
+ * every INSERT or UPDATE firing, no BEFORE ROW trigger fires after it and
+ * the token column is not generated.  Misplaced firings are left to the
+ * PL/pgSQL trigger, which refuses them.
+ */
+void
+le_fence_advance_guard(struct TriggerData *trigdata)
+{
+	TriggerEvent ev = trigdata->tg_event;
+	Relation	rel = trigdata->tg_relation;
+	TupleDesc	desc = RelationGetDescr(rel);
+	const char *column;
+	int			i;
+
+	if (!TRIGGER_FIRED_BEFORE(ev) || !TRIGGER_FIRED_FOR_ROW(ev) ||
+		trigdata->tg_trigger->tgnargs != 2)
+		return;
+	if (TRIGGER_FIRED_BY_INSERT(ev))
+		le_fence_require_last(rel, trigdata->tg_trigger, TRIGGER_TYPE_INSERT);
+	else if (TRIGGER_FIRED_BY_UPDATE(ev))
+		le_fence_require_last(rel, trigdata->tg_trigger, TRIGGER_TYPE_UPDATE);
+	else
+		return;
+	column = trigdata->tg_trigger->tgargs[1];
+	for (i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (!att->attisdropped && att->attgenerated != '\0' &&
+			strcmp(NameStr(att->attname), column) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("token column \"%s\" of table \"%s\" is a generated column",
+							column, RelationGetRelationName(rel)),
+					 errdetail("A generated column is computed after BEFORE triggers, so the fence would judge a value that is not the one stored."),
+					 errhint("Store the writer's fencing token in a plain bigint column.")));
 	}
 }
 

@@ -223,6 +223,9 @@ extern void le_fence_lock_writer(int64 lease_id, const char *key);
 extern int64 le_fencing_token_setting;	/* leader_election.fencing_token, 0 when unset */
 extern void le_fence_check_lease(Oid nsp, const char *key, int64 token, bool strict);
 extern void le_fence_register_callbacks(void);
-extern void le_fence_note_release(int64 lease_id, int64 token, bool was_valid);
+extern void le_fence_note_release(int64 lease_id, int64 token, bool was_valid,
+								  TimestampTz expires_at);
+struct TriggerData;
+extern void le_fence_advance_guard(struct TriggerData *trigdata);
 
 #endif							/* LEADER_ELECTION_H */

@@ -568,7 +568,8 @@ retry:
 	if (!le_store_write(&st, &row))
 		goto retry;				/* the row changed since it was read */
 	if (owner != NULL)
-		le_fence_note_release(old.lease_id, old.fencing_token, le_lease_is_valid(&old, now));
+		le_fence_note_release(old.lease_id, old.fencing_token, le_lease_is_valid(&old, now),
+							  old.expires_at);
 	le_close_period(&st, &old, now, reason, end);
 	le_notify(&st, reason, &row);
 	le_commit_durably();

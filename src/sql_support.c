@@ -193,6 +193,7 @@ le_fence_advance_trigger(PG_FUNCTION_ARGS)
 				 errmsg("le_fence_advance_trigger() must be called as a trigger"),
 				 errhint("Use le_fence_advance() to advance a resource without a trigger.")));
 
+	le_fence_advance_guard((TriggerData *) fcinfo->context);
 	worker = le_worker(fcinfo, "_le_fence_advance_trigger", 0, NULL);
 	return le_run_worker(fcinfo, worker, 0, NULL);
 }

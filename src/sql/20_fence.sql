@@ -292,7 +292,8 @@ REVOKE ALL ON FUNCTION @extschema@.le_fence_assign(text, regrole) FROM PUBLIC;
 
 -- Trigger mode of le_fence_advance (le_protect(..., mode => 'advance')):
 -- arguments resource, token column.  INSERT and UPDATE use the new row's
--- token, DELETE and TRUNCATE leader_election.fencing_token.
+-- token, DELETE and TRUNCATE leader_election.fencing_token; an UPDATE that
+-- keeps the row's token also needs leader_election.fencing_token (22004).
 CREATE FUNCTION @extschema@._le_fence_advance_trigger()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -327,6 +328,21 @@ BEGIN
         token := setting::bigint;
     END IF;
     PERFORM le_fence_advance(TG_ARGV[0], token);
+    -- An UPDATE that keeps the row's token (column not assigned, or assigned
+    -- the same value) says nothing about the writer: the token may be a
+    -- newer leader's.  The transaction must declare it (the setting, which
+    -- agrees with the row, checked above); the row's token is judged first,
+    -- so a stale one still gets LE001.
+    IF TG_OP OPERATOR(pg_catalog.=) 'UPDATE'
+       AND (setting IS NULL OR setting OPERATOR(pg_catalog.=) '')
+       AND (pg_catalog.to_jsonb(OLD) OPERATOR(pg_catalog.->>) TG_ARGV[1])::bigint
+           IS NOT DISTINCT FROM token THEN
+        RAISE EXCEPTION 'UPDATE of fenced table "%" keeps fencing token % in column "%" without the transaction declaring it',
+            TG_TABLE_NAME, token, TG_ARGV[1]
+            USING ERRCODE = '22004',
+                  DETAIL = 'A row''s own token does not show who writes it: it may be a newer leader''s.',
+                  HINT = 'Run SET LOCAL leader_election.fencing_token = <your token> in the transaction first, or assign the token column.';
+    END IF;
     IF TG_OP OPERATOR(pg_catalog.=) 'DELETE' THEN
         RETURN OLD;
     END IF;
