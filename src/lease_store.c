@@ -531,6 +531,8 @@ static int	le_holder_n = 0;
 static int	le_holder_size = 0;
 static bool le_holder_armed = false;
 
+static void le_holder_bound_rearm(void);
+
 /* Set by the handler; read by le_holder_bound_emit_log. */
 static volatile sig_atomic_t le_holder_fired = false;
 
@@ -570,6 +572,15 @@ le_holder_bound_emit_log(ErrorData *edata)
 		edata->detail = pstrdup("A transaction that granted, renewed, released or locked a lease ends by the ttl the call granted (leader_election.lock_timeout after a call that changed nothing) once it waits for its client; other candidates wait for the locks it holds.");
 		edata->hint = pstrdup("Commit right after le_acquire(), le_renew() or le_release(), or call them in autocommit mode.");
 	}
+	/*
+	 * PostgresMain cancels every timeout before it reports an error and
+	 * aborts: when the error leaves the transaction's locks in place (a
+	 * subtransaction aborts, or the transaction block is already in its
+	 * aborted state), put our timeout back.  The transaction's abort, if
+	 * it comes next, disarms it again.
+	 */
+	if (edata->elevel == ERROR && le_holder_n > 0)
+		le_holder_bound_rearm();
 	if (le_prev_emit_log_hook)
 		le_prev_emit_log_hook(edata);
 }
@@ -634,16 +645,19 @@ le_holder_bound_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	for (int i = 0; i < le_holder_n; i++)
 		if (le_holder_deadlines[i].subid < mySubid)
 			le_holder_deadlines[kept++] = le_holder_deadlines[i];
-	if (kept == le_holder_n)
-		return;
 	le_holder_n = kept;
+	/* also when nothing went: an error on the way here cancelled timeouts */
 	le_holder_bound_rearm();
 }
 
 /*
- * Set the deadline of the lease key, locked by the current transaction
- * block, to now + bound_us (see above).  Outside transaction blocks the
- * statement commits at once: nothing to do.
+ * Set the deadline of the lease key, locked by the current transaction, to
+ * now + bound_us (see above).  Also outside transaction blocks: a client
+ * using the extended protocol keeps its implicit transaction open until it
+ * sends Sync (a pipeline that stops before it holds the locks while the
+ * backend waits for it), and a statement that returns a result the client
+ * does not read waits for it in ClientWrite.  A statement that commits at
+ * once disarms at its commit.
  */
 void
 le_bound_idle_holder(const char *key, int64 bound_us)
@@ -652,7 +666,7 @@ le_bound_idle_holder(const char *key, int64 bound_us)
 	SubTransactionId subid;
 	int			i;
 
-	if (!IsTransactionBlock())
+	if (!IsTransactionState())
 		return;
 	if (le_holder_timeout == MAX_TIMEOUTS)
 	{

@@ -8,16 +8,19 @@
 # session did to idle_in_transaction_session_timeout, and the next candidate
 # gets the lease within ttl + a small bound of the stall.  Rounds: a grant
 # and a renewal with the client stopped by SIGSTOP; a grant followed by SET
-# LOCAL, RESET and SET SESSION of idle_in_transaction_session_timeout, and
-# a new key's le_watch, each then idle; a holder busy past its deadline;
-# then that settings are left alone and that the deadline ends with the
-# transaction or its subtransaction.  The times measured are printed.
+# LOCAL, RESET and SET SESSION of idle_in_transaction_session_timeout, by an
+# error in a subtransaction (and one more in its aborted state), and a new
+# key's le_watch, each then idle; a holder busy past its deadline; a
+# pipeline stopped before its Sync (test/t/le_pipeline_stall.c); then that
+# settings are left alone and that the deadline ends with the transaction
+# or its subtransaction.  The times measured are printed.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use IPC::Run;
+use FindBin;
 
 my $ttl_s = 1;
 my $bound_s = $ttl_s + 1.5;
@@ -92,6 +95,20 @@ my @rounds = (
 		  . "SET SESSION idle_in_transaction_session_timeout = 0;\nSELECT 'ready ' || fencing_token FROM le_leases WHERE lease_key = 'stall-session';\n",
 	},
 	{
+		name => 'grant, then an error in a subtransaction',
+		key => 'stall-suberror',
+		ready_err => qr/division by zero/,
+		setup => "BEGIN;\nSELECT 'ready ' || fencing_token FROM le_acquire('stall-suberror', 'A', '$ttl_s seconds');\n"
+		  . "SAVEPOINT s;\nSELECT 1/0;\n",
+	},
+	{
+		name => 'grant, then errors in an aborted subtransaction',
+		key => 'stall-subaborted',
+		ready_err => qr/current transaction is aborted/,
+		setup => "BEGIN;\nSELECT 'ready ' || fencing_token FROM le_acquire('stall-subaborted', 'A', '$ttl_s seconds');\n"
+		  . "SAVEPOINT s;\nSELECT 1/0;\nSELECT 1;\n",
+	},
+	{
 		name => 'le_watch of a new key, then SET LOCAL idle_in_transaction_session_timeout = 0',
 		key => 'stall-watch',
 		setup => "BEGIN;\nSELECT le_watch('stall-watch') \\g /dev/null\n"
@@ -108,7 +125,14 @@ for my $r (@rounds)
 		[ 'psql', '-XAtq', '-d', $node->connstr('postgres') ],
 		'<', \$in, '>', \$out, '2>', \$err, $timer);
 	$in .= $r->{setup};
-	$a->pump until $out =~ /^ready (\d+)/m || $err =~ /ERROR/ || $timer->is_expired;
+	if ($r->{ready_err})
+	{
+		$a->pump until ($out =~ /^ready (\d+)/m && $err =~ $r->{ready_err}) || $timer->is_expired;
+	}
+	else
+	{
+		$a->pump until $out =~ /^ready (\d+)/m || $err =~ /ERROR/ || $timer->is_expired;
+	}
 	my ($old) = $out =~ /^ready (\d+)/m;
 	ok(defined $old, "$round: A holds the lease's locks inside its open transaction") or diag($err);
 	$old //= 0;
@@ -154,8 +178,46 @@ for my $r (@rounds)
 	unlike($out, qr/^after/m, '... before it runs anything else');
 }
 
-# The caller's settings are left alone; outside a transaction block nothing
-# is armed.
+# A pipeline that stops before its Sync keeps its implicit transaction, and
+# so the lease's locks, open while the backend waits for the client: no
+# BEGIN, yet the same deadline.
+{
+	my $exe = PostgreSQL::Test::Utils::tempdir . '/le_pipeline_stall';
+	my $inc = `pg_config --includedir`;
+	my $libdir = `pg_config --libdir`;
+	chomp($inc, $libdir);
+	my ($o, $e) = ('', '');
+	ok(IPC::Run::run([ 'cc', '-Wall', '-Wextra', '-Werror', "-I$inc",
+			"$FindBin::RealBin/le_pipeline_stall.c", "-L$libdir", '-lpq', '-o', $exe ],
+			'>', \$o, '2>', \$e), 'le_pipeline_stall.c builds') or diag($e);
+	my ($out, $err) = ('', '');
+	my $timer = IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default);
+	my $a = IPC::Run::start(
+		[ $exe, $node->connstr('postgres'),
+		  "SELECT fencing_token FROM le_acquire('stall-pipeline', 'A', '$ttl_s seconds')", '6' ],
+		'>', \$out, '2>', \$err, $timer);
+	$a->pump until $out =~ /^ready/m || $timer->is_expired;
+	my ($old) = $out =~ /^ready (\d+)/m;
+	ok(defined $old, 'pipeline: A holds the lease\'s locks before its Sync') or diag($out . $err);
+	$old //= 0;
+	my ($acquired, $token, $waited, $tries) = split /\|/,
+	  $node->safe_psql('postgres', "SELECT * FROM campaign('stall-pipeline', 'B', 10)");
+	is($acquired, 't', 'pipeline: B got the lease while A waits to send its Sync');
+	ok(defined $token && $token > $old, "pipeline: B's token is higher than A's $old");
+	ok(defined $waited && $waited < $bound_s, 'pipeline: B got it within ttl + 1.5 s of A\'s stall');
+	diag(sprintf("pipeline: new owner %.3f s after the holder stalled (ttl %d s, %d attempts)",
+		$waited // -1, $ttl_s, $tries // 0));
+	$a->finish;
+	# libpq reports the lost connection; the FATAL naming the lease is in
+	# the server's log.
+	like($out, qr/^ended: /m, 'pipeline: A\'s session was ended by the server');
+	like(PostgreSQL::Test::Utils::slurp_file($node->logfile),
+		qr/FATAL:  terminating connection because its transaction kept lease "stall-pipeline" locked past/,
+		'... naming the lease');
+}
+
+# The caller's settings are left alone; an autocommit call's deadline
+# ends with its statement.
 is($node->safe_psql('postgres', q{
 SET idle_in_transaction_session_timeout = '300ms';
 BEGIN;
@@ -167,7 +229,7 @@ is($node->safe_psql('postgres', q{
 SELECT acquired FROM le_acquire('stall-auto', 'C', '1 second');
 SELECT pg_sleep(1.5);
 SELECT 'alive';
-}), "t\n\nalive", 'an autocommit call arms nothing');
+}), "t\n\nalive", 'an autocommit call\'s deadline ends with its statement');
 is($node->safe_psql('postgres', q{
 BEGIN;
 SELECT acquired FROM le_acquire('stall-tx', 'C', '1 second');
