@@ -518,11 +518,21 @@ le_store_end(LeaseStoreState *st)
  */
 #define LE_HOLDER_BOUND_POLL_MS		50
 
+/*
+ * The deadlines of the transaction, in the order the calls set them.  A
+ * call on a lease that already has an entry from the same subtransaction
+ * replaces its deadline; from another one, it adds an entry that hides the
+ * earlier one (superseded) until its subtransaction rolls back.  Entries
+ * set in a subtransaction (or its children) are thus the last ones in the
+ * array while it is open.
+ */
 typedef struct HolderDeadline
 {
 	char	   *key;			/* in TopTransactionContext */
 	TimestampTz deadline;
-	SubTransactionId subid;		/* oldest subtransaction that set it */
+	SubTransactionId subid;		/* subtransaction of the call that set it */
+	int			hides;			/* index of the entry it supersedes, or -1 */
+	bool		superseded;		/* a later entry for the same key counts */
 } HolderDeadline;
 
 static TimeoutId le_holder_timeout = MAX_TIMEOUTS;	/* not registered yet */
@@ -592,7 +602,8 @@ le_holder_bound_rearm(void)
 	int			min = -1;
 
 	for (int i = 0; i < le_holder_n; i++)
-		if (min < 0 || le_holder_deadlines[i].deadline < le_holder_deadlines[min].deadline)
+		if (!le_holder_deadlines[i].superseded &&
+			(min < 0 || le_holder_deadlines[i].deadline < le_holder_deadlines[min].deadline))
 			min = i;
 	if (min < 0)
 	{
@@ -638,14 +649,16 @@ static void
 le_holder_bound_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 								 SubTransactionId parentSubid, void *arg)
 {
-	int			kept = 0;
-
 	if (event != SUBXACT_EVENT_ABORT_SUB || le_holder_n == 0)
 		return;
-	for (int i = 0; i < le_holder_n; i++)
-		if (le_holder_deadlines[i].subid < mySubid)
-			le_holder_deadlines[kept++] = le_holder_deadlines[i];
-	le_holder_n = kept;
+	/* its entries are the last ones; those they hid count again */
+	while (le_holder_n > 0 && le_holder_deadlines[le_holder_n - 1].subid >= mySubid)
+	{
+		int			hides = le_holder_deadlines[--le_holder_n].hides;
+
+		if (hides >= 0)
+			le_holder_deadlines[hides].superseded = false;
+	}
 	/* also when nothing went: an error on the way here cancelled timeouts */
 	le_holder_bound_rearm();
 }
@@ -679,12 +692,17 @@ le_bound_idle_holder(const char *key, int64 bound_us)
 	deadline = GetCurrentTimestamp() + bound_us;
 	subid = GetCurrentSubTransactionId();
 
-	/* The last lease called is the likeliest to be called again. */
+	/*
+	 * The lease's entry that counts is its last one.  The last lease called
+	 * is the likeliest to be called again.
+	 */
 	for (i = le_holder_n - 1; i >= 0; i--)
 		if (strcmp(le_holder_deadlines[i].key, key) == 0)
 			break;
-	if (i < 0)
+	if (i < 0 || le_holder_deadlines[i].subid != subid)
 	{
+		int			hides = i;
+
 		if (le_holder_n == le_holder_size)
 		{
 			int			size = le_holder_size == 0 ? 4 : le_holder_size * 2;
@@ -695,16 +713,19 @@ le_bound_idle_holder(const char *key, int64 bound_us)
 			le_holder_size = size;
 		}
 		i = le_holder_n++;
-		le_holder_deadlines[i].key = MemoryContextStrdup(TopTransactionContext, key);
+		le_holder_deadlines[i].key = hides >= 0 ? le_holder_deadlines[hides].key :
+			MemoryContextStrdup(TopTransactionContext, key);
 		le_holder_deadlines[i].subid = subid;
+		le_holder_deadlines[i].hides = hides;
+		le_holder_deadlines[i].superseded = false;
+		if (hides >= 0)
+			le_holder_deadlines[hides].superseded = true;
 	}
-	else if (subid < le_holder_deadlines[i].subid)
-		le_holder_deadlines[i].subid = subid;
 
 	/*
-	 * A later call replaces the lease's deadline.  A call in a
-	 * subtransaction that then rolls back leaves the deadline it set (the
-	 * lock of the outer call stays; bounded by the later deadline).
+	 * A later call replaces the lease's deadline, until the subtransaction
+	 * it was made in rolls back: then the earlier call's deadline counts
+	 * again (its locks are the ones left).
 	 */
 	le_holder_deadlines[i].deadline = deadline;
 	le_holder_bound_rearm();

@@ -9,7 +9,8 @@
 # gets the lease within ttl + a small bound of the stall.  Rounds: a grant
 # and a renewal with the client stopped by SIGSTOP; a grant followed by SET
 # LOCAL, RESET and SET SESSION of idle_in_transaction_session_timeout, by an
-# error in a subtransaction (and one more in its aborted state), and a new
+# error in a subtransaction (and one more in its aborted state), by a
+# longer renewal in a subtransaction rolled back, and a new
 # key's le_watch, each then idle; a holder busy past its deadline; a
 # pipeline stopped before its Sync (test/t/le_pipeline_stall.c); then that
 # settings are left alone and that the deadline ends with the transaction
@@ -107,6 +108,13 @@ my @rounds = (
 		ready_err => qr/current transaction is aborted/,
 		setup => "BEGIN;\nSELECT 'ready ' || fencing_token FROM le_acquire('stall-subaborted', 'A', '$ttl_s seconds');\n"
 		  . "SAVEPOINT s;\nSELECT 1/0;\nSELECT 1;\n",
+	},
+	{
+		name => 'grant, then a longer renewal in a rolled-back subtransaction',
+		key => 'stall-subrenew',
+		setup => "BEGIN;\nSELECT fencing_token AS tok FROM le_acquire('stall-subrenew', 'A', '$ttl_s seconds') \\gset\n"
+		  . "SAVEPOINT s;\nSELECT le_renew('stall-subrenew', 'A', :tok, '1 hour') IS NOT NULL \\g /dev/null\n"
+		  . "ROLLBACK TO SAVEPOINT s;\nSELECT 'ready ' || :tok;\n",
 	},
 	{
 		name => 'le_watch of a new key, then SET LOCAL idle_in_transaction_session_timeout = 0',
