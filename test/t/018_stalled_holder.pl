@@ -8,10 +8,14 @@
 # session did to idle_in_transaction_session_timeout, and the next candidate
 # gets the lease within ttl + a small bound of the stall.  Cases: a grant
 # and a renewal with the client stopped by SIGSTOP; a grant followed by SET
-# LOCAL, RESET and SET SESSION of idle_in_transaction_session_timeout, and
-# a new key's le_watch, each then idle; a holder busy past its deadline;
-# then that settings are left alone and that the deadline ends with the
-# transaction or its subtransaction.  The times measured are printed.
+# LOCAL, RESET and SET SESSION of idle_in_transaction_session_timeout, by an
+# error in a subtransaction (and one more in its aborted state), by a
+# longer renewal in a subtransaction rolled back, and a new
+# key's le_watch, each then idle; a holder busy past its deadline; a
+# pipeline stopped before its Sync (test/c/le_pipeline_stall.c); then that
+# settings are left alone, that the deadline ends with the transaction or
+# its subtransaction, and that its cost per call does not grow with the
+# number of leases.  The times measured are printed.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -25,7 +29,8 @@ use IPC::Run;
 my $ttl_s = 1;
 my $bound_s = $ttl_s + 1.5;
 
-my $node = le_node('stalled_holder', conf => "leader_election.lock_timeout = '1s'\n");
+my $node = le_node('stalled_holder',
+	conf => "leader_election.lock_timeout = '1s'\nmax_locks_per_transaction = 1024\n");
 $node->safe_psql('postgres', q{
 -- le_acquire every 50 ms until granted or max_s seconds passed; 55P03 counts
 -- as a refusal.
@@ -91,6 +96,27 @@ my @cases = (
 		  . "SET SESSION idle_in_transaction_session_timeout = 0;\nSELECT 'ready ' || fencing_token FROM le_leases WHERE lease_key = 'stall-session';\n",
 	},
 	{
+		name => 'grant, then an error in a subtransaction',
+		key => 'stall-suberror',
+		ready_err => qr/division by zero/,
+		setup => "BEGIN;\nSELECT 'ready ' || fencing_token FROM le_acquire('stall-suberror', 'A', '$ttl_s seconds');\n"
+		  . "SAVEPOINT s;\nSELECT 1/0;\n",
+	},
+	{
+		name => 'grant, then errors in an aborted subtransaction',
+		key => 'stall-subaborted',
+		ready_err => qr/current transaction is aborted/,
+		setup => "BEGIN;\nSELECT 'ready ' || fencing_token FROM le_acquire('stall-subaborted', 'A', '$ttl_s seconds');\n"
+		  . "SAVEPOINT s;\nSELECT 1/0;\nSELECT 1;\n",
+	},
+	{
+		name => 'grant, then a longer renewal in a rolled-back subtransaction',
+		key => 'stall-subrenew',
+		setup => "BEGIN;\nSELECT fencing_token AS tok FROM le_acquire('stall-subrenew', 'A', '$ttl_s seconds') \\gset\n"
+		  . "SAVEPOINT s;\nSELECT le_renew('stall-subrenew', 'A', :tok, '1 hour') IS NOT NULL \\g /dev/null\n"
+		  . "ROLLBACK TO SAVEPOINT s;\nSELECT 'ready ' || :tok;\n",
+	},
+	{
 		name => 'le_watch of a new key, then SET LOCAL idle_in_transaction_session_timeout = 0',
 		key => 'stall-watch',
 		setup => "BEGIN;\nSELECT le_watch('stall-watch') \\g /dev/null\n"
@@ -107,7 +133,14 @@ for my $r (@cases)
 		[ 'psql', '-XAtq', '-d', $node->connstr('postgres') ],
 		'<', \$in, '>', \$out, '2>', \$err, $timer);
 	$in .= $r->{setup};
-	$a->pump until $out =~ /^ready (\d+)/m || $err =~ /ERROR/ || $timer->is_expired;
+	if ($r->{ready_err})
+	{
+		$a->pump until ($out =~ /^ready (\d+)/m && $err =~ $r->{ready_err}) || $timer->is_expired;
+	}
+	else
+	{
+		$a->pump until $out =~ /^ready (\d+)/m || $err =~ /ERROR/ || $timer->is_expired;
+	}
 	my ($old) = $out =~ /^ready (\d+)/m;
 	ok(defined $old, "$case: A holds the lease's locks inside its open transaction") or diag($err);
 	$old //= 0;
@@ -153,8 +186,46 @@ for my $r (@cases)
 	unlike($out, qr/^after/m, '... before it runs anything else');
 }
 
-# The caller's settings are left alone; outside a transaction block nothing
-# is armed.
+# A pipeline that stops before its Sync keeps its implicit transaction, and
+# so the lease's locks, open while the backend waits for the client: no
+# BEGIN, yet the same deadline.
+{
+	my $exe = PostgreSQL::Test::Utils::tempdir . '/le_pipeline_stall';
+	my $inc = `pg_config --includedir`;
+	my $libdir = `pg_config --libdir`;
+	chomp($inc, $libdir);
+	my ($o, $e) = ('', '');
+	ok(IPC::Run::run([ 'cc', '-Wall', '-Wextra', '-Werror', "-I$inc",
+			"$FindBin::RealBin/../c/le_pipeline_stall.c", "-L$libdir", '-lpq', '-o', $exe ],
+			'>', \$o, '2>', \$e), 'le_pipeline_stall.c builds') or diag($e);
+	my ($out, $err) = ('', '');
+	my $timer = IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default);
+	my $a = IPC::Run::start(
+		[ $exe, $node->connstr('postgres'),
+		  "SELECT fencing_token FROM le_acquire('stall-pipeline', 'A', '$ttl_s seconds')", '6' ],
+		'>', \$out, '2>', \$err, $timer);
+	$a->pump until $out =~ /^ready/m || $timer->is_expired;
+	my ($old) = $out =~ /^ready (\d+)/m;
+	ok(defined $old, 'pipeline: A holds the lease\'s locks before its Sync') or diag($out . $err);
+	$old //= 0;
+	my ($acquired, $token, $waited, $tries) = split /\|/,
+	  $node->safe_psql('postgres', "SELECT * FROM campaign('stall-pipeline', 'B', 10)");
+	is($acquired, 't', 'pipeline: B got the lease while A waits to send its Sync');
+	ok(defined $token && $token > $old, "pipeline: B's token is higher than A's $old");
+	ok(defined $waited && $waited < $bound_s, 'pipeline: B got it within ttl + 1.5 s of A\'s stall');
+	diag(sprintf("pipeline: new owner %.3f s after the holder stalled (ttl %d s, %d attempts)",
+		$waited // -1, $ttl_s, $tries // 0));
+	$a->finish;
+	# libpq reports the lost connection; the FATAL naming the lease is in
+	# the server's log.
+	like($out, qr/^ended: /m, 'pipeline: A\'s session was ended by the server');
+	like(PostgreSQL::Test::Utils::slurp_file($node->logfile),
+		qr/FATAL:  terminating connection because its transaction kept lease "stall-pipeline" locked past/,
+		'... naming the lease');
+}
+
+# The caller's settings are left alone; an autocommit call's deadline
+# ends with its statement.
 is($node->safe_psql('postgres', q{
 SET idle_in_transaction_session_timeout = '300ms';
 BEGIN;
@@ -166,7 +237,7 @@ is($node->safe_psql('postgres', q{
 SELECT acquired FROM le_acquire('stall-auto', 'C', '1 second');
 SELECT pg_sleep(1.5);
 SELECT 'alive';
-}), "t\n\nalive", 'an autocommit call arms nothing');
+}), "t\n\nalive", 'an autocommit call\'s deadline ends with its statement');
 is($node->safe_psql('postgres', q{
 BEGIN;
 SELECT acquired FROM le_acquire('stall-tx', 'C', '1 second');
@@ -186,6 +257,27 @@ SELECT pg_sleep(1.5);
 SELECT 'alive';
 COMMIT;
 }), "t\n\nalive", 'a deadline set in a rolled-back subtransaction goes with it');
+
+# The deadline bookkeeping of a transaction that calls on many leases costs
+# about the same per call whatever their number (it was quadratic: 4 times
+# the leases took 11 times as long).
+{
+	my $per_call = sub {
+		my ($n) = @_;
+		return $node->safe_psql('postgres', qq{
+BEGIN;
+SELECT extract(epoch FROM clock_timestamp()) AS t0 \\gset
+SELECT count(*) FROM generate_series(1, $n) i, le_acquire('many-$n-' || i, 'A', '1 minute') \\g /dev/null
+SELECT (extract(epoch FROM clock_timestamp()) - :t0) / $n;
+ROLLBACK;
+});
+	};
+	$per_call->(1000);    # warm the caches
+	my $small = $per_call->(1024);
+	my $large = $per_call->(32768);
+	diag(sprintf("per call: %.1f us with 1024 leases, %.1f us with 32768", $small * 1e6, $large * 1e6));
+	ok($large < 2 * $small, 'a call costs about the same with 32 times as many leases in the transaction');
+}
 
 $node->stop;
 done_testing();
