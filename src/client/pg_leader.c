@@ -27,6 +27,7 @@
  *-------------------------------------------------------------------------
  */
 #define _GNU_SOURCE
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -172,79 +173,247 @@ text_str(FILE *f, const char *s)
 }
 
 /*
- * Copy a connection string with its passwords masked: the value of every
- * password keyword (key=value form or URI query) and the password of a
- * URI's user info become "****".  Used whenever a DSN is printed.
+ * Is kw (n bytes, compared without regard to case) a libpq option whose
+ * value is secret?  libpq marks those with dispchar "*" (password,
+ * sslpassword, ...); password and sslpassword are secret whatever this
+ * libpq says.
+ */
+static bool
+secret_keyword(const char *kw, size_t n)
+{
+	static PQconninfoOption *defs = NULL;
+	static bool loaded = false;
+
+	if ((n == 8 && strncasecmp(kw, "password", 8) == 0) ||
+		(n == 11 && strncasecmp(kw, "sslpassword", 11) == 0))
+		return true;
+	if (!loaded)
+	{
+		char	   *err = NULL;
+
+		/* an empty string gives every option with its dispchar, nothing from the environment */
+		defs = PQconninfoParse("", &err);
+		PQfreemem(err);
+		loaded = true;
+	}
+	for (PQconninfoOption *d = defs; d && d->keyword; d++)
+		if (d->dispchar && strchr(d->dispchar, '*') && strlen(d->keyword) == n &&
+			strncasecmp(d->keyword, kw, n) == 0)
+			return true;
+	return false;
+}
+
+/* Spans of secret values in a connection string (at most MAX_SECRETS). */
+#define MAX_SECRETS 32
+typedef struct secret_spans
+{
+	int			n;
+	size_t		start[MAX_SECRETS];
+	size_t		end[MAX_SECRETS];
+} secret_spans;
+
+/* Record the span [a, b) of dsn as secret. */
+static void
+add_span(secret_spans *sp, const char *dsn, const char *a, const char *b)
+{
+	if (sp->n < MAX_SECRETS && b > a)
+	{
+		sp->start[sp->n] = a - dsn;
+		sp->end[sp->n] = b - dsn;
+		sp->n++;
+	}
+}
+
+/* Hex digit value, or -1. */
+static int
+hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/*
+ * Find the secret values of a connection string the way libpq reads it,
+ * also when it is invalid.  Keyword form: key = value pairs separated by
+ * white space, values quoted ('...', with \' and \\) or not (a backslash
+ * escapes the next character); after a token without "=" the scan goes on
+ * with the next token.  URI form: the password of the user info (up to the
+ * first "@" before any "/", as libpq reads it, or else up to the last "@"
+ * of the string, so that a password with "/" in it is hidden too) and the
+ * value of every query parameter whose percent-decoded name is secret.
+ */
+static void
+find_secrets(const char *dsn, secret_spans *sp)
+{
+	const char *cp = dsn;
+
+	memset(sp, 0, sizeof(*sp));
+	if (strncmp(dsn, "postgres://", 11) == 0 || strncmp(dsn, "postgresql://", 13) == 0)
+	{
+		const char *start = strstr(dsn, "://") + 3;
+		const char *at = start;
+		const char *q;
+
+		while (*at && *at != '@' && *at != '/')
+			at++;
+		if (*at != '@')
+			at = strrchr(start, '@');
+		if (at)
+		{
+			const char *colon = memchr(start, ':', at - start);
+
+			if (colon)
+				add_span(sp, dsn, colon + 1, at);
+		}
+		q = strchr(at ? at + 1 : start, '?');
+		while (q && *q)
+		{
+			const char *param = q + 1;
+			const char *pend = param + strcspn(param, "&");
+			const char *eq = memchr(param, '=', pend - param);
+			char		key[64];
+			size_t		k = 0;
+
+			for (const char *s = param; eq && s < eq && k + 1 < sizeof(key); s++)
+			{
+				if (*s == '%' && s + 2 < eq && hexval(s[1]) >= 0 && hexval(s[2]) >= 0)
+				{
+					key[k++] = (char) (hexval(s[1]) * 16 + hexval(s[2]));
+					s += 2;
+				}
+				else
+					key[k++] = *s;
+			}
+			if (eq && secret_keyword(key, k))
+				add_span(sp, dsn, eq + 1, pend);
+			q = *pend ? pend : NULL;
+		}
+		return;
+	}
+	while (*cp)
+	{
+		const char *key,
+				   *key_end,
+				   *val;
+
+		if (isspace((unsigned char) *cp))
+		{
+			cp++;
+			continue;
+		}
+		key = cp;
+		while (*cp && *cp != '=' && !isspace((unsigned char) *cp))
+			cp++;
+		key_end = cp;
+		while (isspace((unsigned char) *cp))
+			cp++;
+		if (*cp != '=')
+			continue;			/* not a pair: go on with the next token */
+		cp++;
+		while (isspace((unsigned char) *cp))
+			cp++;
+		val = cp;
+		if (*cp == '\'')
+		{
+			cp++;
+			while (*cp && *cp != '\'')
+				cp += (*cp == '\\' && cp[1]) ? 2 : 1;
+			if (*cp)
+				cp++;
+		}
+		else
+			while (*cp && !isspace((unsigned char) *cp))
+				cp += (*cp == '\\' && cp[1]) ? 2 : 1;
+		if (secret_keyword(key, key_end - key))
+			add_span(sp, dsn, val, cp);
+	}
+}
+
+/*
+ * Copy a connection string with its secrets masked: every secret value
+ * (find_secrets) becomes "****".  Used whenever a DSN is printed.
  */
 static void
 mask_dsn(const char *dsn, char *out, size_t len)
 {
+	secret_spans sp;
 	size_t		o = 0;
-	const char *s = dsn;
-	bool		uri = strncmp(dsn, "postgres://", 11) == 0 || strncmp(dsn, "postgresql://", 13) == 0;
+	size_t		n = strlen(dsn);
 
-	/* c is evaluated exactly once, also when out is full (PUT(*s++) advances s) */
-#define PUT(c) do { char put_c_ = (c); if (o + 1 < len) out[o++] = put_c_; } while (0)
-	if (uri)
+	find_secrets(dsn, &sp);
+	for (size_t i = 0; i < n && o + 1 < len;)
 	{
-		const char *start = strstr(dsn, "://") + 3;
-		const char *at = start + strcspn(start, "@/?");
-		const char *colon;
+		int			s;
 
-		while (s < start)
-			PUT(*s++);
-		if (*at == '@')
+		for (s = 0; s < sp.n; s++)
+			if (sp.start[s] == i)
+				break;
+		if (s < sp.n)
 		{
-			colon = memchr(start, ':', at - start);
-			if (colon)
-			{
-				while (s <= colon)
-					PUT(*s++);
-				for (const char *m = "****"; *m; m++)
-					PUT(*m);
-				s = at;
-			}
+			for (const char *m = "****"; *m && o + 1 < len; m++)
+				out[o++] = *m;
+			i = sp.end[s];
 		}
-	}
-	while (*s)
-	{
-		bool		boundary = s == dsn || s[-1] == ' ' || s[-1] == '\t' || s[-1] == '?' || s[-1] == '&';
-
-		if (boundary && strncasecmp(s, "password", 8) == 0)
-		{
-			const char *q = s + 8;
-
-			while (*q == ' ' || *q == '\t')
-				q++;
-			if (*q == '=')
-			{
-				q++;
-				while (*q == ' ' || *q == '\t')
-					q++;
-				while (s < q)
-					PUT(*s++);
-				for (const char *m = "****"; *m; m++)
-					PUT(*m);
-				if (*q == '\'')
-				{
-					/* quoted value: up to the closing quote; \' and \\ are escapes */
-					q++;
-					while (*q && *q != '\'')
-						q += (*q == '\\' && q[1]) ? 2 : 1;
-					if (*q)
-						q++;
-				}
-				else
-					while (*q && *q != ' ' && *q != '\t' && *q != '&')
-						q++;
-				s = q;
-				continue;
-			}
-		}
-		PUT(*s++);
+		else
+			out[o++] = dsn[i++];
 	}
 	out[o] = '\0';
-#undef PUT
+}
+
+/* Replace every occurrence of needle in buf (of size len) with repl. */
+static void
+replace_all(char *buf, size_t len, const char *needle, size_t nlen, const char *repl)
+{
+	char	   *tmp;
+	size_t		o = 0;
+	size_t		rlen = strlen(repl);
+
+	if (nlen == 0 || (tmp = malloc(len)) == NULL)
+		return;
+	for (const char *s = buf; *s && o + 1 < len;)
+	{
+		if (strncmp(s, needle, nlen) == 0)
+		{
+			for (size_t i = 0; i < rlen && o + 1 < len; i++)
+				tmp[o++] = repl[i];
+			s += nlen;
+		}
+		else
+			tmp[o++] = *s++;
+	}
+	tmp[o] = '\0';
+	memcpy(buf, tmp, o + 1);
+	free(tmp);
+}
+
+/*
+ * Mask the secrets of dsn in a message (of size len) about it, such as
+ * libpq's parse error: the whole string quoted becomes its masked form, and
+ * every secret value (as written in dsn) becomes "****" wherever it appears.
+ */
+static void
+mask_message(char *msg, size_t len, const char *dsn, const char *masked)
+{
+	secret_spans sp;
+
+	replace_all(msg, len, dsn, strlen(dsn), masked);
+	find_secrets(dsn, &sp);
+	for (int s = 0; s < sp.n; s++)
+	{
+		char		val[1024];
+		size_t		n = sp.end[s] - sp.start[s];
+
+		if (n >= sizeof(val))
+			n = sizeof(val) - 1;
+		memcpy(val, dsn + sp.start[s], n);
+		val[n] = '\0';
+		replace_all(msg, len, val, n, "****");
+	}
 }
 
 /*
@@ -985,18 +1154,14 @@ check_dsn(const char *dsn)
 	{
 		size_t		n = err ? strlen(err) : 0;
 		char		masked[1024];
-
 		char		emasked[2048];
-		const char *hit;
 
 		while (n > 0 && err[n - 1] == '\n')
 			err[--n] = '\0';
 		mask_dsn(dsn, masked, sizeof(masked));
-		/* libpq quotes a bad URI whole in its message: mask it there too */
+		/* libpq quotes a bad URI whole, or a part of it, in its message */
 		snprintf(emasked, sizeof(emasked), "%s", err ? err : "out of memory");
-		if (err && (hit = strstr(err, dsn)) != NULL)
-			snprintf(emasked, sizeof(emasked), "%.*s%s%s", (int) (hit - err), err, masked,
-					 hit + strlen(dsn));
+		mask_message(emasked, sizeof(emasked), dsn, masked);
 		usage_error("invalid connection string \"%s\": %s", masked, emasked);
 	}
 	PQconninfoFree(opts);
