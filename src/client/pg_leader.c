@@ -1531,6 +1531,8 @@ cmd_run(options *o)
 	cfg.safety_margin_ms = o->margin;
 	cfg.connect_timeout_ms = o->connect_timeout;
 	cfg.statement_timeout_ms = o->statement_timeout;
+	/* a renewal is of use only before the SIGTERM point: attempts are sized to it */
+	cfg.renew_by_ms = KILL_SLACK_MS + o->grace;
 	/* a period that ends by itself is released by us, once the group is gone */
 	cfg.defer_release = true;
 	cfg.on_started = cb_started;
