@@ -640,6 +640,7 @@ cb_notice(void *arg, const char *message)
 {
 	(void) arg;
 	log_event("notice", 0, NULL, NULL, "%s", message);
+	wake_main();				/* a failed attempt may end a wait (permanent_status) */
 }
 
 /* The --help text. */
@@ -1476,6 +1477,67 @@ heartbeat_missed(const options *o, int64_t started_real_ms)
 	return (int64_t) now.tv_sec * 1000 + now.tv_nsec / 1000000 - last > o->heartbeat_timeout;
 }
 
+/*
+ * Does the connection string (or PGHOST, when it names no host) list
+ * several hosts?  Then a standby is only one of them, and the library
+ * looks for the primary (target_session_attrs=read-write).
+ */
+static bool
+dsn_multi_host(const char *dsn)
+{
+	PQconninfoOption *opts = NULL;
+	const char *hosts = NULL;
+	bool		has_hostaddr = false;
+	bool		multi;
+
+	if (dsn[0])
+		opts = PQconninfoParse(dsn, NULL);
+	for (PQconninfoOption *op = opts; op && op->keyword; op++)
+	{
+		if (op->val == NULL || op->val[0] == '\0')
+			continue;
+		if (strcmp(op->keyword, "host") == 0)
+			hosts = op->val;
+		else if (strcmp(op->keyword, "hostaddr") == 0)
+			has_hostaddr = true;
+	}
+	for (PQconninfoOption *op = opts; hosts == NULL && op && op->keyword; op++)
+		if (strcmp(op->keyword, "hostaddr") == 0 && op->val && op->val[0])
+			hosts = op->val;
+	if (hosts == NULL && !has_hostaddr)
+		hosts = getenv("PGHOST");
+	multi = hosts != NULL && strchr(hosts, ',') != NULL;
+	PQconninfoFree(opts);
+	return multi;
+}
+
+/*
+ * Exit status of an error that waiting cannot fix, from the outcome of
+ * the elector's last attempt, or 0: permission denied (77), the extension
+ * missing (78), a standby when the connection string names one host (76).
+ */
+static int
+permanent_status(const le_status *st, bool multi_host, char *why, size_t len)
+{
+	switch (st->last_error)
+	{
+		case LE_ERR_PERMISSION:
+			snprintf(why, len, "permission denied: %s", st->last_message);
+			return EXIT_NO_PERMISSION;
+		case LE_ERR_NO_EXTENSION:
+			snprintf(why, len, "%s", st->last_message);
+			return EXIT_NO_EXTENSION;
+		case LE_ERR_READ_ONLY:
+			if (multi_host)
+				return 0;
+			snprintf(why, len, "the server is a standby and the connection string names no other host: %s",
+					 st->last_message);
+			return EXIT_STANDBY;
+		default:
+			return 0;
+	}
+}
+
 /* Why a running command is being stopped. */
 typedef enum stop_kind
 {
@@ -1512,6 +1574,8 @@ cmd_run(options *o)
 	int64_t		wait_since;
 	int			tty_fd;
 	char	   *path;
+	bool		multi_host;
+	uint64_t	attempts_mark = 0;	/* acquire attempts answered when the last command ended */
 
 	if (o->lease == NULL)
 		usage_error("run needs -l KEY");
@@ -1519,6 +1583,7 @@ cmd_run(options *o)
 		usage_error("run needs a command after --");
 	check_dsn(o->dsn);
 	check_timing(o);
+	multi_host = dsn_multi_host(o->dsn);
 
 	le_config_init(&cfg);
 	cfg.conninfo = o->dsn;
@@ -1726,6 +1791,12 @@ cmd_run(options *o)
 					tcsetpgrp(tty_fd, getpgrp());
 				sv_finish(&run);
 				running = false;
+				{
+					le_status	st;
+
+					le_elector_status(e, &st);
+					attempts_mark = st.attempts;
+				}
 				log_event("command_exited", child_token, NULL, NULL, "status %d", cs);
 				if (run.exec_failed && stopping == STOP_NONE)
 				{
@@ -1768,6 +1839,24 @@ cmd_run(options *o)
 		{
 			exit_status = 128 + got_signal;
 			break;
+		}
+		/* An error that waiting cannot fix: its status at once, whatever the wait mode. */
+		if (!running && !leading)
+		{
+			le_status	st;
+			char		why[1024];
+			int			ps;
+
+			le_elector_status(e, &st);
+			/* only an acquire's error: a renewal's was acted on by its period's end */
+			ps = st.attempts > attempts_mark ?
+				permanent_status(&st, multi_host, why, sizeof(why)) : 0;
+			if (ps != 0)
+			{
+				log_event("not_acquired", 0, NULL, NULL, "%s", why);
+				exit_status = ps;
+				break;
+			}
 		}
 		/* 4. Leading with no command running: start it. */
 		if (!running && leading && info.period != last_period)
