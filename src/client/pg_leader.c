@@ -1618,8 +1618,15 @@ cmd_run(options *o)
 	sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGHUP, &sa, NULL);
+	/* SIGINT and SIGHUP ignored at start stay ignored (nohup, background jobs) */
+	for (int i = 0; i < 2; i++)
+	{
+		int			sig = i == 0 ? SIGINT : SIGHUP;
+		struct sigaction old;
+
+		if (sigaction(sig, NULL, &old) != 0 || old.sa_handler != SIG_IGN)
+			sigaction(sig, &sa, NULL);
+	}
 	sigaction(SIGCHLD, &sa, NULL);
 	/* we hand the terminal to the command's group and take it back */
 	sa.sa_handler = SIG_IGN;
