@@ -101,6 +101,13 @@ le_elector_create(const le_config *cfg, char *err, size_t errlen)
 				   c.renew_ms, (c.ttl_ms - c.safety_margin_ms) / 2);
 		return NULL;
 	}
+	if (c.renew_by_ms < 0 || c.renew_ms * 2 > c.ttl_ms - c.safety_margin_ms - c.renew_by_ms)
+	{
+		le_set_err(err, errlen,
+				   "renew interval (%" PRId64 " ms) must be at most half of ttl minus safety margin minus renew_by (%" PRId64 " ms), so that a hung renewal can be retried in time",
+				   c.renew_ms, (c.ttl_ms - c.safety_margin_ms - c.renew_by_ms) / 2);
+		return NULL;
+	}
 	if (c.retry_ms < 1 || c.retry_ms > (int64_t) 24 * 3600 * 1000)
 	{
 		le_set_err(err, errlen, "retry interval must be between 1ms and 24h");

@@ -146,6 +146,11 @@ typedef struct le_config
 	int64_t		safety_margin_ms;	/* default max(ttl/10, 50 ms); < ttl/2 */
 	int64_t		connect_timeout_ms; /* default 5000 */
 	int64_t		statement_timeout_ms;	/* default 5000; renewals also stop at the deadline */
+	int64_t		renew_by_ms;	/* default 0: a renewal must be confirmed this long
+								 * before the local deadline to be of use (pg_leader:
+								 * its SIGTERM point); each renewal attempt gets at
+								 * most half the time left until then, and
+								 * renew_ms <= (ttl - margin - renew_by_ms) / 2 */
 
 	/*
 	 * When a period ends by itself (renew_failed, deadline_passed), the

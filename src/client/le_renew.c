@@ -9,8 +9,9 @@
  *
  * Time budget.  Each attempt (connect or le_renew) gets at most the
  * statement (or connect) timeout and at most half the time left before the
- * local deadline, so that one hung attempt leaves room for another on a new
- * connection.  After an error the next attempt comes after
+ * point by which a renewal is wanted (the local deadline - renew_by_ms;
+ * pg_leader sets renew_by_ms to its SIGTERM point), so that one hung
+ * attempt leaves room for another on a new connection before then.  After an error the next attempt comes after
  * min(renew/4, 200 ms, a quarter of the time left).  The connection is
  * replaced as soon as a period begins: it may have idled (and died
  * unnoticed) through a long time as a follower.
@@ -30,13 +31,22 @@
 /* Below this, an attempt gets all the time left rather than half of it. */
 #define LE_MIN_ATTEMPT_MS	50
 
-/* Budget of one attempt: at most cap and about half the time left before deadline. */
+/*
+ * Deadline of one attempt: at most cap, and about half the time left before
+ * the point by which a renewal is wanted (deadline - renew_by_ms), so that
+ * a hung attempt leaves room for a retry on a new connection before then.
+ * Once that point is near or past, about half the time left before the
+ * deadline itself.
+ */
 static int64_t
-attempt_deadline(int64_t now, int64_t deadline, int64_t cap)
+attempt_deadline(const le_elector *e, int64_t now, int64_t deadline, int64_t cap)
 {
-	int64_t		left = deadline - now;
-	int64_t		budget = left / 2;
+	int64_t		left = deadline - e->cfg.renew_by_ms - now;
+	int64_t		budget;
 
+	if (left < 2 * LE_MIN_ATTEMPT_MS)
+		left = deadline - now;
+	budget = left / 2;
 	if (budget < LE_MIN_ATTEMPT_MS)
 		budget = left;
 	if (budget > cap)
@@ -116,7 +126,7 @@ le_renew_main(void *arg)
 				PQfinish(conn);
 			conn = NULL;
 			if (le_open_conn(e, "renew",
-							 attempt_deadline(le_monotonic_ms(), deadline, e->cfg.connect_timeout_ms),
+							 attempt_deadline(e, le_monotonic_ms(), deadline, e->cfg.connect_timeout_ms),
 							 &conn, msg, sizeof(msg)) == LE_OK)
 				conn_period = period;
 			else
@@ -149,7 +159,7 @@ le_renew_main(void *arg)
 			le_result	rc;
 
 			rc = le_open_conn(e, "renew",
-							  attempt_deadline(le_monotonic_ms(), deadline, e->cfg.connect_timeout_ms),
+							  attempt_deadline(e, le_monotonic_ms(), deadline, e->cfg.connect_timeout_ms),
 							  &conn, msg, sizeof(msg));
 			if (rc != LE_OK)
 			{
@@ -170,7 +180,7 @@ le_renew_main(void *arg)
 		t_send = le_monotonic_ms();
 		msg[0] = '\0';
 		r = le_exec_bounded(conn, e->sql_renew, 4, values,
-							attempt_deadline(t_send, deadline, e->cfg.statement_timeout_ms),
+							attempt_deadline(e, t_send, deadline, e->cfg.statement_timeout_ms),
 							msg, sizeof(msg), &broken, &timedout);
 
 		if (r != NULL && PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)

@@ -28,6 +28,7 @@
  *-------------------------------------------------------------------------
  */
 #define _GNU_SOURCE
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -208,79 +209,247 @@ text_str(FILE *f, const char *s)
 }
 
 /*
- * Copy a connection string with its passwords masked: the value of every
- * password keyword (key=value form or URI query) and the password of a
- * URI's user info become "****".  Used whenever a DSN is printed.
+ * Is kw (n bytes, compared without regard to case) a libpq option whose
+ * value is secret?  libpq marks those with dispchar "*" (password,
+ * sslpassword, ...); password and sslpassword are secret whatever this
+ * libpq says.
+ */
+static bool
+secret_keyword(const char *kw, size_t n)
+{
+	static PQconninfoOption *defs = NULL;
+	static bool loaded = false;
+
+	if ((n == 8 && strncasecmp(kw, "password", 8) == 0) ||
+		(n == 11 && strncasecmp(kw, "sslpassword", 11) == 0))
+		return true;
+	if (!loaded)
+	{
+		char	   *err = NULL;
+
+		/* an empty string gives every option with its dispchar, nothing from the environment */
+		defs = PQconninfoParse("", &err);
+		PQfreemem(err);
+		loaded = true;
+	}
+	for (PQconninfoOption *d = defs; d && d->keyword; d++)
+		if (d->dispchar && strchr(d->dispchar, '*') && strlen(d->keyword) == n &&
+			strncasecmp(d->keyword, kw, n) == 0)
+			return true;
+	return false;
+}
+
+/* Spans of secret values in a connection string (at most MAX_SECRETS). */
+#define MAX_SECRETS 32
+typedef struct secret_spans
+{
+	int			n;
+	size_t		start[MAX_SECRETS];
+	size_t		end[MAX_SECRETS];
+} secret_spans;
+
+/* Record the span [a, b) of dsn as secret. */
+static void
+add_span(secret_spans *sp, const char *dsn, const char *a, const char *b)
+{
+	if (sp->n < MAX_SECRETS && b > a)
+	{
+		sp->start[sp->n] = a - dsn;
+		sp->end[sp->n] = b - dsn;
+		sp->n++;
+	}
+}
+
+/* Hex digit value, or -1. */
+static int
+hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/*
+ * Find the secret values of a connection string the way libpq reads it,
+ * also when it is invalid.  Keyword form: key = value pairs separated by
+ * white space, values quoted ('...', with \' and \\) or not (a backslash
+ * escapes the next character); after a token without "=" the scan goes on
+ * with the next token.  URI form: the password of the user info (up to the
+ * first "@" before any "/", as libpq reads it, or else up to the last "@"
+ * of the string, so that a password with "/" in it is hidden too) and the
+ * value of every query parameter whose percent-decoded name is secret.
+ */
+static void
+find_secrets(const char *dsn, secret_spans *sp)
+{
+	const char *cp = dsn;
+
+	memset(sp, 0, sizeof(*sp));
+	if (strncmp(dsn, "postgres://", 11) == 0 || strncmp(dsn, "postgresql://", 13) == 0)
+	{
+		const char *start = strstr(dsn, "://") + 3;
+		const char *at = start;
+		const char *q;
+
+		while (*at && *at != '@' && *at != '/')
+			at++;
+		if (*at != '@')
+			at = strrchr(start, '@');
+		if (at)
+		{
+			const char *colon = memchr(start, ':', at - start);
+
+			if (colon)
+				add_span(sp, dsn, colon + 1, at);
+		}
+		q = strchr(at ? at + 1 : start, '?');
+		while (q && *q)
+		{
+			const char *param = q + 1;
+			const char *pend = param + strcspn(param, "&");
+			const char *eq = memchr(param, '=', pend - param);
+			char		key[64];
+			size_t		k = 0;
+
+			for (const char *s = param; eq && s < eq && k + 1 < sizeof(key); s++)
+			{
+				if (*s == '%' && s + 2 < eq && hexval(s[1]) >= 0 && hexval(s[2]) >= 0)
+				{
+					key[k++] = (char) (hexval(s[1]) * 16 + hexval(s[2]));
+					s += 2;
+				}
+				else
+					key[k++] = *s;
+			}
+			if (eq && secret_keyword(key, k))
+				add_span(sp, dsn, eq + 1, pend);
+			q = *pend ? pend : NULL;
+		}
+		return;
+	}
+	while (*cp)
+	{
+		const char *key,
+				   *key_end,
+				   *val;
+
+		if (isspace((unsigned char) *cp))
+		{
+			cp++;
+			continue;
+		}
+		key = cp;
+		while (*cp && *cp != '=' && !isspace((unsigned char) *cp))
+			cp++;
+		key_end = cp;
+		while (isspace((unsigned char) *cp))
+			cp++;
+		if (*cp != '=')
+			continue;			/* not a pair: go on with the next token */
+		cp++;
+		while (isspace((unsigned char) *cp))
+			cp++;
+		val = cp;
+		if (*cp == '\'')
+		{
+			cp++;
+			while (*cp && *cp != '\'')
+				cp += (*cp == '\\' && cp[1]) ? 2 : 1;
+			if (*cp)
+				cp++;
+		}
+		else
+			while (*cp && !isspace((unsigned char) *cp))
+				cp += (*cp == '\\' && cp[1]) ? 2 : 1;
+		if (secret_keyword(key, key_end - key))
+			add_span(sp, dsn, val, cp);
+	}
+}
+
+/*
+ * Copy a connection string with its secrets masked: every secret value
+ * (find_secrets) becomes "****".  Used whenever a DSN is printed.
  */
 static void
 mask_dsn(const char *dsn, char *out, size_t len)
 {
+	secret_spans sp;
 	size_t		o = 0;
-	const char *s = dsn;
-	bool		uri = strncmp(dsn, "postgres://", 11) == 0 || strncmp(dsn, "postgresql://", 13) == 0;
+	size_t		n = strlen(dsn);
 
-	/* c is evaluated exactly once, also when out is full (PUT(*s++) advances s) */
-#define PUT(c) do { char put_c_ = (c); if (o + 1 < len) out[o++] = put_c_; } while (0)
-	if (uri)
+	find_secrets(dsn, &sp);
+	for (size_t i = 0; i < n && o + 1 < len;)
 	{
-		const char *start = strstr(dsn, "://") + 3;
-		const char *at = start + strcspn(start, "@/?");
-		const char *colon;
+		int			s;
 
-		while (s < start)
-			PUT(*s++);
-		if (*at == '@')
+		for (s = 0; s < sp.n; s++)
+			if (sp.start[s] == i)
+				break;
+		if (s < sp.n)
 		{
-			colon = memchr(start, ':', at - start);
-			if (colon)
-			{
-				while (s <= colon)
-					PUT(*s++);
-				for (const char *m = "****"; *m; m++)
-					PUT(*m);
-				s = at;
-			}
+			for (const char *m = "****"; *m && o + 1 < len; m++)
+				out[o++] = *m;
+			i = sp.end[s];
 		}
-	}
-	while (*s)
-	{
-		bool		boundary = s == dsn || s[-1] == ' ' || s[-1] == '\t' || s[-1] == '?' || s[-1] == '&';
-
-		if (boundary && strncasecmp(s, "password", 8) == 0)
-		{
-			const char *q = s + 8;
-
-			while (*q == ' ' || *q == '\t')
-				q++;
-			if (*q == '=')
-			{
-				q++;
-				while (*q == ' ' || *q == '\t')
-					q++;
-				while (s < q)
-					PUT(*s++);
-				for (const char *m = "****"; *m; m++)
-					PUT(*m);
-				if (*q == '\'')
-				{
-					/* quoted value: up to the closing quote; \' and \\ are escapes */
-					q++;
-					while (*q && *q != '\'')
-						q += (*q == '\\' && q[1]) ? 2 : 1;
-					if (*q)
-						q++;
-				}
-				else
-					while (*q && *q != ' ' && *q != '\t' && *q != '&')
-						q++;
-				s = q;
-				continue;
-			}
-		}
-		PUT(*s++);
+		else
+			out[o++] = dsn[i++];
 	}
 	out[o] = '\0';
-#undef PUT
+}
+
+/* Replace every occurrence of needle in buf (of size len) with repl. */
+static void
+replace_all(char *buf, size_t len, const char *needle, size_t nlen, const char *repl)
+{
+	char	   *tmp;
+	size_t		o = 0;
+	size_t		rlen = strlen(repl);
+
+	if (nlen == 0 || (tmp = malloc(len)) == NULL)
+		return;
+	for (const char *s = buf; *s && o + 1 < len;)
+	{
+		if (strncmp(s, needle, nlen) == 0)
+		{
+			for (size_t i = 0; i < rlen && o + 1 < len; i++)
+				tmp[o++] = repl[i];
+			s += nlen;
+		}
+		else
+			tmp[o++] = *s++;
+	}
+	tmp[o] = '\0';
+	memcpy(buf, tmp, o + 1);
+	free(tmp);
+}
+
+/*
+ * Mask the secrets of dsn in a message (of size len) about it, such as
+ * libpq's parse error: the whole string quoted becomes its masked form, and
+ * every secret value (as written in dsn) becomes "****" wherever it appears.
+ */
+static void
+mask_message(char *msg, size_t len, const char *dsn, const char *masked)
+{
+	secret_spans sp;
+
+	replace_all(msg, len, dsn, strlen(dsn), masked);
+	find_secrets(dsn, &sp);
+	for (int s = 0; s < sp.n; s++)
+	{
+		char		val[1024];
+		size_t		n = sp.end[s] - sp.start[s];
+
+		if (n >= sizeof(val))
+			n = sizeof(val) - 1;
+		memcpy(val, dsn + sp.start[s], n);
+		val[n] = '\0';
+		replace_all(msg, len, val, n, "****");
+	}
 }
 
 /*
@@ -698,6 +867,7 @@ cb_notice(void *arg, const char *message)
 {
 	(void) arg;
 	log_event("notice", 0, NULL, NULL, "%s", message);
+	wake_main();				/* a failed attempt may end a wait (permanent_status) */
 }
 
 /* The --help text. */
@@ -1219,18 +1389,14 @@ check_dsn(const char *dsn)
 	{
 		size_t		n = err ? strlen(err) : 0;
 		char		masked[1024];
-
 		char		emasked[2048];
-		const char *hit;
 
 		while (n > 0 && err[n - 1] == '\n')
 			err[--n] = '\0';
 		mask_dsn(dsn, masked, sizeof(masked));
-		/* libpq quotes a bad URI whole in its message: mask it there too */
+		/* libpq quotes a bad URI whole, or a part of it, in its message */
 		snprintf(emasked, sizeof(emasked), "%s", err ? err : "out of memory");
-		if (err && (hit = strstr(err, dsn)) != NULL)
-			snprintf(emasked, sizeof(emasked), "%.*s%s%s", (int) (hit - err), err, masked,
-					 hit + strlen(dsn));
+		mask_message(emasked, sizeof(emasked), dsn, masked);
 		usage_error("invalid connection string \"%s\": %s", masked, emasked);
 	}
 	PQconninfoFree(opts);
@@ -1579,6 +1745,67 @@ heartbeat_missed(const options *o, heartbeat *hb, int64_t now)
 	return now - hb->last_beat > o->heartbeat_timeout;
 }
 
+/*
+ * Does the connection string (or PGHOST, when it names no host) list
+ * several hosts?  Then a standby is only one of them, and the library
+ * looks for the primary (target_session_attrs=read-write).
+ */
+static bool
+dsn_multi_host(const char *dsn)
+{
+	PQconninfoOption *opts = NULL;
+	const char *hosts = NULL;
+	bool		has_hostaddr = false;
+	bool		multi;
+
+	if (dsn[0])
+		opts = PQconninfoParse(dsn, NULL);
+	for (PQconninfoOption *op = opts; op && op->keyword; op++)
+	{
+		if (op->val == NULL || op->val[0] == '\0')
+			continue;
+		if (strcmp(op->keyword, "host") == 0)
+			hosts = op->val;
+		else if (strcmp(op->keyword, "hostaddr") == 0)
+			has_hostaddr = true;
+	}
+	for (PQconninfoOption *op = opts; hosts == NULL && op && op->keyword; op++)
+		if (strcmp(op->keyword, "hostaddr") == 0 && op->val && op->val[0])
+			hosts = op->val;
+	if (hosts == NULL && !has_hostaddr)
+		hosts = getenv("PGHOST");
+	multi = hosts != NULL && strchr(hosts, ',') != NULL;
+	PQconninfoFree(opts);
+	return multi;
+}
+
+/*
+ * Exit status of an error that waiting cannot fix, from the outcome of
+ * the elector's last attempt, or 0: permission denied (77), the extension
+ * missing (78), a standby when the connection string names one host (76).
+ */
+static int
+permanent_status(const le_status *st, bool multi_host, char *why, size_t len)
+{
+	switch (st->last_error)
+	{
+		case LE_ERR_PERMISSION:
+			snprintf(why, len, "permission denied: %s", st->last_message);
+			return EXIT_NO_PERMISSION;
+		case LE_ERR_NO_EXTENSION:
+			snprintf(why, len, "%s", st->last_message);
+			return EXIT_NO_EXTENSION;
+		case LE_ERR_READ_ONLY:
+			if (multi_host)
+				return 0;
+			snprintf(why, len, "the server is a standby and the connection string names no other host: %s",
+					 st->last_message);
+			return EXIT_STANDBY;
+		default:
+			return 0;
+	}
+}
+
 /* Why a running command is being stopped. */
 typedef enum stop_kind
 {
@@ -1615,6 +1842,8 @@ cmd_run(options *o)
 	int64_t		wait_since;
 	int			tty_fd;
 	char	   *path;
+	bool		multi_host;
+	uint64_t	attempts_mark = 0;	/* acquire attempts answered when the last command ended */
 
 	if (o->lease == NULL)
 		usage_error("run needs -l KEY");
@@ -1622,6 +1851,7 @@ cmd_run(options *o)
 		usage_error("run needs a command after --");
 	check_dsn(o->dsn);
 	check_timing(o);
+	multi_host = dsn_multi_host(o->dsn);
 
 	le_config_init(&cfg);
 	cfg.conninfo = o->dsn;
@@ -1634,6 +1864,8 @@ cmd_run(options *o)
 	cfg.safety_margin_ms = o->margin;
 	cfg.connect_timeout_ms = o->connect_timeout;
 	cfg.statement_timeout_ms = o->statement_timeout;
+	/* a renewal is of use only before the SIGTERM point: attempts are sized to it */
+	cfg.renew_by_ms = KILL_SLACK_MS + o->grace;
 	/* a period that ends by itself is released by us, once the group is gone */
 	cfg.defer_release = true;
 	cfg.on_started = cb_started;
@@ -1656,8 +1888,15 @@ cmd_run(options *o)
 	sa.sa_flags = SA_SIGINFO;
 	sigfillset(&sa.sa_mask);
 	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGHUP, &sa, NULL);
+	/* SIGINT and SIGHUP ignored at start stay ignored (nohup, background jobs) */
+	for (int i = 0; i < 2; i++)
+	{
+		int			sig = i == 0 ? SIGINT : SIGHUP;
+		struct sigaction old;
+
+		if (sigaction(sig, NULL, &old) != 0 || old.sa_handler != SIG_IGN)
+			sigaction(sig, &sa, NULL);
+	}
 	sigaction(SIGCHLD, &sa, NULL);
 	/* we hand the terminal to the command's group and take it back */
 	sa.sa_handler = SIG_IGN;
@@ -1889,6 +2128,12 @@ cmd_run(options *o)
 					tcsetpgrp(tty_fd, getpgrp());
 				sv_finish(&run);
 				running = false;
+				{
+					le_status	st;
+
+					le_elector_status(e, &st);
+					attempts_mark = st.attempts;
+				}
 				log_event("command_exited", child_token, NULL, NULL, "status %d", cs);
 				if (run.exec_failed && stopping == STOP_NONE)
 				{
@@ -1931,6 +2176,24 @@ cmd_run(options *o)
 		{
 			exit_status = 128 + got_signal;
 			break;
+		}
+		/* An error that waiting cannot fix: its status at once, whatever the wait mode. */
+		if (!running && !leading)
+		{
+			le_status	st;
+			char		why[1024];
+			int			ps;
+
+			le_elector_status(e, &st);
+			/* only an acquire's error: a renewal's was acted on by its period's end */
+			ps = st.attempts > attempts_mark ?
+				permanent_status(&st, multi_host, why, sizeof(why)) : 0;
+			if (ps != 0)
+			{
+				log_event("not_acquired", 0, NULL, NULL, "%s", why);
+				exit_status = ps;
+				break;
+			}
 		}
 		/* 4. Leading with no command running: start it. */
 		if (!running && leading && info.period != last_period)

@@ -1,0 +1,50 @@
+# G8: no secret of a connection string is ever printed: pg_leader's usage error
+# for an invalid connection string masks every option libpq marks secret
+# (password, sslpassword), in the keyword form (quoted, escaped, after a
+# bad token) and in URIs read the way libpq reads them (a password with "?"
+# or "/" in it, percent-encoded query names, libpq's own message quoting a
+# part of the string).  pg_leader runs with default signal dispositions.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use IPC::Run;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use LeClientTest;
+
+# Run pg_leader to completion: (exit status, stderr).
+sub cli
+{
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ pg_leader_cmd(), @_ ], '<', \undef, '>', \$out, '2>', \$err,
+		IPC::Run::timeout(60));
+	return ($? >> 8, $out . $err);
+}
+
+my @cases = (
+	[ 'keyword sslpassword', 'host=/tmp sslpassword=S3cretA bogus', 'S3cretA' ],
+	[ 'keyword password with an escaped space', 'password=ab\ S3cretB junk', 'S3cretB' ],
+	[ 'keyword password after a bad token', 'bogus password=S3cretC', 'S3cretC' ],
+	[ 'keyword password quoted', "password = 'a b S3cretD' x", 'S3cretD' ],
+	[ 'URI password with "?"', 'postgresql://u:S3c?retE@/db?bogus', 'retE' ],
+	[ 'URI password with "/"', 'postgresql://u:S3c/retF@h/db?x', 'retF' ],
+	[ 'URI query sslpassword', 'postgresql:///db?sslpassword=S3cretG&x', 'S3cretG' ],
+	[ 'URI query name percent-encoded', 'postgresql:///db?pass%77ord=S3cretH&bad', 'S3cretH' ],
+	[ 'URI password in libpq\'s message', 'postgresql://u:S3cretI%zz@/db', 'S3cretI' ],
+	[ 'URI quoted whole by libpq', 'postgres://u:S3cretJ@[::1/db', 'S3cretJ' ]);
+for my $c (@cases)
+{
+	my ($name, $dsn, $secret) = @$c;
+	for my $sub ('status', 'run')
+	{
+		my @args = $sub eq 'run' ? ('run', '-d', $dsn, '-l', 'k', '--', 'true') : ('status', '-d', $dsn);
+		my ($rc, $err) = cli(@args);
+		is($rc, 64, "$name ($sub): usage error");
+		unlike($err, qr/\Q$secret\E/, "$name ($sub): the secret is not printed");
+		like($err, qr/\*\*\*\*/, "$name ($sub): it is masked") if $sub eq 'status';
+		note($err) if $err =~ /\Q$secret\E/;
+	}
+}
+
+done_testing();
