@@ -117,6 +117,7 @@
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
 #include "leader_election.h"
 
 PG_FUNCTION_INFO_V1(le_fence);
@@ -1552,6 +1553,7 @@ le_protect(PG_FUNCTION_ARGS)
 	char	   *args;
 	Relation	rel;
 	Oid			atttypid;
+	OverrideSearchPath path;
 	ListCell   *lc;
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(2) || PG_ARGISNULL(3))
@@ -1582,10 +1584,22 @@ le_protect(PG_FUNCTION_ARGS)
 
 	args = psprintf("%s, %s%s", quote_literal_cstr(key), quote_literal_cstr(column),
 					strcmp(mode, "strict") == 0 ? ", 'strict'" : "");
-	function = quote_qualified_identifier(get_namespace_name(nsp), function);
+	/*
+	 * The function is named unqualified and found in a search path pinned
+	 * by OID to pg_catalog and this schema: the DDL below may wait for the
+	 * table's lock, and a name read before the wait would, after an ALTER
+	 * SCHEMA ... RENAME during it, name whatever schema then has the old
+	 * name (test/specs/protect_schema_rename.spec).  The abort of the
+	 * (sub)transaction pops the path on error.
+	 */
+	path.schemas = list_make1_oid(nsp);
+	path.addCatalog = true;
+	path.addTemp = false;
+	function = quote_identifier(function);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+	le_push_search_path(&path);
 	(void) le_fence_drop_triggers(relid);
 	foreach(lc, le_fence_row_targets(relid))
 		le_fence_ddl(psprintf("CREATE TRIGGER %s BEFORE INSERT OR UPDATE OR DELETE ON %s"
@@ -1597,6 +1611,7 @@ le_protect(PG_FUNCTION_ARGS)
 							  " FOR EACH STATEMENT EXECUTE FUNCTION %s(%s)",
 							  quote_identifier(LE_FENCE_TRUNCATE_TRIGGER),
 							  le_fence_qualified_name(lfirst_oid(lc)), function, args));
+	le_pop_search_path();
 	SPI_finish();
 	le_fence_refuse_late_triggers(relid);
 	PG_RETURN_VOID();

@@ -29,8 +29,11 @@ AS $$
 DECLARE
     ext_nsp oid := (SELECT e.extnamespace FROM pg_catalog.pg_extension AS e
                      WHERE e.extname OPERATOR(pg_catalog.=) 'leader_election');
-    -- Qualified by the schema's name as it is now, read by OID: the
-    -- statements run under the search path pinned by OID anyway.
+    -- The schema's name as it is now, read by OID, only to show the
+    -- statements: they run with the objects unqualified, resolved in the
+    -- search path pinned by OID.  Run qualified by this name, a rename
+    -- while the call waits for its lock below would send them to the
+    -- objects of whoever then made a schema of the old name.
     ext_nsp_name text := (SELECT pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_namespace AS n
                            WHERE n.oid OPERATOR(pg_catalog.=) ext_nsp);
     role_name name;
@@ -84,8 +87,7 @@ BEGIN
         ('protect',  'function', 'le_fence'),
         ('protect',  'function', 'le_fence_advance_trigger'))
         -- regprocedure and regclass print a visible name unqualified.
-        SELECT 'FUNCTION ' OPERATOR(pg_catalog.||) ext_nsp_name OPERATOR(pg_catalog.||) '.'
-               OPERATOR(pg_catalog.||) p.oid::pg_catalog.regprocedure::pg_catalog.text AS target,
+        SELECT 'FUNCTION ' AS kind, p.oid::pg_catalog.regprocedure::pg_catalog.text AS target,
                'EXECUTE' AS privilege
           FROM use_objects AS u
           JOIN pg_catalog.pg_proc AS p ON p.proname OPERATOR(pg_catalog.=) u.name
@@ -98,21 +100,21 @@ BEGIN
                                                    WHERE e.extname OPERATOR(pg_catalog.=) 'leader_election')
          WHERE u.use OPERATOR(pg_catalog.=) _le_grant_use.use AND u.kind OPERATOR(pg_catalog.=) 'function'
         UNION ALL
-        SELECT 'TABLE ' OPERATOR(pg_catalog.||) ext_nsp_name OPERATOR(pg_catalog.||) '.'
-               OPERATOR(pg_catalog.||) pg_catalog.quote_ident(c.relname), 'SELECT'
+        SELECT 'TABLE ', pg_catalog.quote_ident(c.relname), 'SELECT'
           FROM use_objects AS u
           JOIN pg_catalog.pg_class AS c ON c.relname OPERATOR(pg_catalog.=) u.name
                                        AND c.relnamespace OPERATOR(pg_catalog.=) ext_nsp
          WHERE u.use OPERATOR(pg_catalog.=) _le_grant_use.use AND u.kind OPERATOR(pg_catalog.=) 'view'
-         ORDER BY 1
+         ORDER BY 1, 2
     LOOP
         IF "grant" THEN
-            stmt := pg_catalog.format('GRANT %s ON %s TO %I', obj.privilege, obj.target, role_name);
+            stmt := 'GRANT %s ON %s%s%s TO %I';
         ELSE
-            stmt := pg_catalog.format('REVOKE %s ON %s FROM %I', obj.privilege, obj.target, role_name);
+            stmt := 'REVOKE %s ON %s%s%s FROM %I';
         END IF;
-        EXECUTE stmt;
-        RETURN NEXT stmt;
+        EXECUTE pg_catalog.format(stmt, obj.privilege, obj.kind, '', obj.target, role_name);
+        RETURN NEXT pg_catalog.format(stmt, obj.privilege, obj.kind,
+                                      ext_nsp_name OPERATOR(pg_catalog.||) '.', obj.target, role_name);
     END LOOP;
 END
 $$;
