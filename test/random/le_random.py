@@ -226,10 +226,10 @@ class Session:
         self.result = res
         if res.lost:
             self.lost = True
-            # A lease call inside a transaction block bounds how long that
-            # transaction may idle (its ttl): a pause past it ends the
-            # session, by design (doc/lease-guarantees.md).
-            if res.state == '25P03' or 'idle-in-transaction timeout' in (res.msg or ''):
+            # A lease call inside a transaction sets a deadline (its ttl): a
+            # session found waiting for its client past it is ended, by
+            # design (doc/lease-guarantees.md, the holder deadline).
+            if res.state == '25P03' or 'locked past' in (res.msg or ''):
                 self.idle_killed = True
 
     def poll(self):
@@ -793,8 +793,11 @@ GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO rt_app;
             res = yield Q(s, "INSERT INTO " + table + " (v, fencing_token) SELECT g, %s FROM generate_series(1, %s) g",
                           (tok, self.rng.randint(1, 3)))
         elif op == 'UPDATE':
-            res = yield Q(s, "UPDATE " + table + " SET v = v + 1, fencing_token = %s WHERE id IN "
-                             "(SELECT id FROM " + table + " ORDER BY random() LIMIT 2)", (tok,))
+            # The row may carry tok already: an UPDATE that keeps a row's
+            # token needs the token declared (doc/fence.md).
+            res = yield Q(s, "SET LOCAL leader_election.fencing_token = %s; UPDATE " + table +
+                          " SET v = v + 1, fencing_token = %s WHERE id IN "
+                          "(SELECT id FROM " + table + " ORDER BY random() LIMIT 2)", (str(tok), tok))
         else:
             res = yield Q(s, "SET LOCAL leader_election.fencing_token = %s; DELETE FROM " + table +
                           " WHERE id IN (SELECT id FROM " + table + " ORDER BY random() LIMIT 1)", (str(tok),))

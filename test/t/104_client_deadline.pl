@@ -1,7 +1,9 @@
 # G5 from the client side: the command is dead before the server-side end of its
 # period whatever it does with SIGTERM.  The command ignores SIGTERM and
 # writes a timestamp every 50 ms; the server process of the renewal
-# connection is frozen (SIGSTOP), so renewals hang until the local deadline.
+# connection and the postmaster are frozen (SIGSTOP), so renewals hang on
+# every connection until the local deadline (with the postmaster running, a
+# new connection renews: test/t/113_client_hung_renewal.pl).
 # pg_leader must send SIGTERM at (deadline - grace) and SIGKILL before the
 # deadline, and release the lease only after the command's group is gone:
 # the last write comes before the period's end in le_lease_history.
@@ -40,7 +42,9 @@ wait_for(
 ok($renew_pid, 'the renewal connection is found');
 my $t_freeze = time();
 kill 'STOP', $renew_pid;
+kill 'STOP', $node->{_pid};
 my $waited = wait_for(sub { defined reap($c) }, 20);
+kill 'CONT', $node->{_pid};
 kill 'CONT', $renew_pid;
 ok(defined $waited, 'pg_leader ends although its renewals hang');
 is($c->{status}, 79, 'leadership lost: status 79');
