@@ -1419,7 +1419,7 @@ static int
 cmd_status(const options *o)
 {
 	char		schema_q[600];
-	char		sql[1200];
+	char		sql[1600];
 	const char *params[1] = {o->lease};
 	PGconn	   *conn;
 	PGresult   *r;
@@ -1431,7 +1431,9 @@ cmd_status(const options *o)
 	snprintf(sql, sizeof(sql),
 			 "SELECT lease_key, holder, fencing_token, "
 			 "pg_catalog.to_char(pg_catalog.timezone('UTC', expires_at), 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), "
-			 "is_valid, pg_catalog.round(seconds_remaining::pg_catalog.numeric, 1), transitions "
+			 "is_valid, pg_catalog.round(seconds_remaining::pg_catalog.numeric, 1), transitions, "
+			 "holder_role, "
+			 "pg_catalog.to_char(pg_catalog.timezone('UTC', acquired_at), 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') "
 			 "FROM %s.le_leases WHERE $1::pg_catalog.text IS NULL OR lease_key OPERATOR(pg_catalog.=) $1 "
 			 "ORDER BY lease_key", schema_q);
 	r = exec_or_exit(conn, "status query", sql, 1, params, deadline, o->timeout);
@@ -1448,7 +1450,17 @@ cmd_status(const options *o)
 				printf("null");
 			else
 				json_str(stdout, PQgetvalue(r, i, 1));
-			printf(",\"fencing_token\":%s,\"expires_at\":", PQgetvalue(r, i, 2));
+			printf(",\"holder_role\":");
+			if (PQgetisnull(r, i, 7))
+				printf("null");
+			else
+				json_str(stdout, PQgetvalue(r, i, 7));
+			printf(",\"fencing_token\":%s,\"acquired_at\":", PQgetvalue(r, i, 2));
+			if (PQgetisnull(r, i, 8))
+				printf("null");
+			else
+				json_str(stdout, PQgetvalue(r, i, 8));
+			printf(",\"expires_at\":");
 			if (PQgetisnull(r, i, 3))
 				printf("null");
 			else
@@ -1461,20 +1473,23 @@ cmd_status(const options *o)
 	}
 	else
 	{
-		/* columns as wide as their widest value; keys and holders escaped */
+		/* columns as wide as their widest value; keys, holders and roles escaped */
 		int			wk = col_width(r, 0, "lease_key"),
 					wh = col_width(r, 1, "holder"),
+					wo = col_width(r, 7, "role"),
 					wt = col_width(r, 2, "token"),
+					wa = col_width(r, 8, "acquired_at"),
 					we = col_width(r, 3, "expires_at"),
 					wr = col_width(r, 5, "remaining"),
 					wn = col_width(r, 6, "transitions");
 
-		printf("%-*s %-*s %*s %-*s %-5s %*s %*s\n", wk, "lease_key", wh, "holder", wt, "token",
-			   we, "expires_at", "valid", wr, "remaining", wn, "transitions");
+		printf("%-*s %-*s %-*s %*s %-*s %-*s %-5s %*s %*s\n", wk, "lease_key", wh, "holder", wo, "role",
+			   wt, "token", wa, "acquired_at", we, "expires_at", "valid", wr, "remaining", wn, "transitions");
 		for (int i = 0; i < n; i++)
 		{
 			char		key[1024],
-						holder[1024];
+						holder[1024],
+						role[1024];
 			FILE	   *mf;
 
 			/* escape control characters so that a value cannot forge a row */
@@ -1494,7 +1509,17 @@ cmd_status(const options *o)
 			}
 			else
 				snprintf(holder, sizeof(holder), "?");
-			printf("%-*s %-*s %*s %-*s %-5s %*s %*s\n", wk, key, wh, holder, wt, PQgetvalue(r, i, 2),
+			mf = fmemopen(role, sizeof(role), "w");
+			if (mf)
+			{
+				text_str(mf, PQgetisnull(r, i, 7) ? "-" : PQgetvalue(r, i, 7));
+				fclose(mf);
+			}
+			else
+				snprintf(role, sizeof(role), "?");
+			printf("%-*s %-*s %-*s %*s %-*s %-*s %-5s %*s %*s\n", wk, key, wh, holder, wo, role,
+				   wt, PQgetvalue(r, i, 2),
+				   wa, PQgetisnull(r, i, 8) ? "-" : PQgetvalue(r, i, 8),
 				   we, PQgetisnull(r, i, 3) ? "-" : PQgetvalue(r, i, 3),
 				   strcmp(PQgetvalue(r, i, 4), "t") == 0 ? "yes" : "no",
 				   wr, PQgetvalue(r, i, 5), wn, PQgetvalue(r, i, 6));
@@ -1997,8 +2022,14 @@ cmd_run(options *o)
 				kill_deadline = info.deadline_ms - KILL_SLACK_MS;
 				sv_set_deadline(&run, kill_deadline);
 			}
-			/* 1. Reasons to stop the command, most urgent first. */
-			if (!leading || info.period != child_period)
+			/*
+			 * 1. Reasons to stop the command, most urgent first; none once
+			 * it has exited on its own (before any deadline signal).
+			 */
+			if (stopping == STOP_NONE && run.command_exited && !we_killed &&
+				!run.deadline_term && !run.deadline_kill)
+				;
+			else if (!leading || info.period != child_period)
 			{
 				kind = STOP_LOST;
 				reason = info.period == child_period && now >= info.deadline_ms ?
@@ -2247,8 +2278,14 @@ cmd_run(options *o)
 			if (o->heartbeat_file)
 				(void) heartbeat_changed(o, &hb);
 			hb.last_beat = started_at;
-			log_event("command_started", info.fencing_token, info.expires_at, NULL,
-					  "process group %d: %s", (int) run.group, o->command[0]);
+			if (run.command > 0)
+				log_event("command_started", info.fencing_token, info.expires_at, NULL,
+						  "pid %d, process group %d: %s", (int) run.command, (int) run.group,
+						  o->command[0]);
+			else
+				log_event("command_started", info.fencing_token, info.expires_at, NULL,
+						  "pid not reported yet, process group %d: %s", (int) run.group,
+						  o->command[0]);
 			continue;
 		}
 		if (!running && !leading && o->wait_timeout > 0 && now - wait_since >= o->wait_timeout)

@@ -313,6 +313,11 @@ supervisor_main(int in_fd, int out_fd, const char *path, char *const argv[], cha
 	}
 }
 
+static void read_reports(sv_run *r);
+
+/* How long sv_start waits for the supervisor's report of the command's pid. */
+#define SV_START_WAIT_MS 200
+
 /* Start the supervisor and, under it, the command; see supervise.h. */
 bool
 sv_start(sv_run *r, const char *path, char *const argv[], char *const envp[],
@@ -358,6 +363,13 @@ sv_start(sv_run *r, const char *path, char *const argv[], char *const envp[],
 	r->from_sup = from[0];
 	r->sent_deadline = kill_deadline;
 	r->pong_at = le_monotonic_ms();
+	/* the command's pid, for the caller's log: its first report comes at once */
+	{
+		struct pollfd p = {r->from_sup, POLLIN, 0};
+
+		if (poll(&p, 1, SV_START_WAIT_MS) > 0)
+			read_reports(r);
+	}
 	return true;
 }
 
