@@ -135,6 +135,57 @@ static volatile sig_atomic_t signal_count = 0;
 static volatile sig_atomic_t burst_sender = 0;
 static volatile int64_t burst_start_ms = 0;
 
+/* --status-file: where run writes who gave its exit status (NULL: nowhere). */
+static const char *status_file = NULL;
+
+/* The exit status of run is the command's own (not one of pg_leader's). */
+static bool status_is_command = false;
+
+/*
+ * Write the status file: "command N" when N is the command's own exit
+ * status, else "pg_leader N WHAT" (WHAT names pg_leader's reason).
+ * Async-signal-safe enough for the exit paths (no malloc after open).
+ */
+static void
+write_status_file(int status)
+{
+	char		buf[96];
+	const char *what;
+	int			fd,
+				len;
+	ssize_t		rc;
+
+	if (status_file == NULL)
+		return;
+	switch (status)
+	{
+		case EXIT_USAGE: what = "usage"; break;
+		case EXIT_CONNECT: what = "connection_failure"; break;
+		case EXIT_INTERNAL: what = "internal_error"; break;
+		case EXIT_NOT_ACQUIRED: what = "not_acquired"; break;
+		case EXIT_STANDBY: what = "standby"; break;
+		case EXIT_NO_PERMISSION: what = "permission_denied"; break;
+		case EXIT_NO_EXTENSION: what = "no_extension"; break;
+		case EXIT_LOST: what = "leadership_lost"; break;
+		case EXIT_UNHEALTHY: what = "unhealthy"; break;
+		case EXIT_WAIT_TIMEOUT: what = "timeout"; break;
+		case EXIT_GUARD_LOST: what = "supervisor_died"; break;
+		case 126: what = "cannot_run_command"; break;
+		case 127: what = "command_not_found"; break;
+		default: what = status > 128 ? "signal" : "other"; break;
+	}
+	if (status_is_command)
+		len = snprintf(buf, sizeof(buf), "command %d\n", status);
+	else
+		len = snprintf(buf, sizeof(buf), "pg_leader %d %s\n", status, what);
+	fd = open(status_file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+	if (fd < 0)
+		return;
+	rc = write(fd, buf, (size_t) len);
+	(void) rc;
+	close(fd);
+}
+
 /* Print a usage error and exit. */
 static void
 usage_error(const char *fmt,...)
@@ -146,6 +197,7 @@ usage_error(const char *fmt,...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fprintf(stderr, "\nTry \"%s --help\" for more information.\n", progname);
+	write_status_file(EXIT_USAGE);
 	exit(EXIT_USAGE);
 }
 
@@ -901,6 +953,7 @@ help(void)
 		   "      --heartbeat-file=FILE    with --heartbeat-timeout: the command must touch FILE\n"
 		   "      --heartbeat-timeout=DURATION  stop the command (exit 80) when FILE is older\n"
 		   "      --timeout=DURATION   status, release: give up after this long (default 10s)\n"
+		   "      --status-file=FILE   run: write \"command N\" or \"pg_leader N WHY\" there at exit\n"
 		   "      --loop               campaign again after the command ends or leadership is lost\n"
 		   "      --log-format=FORMAT  text (default) or json; one line per event on stderr\n"
 		   "  -v, --verbose            also log every renewal\n"
@@ -922,6 +975,7 @@ help(void)
 		   "  80 liveness check failed or the command was stopped   81 timed out (--wait-timeout,\n"
 		   "  --no-wait without an answer)   82 the command's supervisor died\n"
 		   "  128+N when pg_leader itself got signal N (the command was stopped, the lease released)\n"
+		   "  A command may exit with any of these itself: --status-file tells which it was.\n"
 		   "status: 0, or 1 when -l KEY names no lease; release: 0 released, 1 not held;\n"
 		   "both 81 on --timeout.\n");
 }
@@ -1019,6 +1073,7 @@ parse_options(int argc, char **argv, options *o)
 		{"heartbeat-file", required_argument, NULL, 16},
 		{"heartbeat-timeout", required_argument, NULL, 17},
 		{"timeout", required_argument, NULL, 18},
+		{"status-file", required_argument, NULL, 19},
 		{"version", no_argument, NULL, 'V'},
 		{"verbose", no_argument, NULL, 'v'},
 		{"help", no_argument, NULL, 'h'},
@@ -1119,6 +1174,17 @@ parse_options(int argc, char **argv, options *o)
 				break;
 			case 18:
 				o->timeout = duration_arg("timeout", optarg);
+				break;
+			case 19:
+				{
+					/* created empty now: a reader sees "" until pg_leader exits */
+					int			fd = open(optarg, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+
+					if (fd < 0)
+						usage_error("cannot write --status-file \"%s\": %s", optarg, strerror(errno));
+					close(fd);
+					status_file = optarg;
+				}
 				break;
 			case 'V':
 				printf("%s (leader_election) %s\n", progname, PG_LEADER_VERSION);
@@ -1964,6 +2030,7 @@ cmd_run(options *o)
 			log_event("not_acquired", 0, NULL, NULL, "signal %d during the attempt", (int) got_signal);
 			log_event("exit", 0, NULL, NULL, "status %d", 128 + (int) got_signal);
 			log_flush(LOG_EXIT_FLUSH_MS);
+			write_status_file(128 + got_signal);
 			_exit(128 + got_signal);
 		}
 		if (!le_elector_is_leader(e, NULL))
@@ -2149,7 +2216,7 @@ cmd_run(options *o)
 				{
 					log_event("error", child_token, NULL, NULL, "could not run \"%s\": %s",
 							  o->command[0], strerror(run.exec_errno));
-					cs = run.exec_errno == ENOENT ? 127 : run.exec_errno == EACCES ? 126 : EXIT_INTERNAL;
+					cs = run.exec_errno == ENOENT ? 127 : 126;
 				}
 				else if (run.command_exited)
 					cs = child_status(run.command_wstatus);
@@ -2193,6 +2260,7 @@ cmd_run(options *o)
 				else if (!o->loop)
 				{
 					exit_status = cs;
+					status_is_command = true;
 					command_done = true;
 					break;
 				}
@@ -2400,7 +2468,12 @@ main(int argc, char **argv)
 	}
 	parse_options(argc - 1, argv + 1, &o);
 	if (strcmp(cmd, "run") == 0)
-		return cmd_run(&o);
+	{
+		int			rc = cmd_run(&o);
+
+		write_status_file(rc);
+		return rc;
+	}
 	if (o.command[0] != NULL)
 		usage_error("unexpected argument \"%s\"", o.command[0]);
 	if (strcmp(cmd, "status") == 0)

@@ -101,6 +101,12 @@ static const int sv_ignored[] = {
 	SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGXCPU, SIGXFSZ, SIGWINCH
 };
 
+/*
+ * argv for /bin/sh running the command's file, when execve says it is no
+ * executable format (ENOEXEC): prepared before fork.
+ */
+static char **sv_sh_argv = NULL;
+
 /* Self-pipe of the supervisor's SIGCHLD handler. */
 static int sv_chld_pipe[2] = {-1, -1};
 
@@ -155,6 +161,12 @@ command_main(pid_t sup, int out_fd, const char *path, char *const argv[], char *
 	if (getppid() != sup)
 		_exit(137);				/* the supervisor died before the death signal was armed */
 	execve(path, argv, envp);
+	/* a script without "#!": run it with /bin/sh, as execvp does */
+	if (errno == ENOEXEC && sv_sh_argv != NULL)
+	{
+		execve("/bin/sh", sv_sh_argv, envp);
+		errno = ENOEXEC;
+	}
 	sv_report(out_fd, SV_EXEC_FAILED, errno);
 	_exit(errno == ENOENT ? 127 : 126);
 }
@@ -341,10 +353,27 @@ sv_start(sv_run *r, const char *path, char *const argv[], char *const envp[],
 		errno = save;
 		return false;
 	}
+	{
+		size_t		n = 0;
+
+		while (argv[n] != NULL)
+			n++;
+		free(sv_sh_argv);
+		sv_sh_argv = malloc((n + 2) * sizeof(char *));
+		if (sv_sh_argv != NULL)
+		{
+			sv_sh_argv[0] = (char *) "/bin/sh";
+			sv_sh_argv[1] = (char *) path;
+			for (size_t i = 1; i <= n; i++)
+				sv_sh_argv[i + 1] = argv[i];
+		}
+	}
 	pid = fork();
 	if (pid == 0)
 		supervisor_main(to[0], from[1], path, argv, envp, kill_deadline, grace_ms, tty_fd);
 	save = errno;
+	free(sv_sh_argv);
+	sv_sh_argv = NULL;
 	close(to[0]);
 	close(from[1]);
 	if (pid < 0)
