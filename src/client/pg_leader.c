@@ -138,6 +138,13 @@ static volatile int64_t burst_start_ms = 0;
 /* --status-file: where run writes who gave its exit status (NULL: nowhere). */
 static const char *status_file = NULL;
 
+/* Descriptors 3 and up open when pg_leader started (the caller's). */
+static int	inherited_fds[SV_MAX_KEEP];
+static int	n_inherited = 0;
+
+/* --keep-fds: the command keeps the caller's descriptors. */
+static bool keep_fds = false;
+
 /* The exit status of run is the command's own (not one of pg_leader's). */
 static bool status_is_command = false;
 
@@ -954,6 +961,8 @@ help(void)
 		   "      --heartbeat-timeout=DURATION  stop the command (exit 80) when FILE is older\n"
 		   "      --timeout=DURATION   status, release: give up after this long (default 10s)\n"
 		   "      --status-file=FILE   run: write \"command N\" or \"pg_leader N WHY\" there at exit\n"
+		   "      --keep-fds           run: the command keeps the descriptors 3 and up that pg_leader\n"
+		   "                           got (LISTEN_FDS for LISTEN_PID=pg_leader's pid: always)\n"
 		   "      --loop               campaign again after the command ends or leadership is lost\n"
 		   "      --log-format=FORMAT  text (default) or json; one line per event on stderr\n"
 		   "  -v, --verbose            also log every renewal\n"
@@ -1074,6 +1083,7 @@ parse_options(int argc, char **argv, options *o)
 		{"heartbeat-timeout", required_argument, NULL, 17},
 		{"timeout", required_argument, NULL, 18},
 		{"status-file", required_argument, NULL, 19},
+		{"keep-fds", no_argument, NULL, 20},
 		{"version", no_argument, NULL, 'V'},
 		{"verbose", no_argument, NULL, 'v'},
 		{"help", no_argument, NULL, 'h'},
@@ -1174,6 +1184,9 @@ parse_options(int argc, char **argv, options *o)
 				break;
 			case 18:
 				o->timeout = duration_arg("timeout", optarg);
+				break;
+			case 20:
+				keep_fds = true;
 				break;
 			case 19:
 				{
@@ -1754,6 +1767,44 @@ resolve_command(const char *name)
 	return NULL;
 }
 
+/*
+ * The descriptors the command keeps: with --keep-fds every one pg_leader
+ * got; with LISTEN_PID naming pg_leader and LISTEN_FDS=N (socket
+ * activation) also 3 .. 3+N-1, and the command's LISTEN_PID becomes its
+ * own pid.  Every other descriptor is closed before the command starts.
+ */
+static void
+set_kept_fds(void)
+{
+	int			fds[SV_MAX_KEEP];
+	int			n = 0;
+	const char *lp = getenv("LISTEN_PID");
+	const char *lf = getenv("LISTEN_FDS");
+	bool		listen = false;
+
+	if (keep_fds)
+		for (int i = 0; i < n_inherited; i++)
+			fds[n++] = inherited_fds[i];
+	if (lp != NULL && lf != NULL && strtol(lp, NULL, 10) == (long) getpid())
+	{
+		long		nl = strtol(lf, NULL, 10);
+
+		for (int i = 0; i < n_inherited; i++)
+		{
+			bool		dup = false;
+
+			if (inherited_fds[i] >= 3 + nl)
+				continue;
+			for (int j = 0; j < n; j++)
+				dup = dup || fds[j] == inherited_fds[i];
+			if (!dup && n < SV_MAX_KEEP)
+				fds[n++] = inherited_fds[i];
+		}
+		listen = nl > 0;
+	}
+	sv_keep_fds(fds, n, listen);
+}
+
 /* Exit status for a child's wait status: its code, or 128 + signal. */
 static int
 child_status(int st)
@@ -2056,6 +2107,7 @@ cmd_run(options *o)
 		}
 	}
 
+	set_kept_fds();
 	memset(&run, 0, sizeof(run));
 	run.to_sup = run.from_sup = run.cmd_pidfd = -1;
 	memset(&hb, 0, sizeof(hb));
@@ -2440,6 +2492,11 @@ main(int argc, char **argv)
 {
 	options		o;
 	const char *cmd;
+
+	/* the caller's descriptors, before we open any */
+	for (int fd = 3; fd < 1024 && n_inherited < SV_MAX_KEEP; fd++)
+		if (fcntl(fd, F_GETFD) >= 0)
+			inherited_fds[n_inherited++] = fd;
 
 	/* a closed pipe must be an EPIPE error, never our death */
 	signal(SIGPIPE, SIG_IGN);

@@ -133,13 +133,40 @@ sv_on_chld(int sig)
 	errno = save;
 }
 
-/* Close every descriptor from 3 up except the ones listed (-1 entries ignored). */
+/* Descriptors the caller passed that the command keeps (sv_keep_fds). */
+static int	sv_keep[SV_MAX_KEEP];
+static int	sv_nkeep = 0;
+
+/* Set LISTEN_PID to the command's pid: the entry, filled in after fork. */
+static bool sv_listen_pid = false;
+static char sv_listen_entry[48];
+
+/* Keep these descriptors open for the command; see supervise.h. */
+void
+sv_keep_fds(const int *fds, int n, bool set_listen_pid)
+{
+	sv_nkeep = 0;
+	for (int i = 0; i < n && sv_nkeep < SV_MAX_KEEP; i++)
+		sv_keep[sv_nkeep++] = fds[i];
+	sv_listen_pid = set_listen_pid;
+}
+
+/*
+ * Close every descriptor from 3 up except the ones listed (-1 entries
+ * ignored) and the ones the command keeps.
+ */
 static void
 close_all_but(int a, int b, int c)
 {
 	for (int i = 3; i < 4096; i++)
-		if (i != a && i != b && i != c)
+	{
+		bool		keep = i == a || i == b || i == c;
+
+		for (int j = 0; j < sv_nkeep && !keep; j++)
+			keep = sv_keep[j] == i;
+		if (!keep)
 			close(i);
+	}
 }
 
 /* The command, in the freshly forked child of the supervisor: exec or report. */
@@ -160,6 +187,19 @@ command_main(pid_t sup, int out_fd, const char *path, char *const argv[], char *
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() != sup)
 		_exit(137);				/* the supervisor died before the death signal was armed */
+	if (sv_listen_pid)
+	{
+		/* "LISTEN_PID=" and our pid, without stdio (async-signal-safe) */
+		char		digits[16];
+		int			nd = 0;
+		size_t		at = strlen("LISTEN_PID=");
+
+		for (pid_t v = getpid(); v > 0 && nd < 15; v /= 10)
+			digits[nd++] = (char) ('0' + v % 10);
+		while (nd > 0)
+			sv_listen_entry[at++] = digits[--nd];
+		sv_listen_entry[at] = '\0';
+	}
 	execve(path, argv, envp);
 	/* a script without "#!": run it with /bin/sh, as execvp does */
 	if (errno == ENOEXEC && sv_sh_argv != NULL)
@@ -339,6 +379,7 @@ sv_start(sv_run *r, const char *path, char *const argv[], char *const envp[],
 				from[2];
 	pid_t		pid;
 	int			save;
+	char	  **listen_env = NULL;
 
 	memset(r, 0, sizeof(*r));
 	r->to_sup = r->from_sup = -1;
@@ -368,10 +409,37 @@ sv_start(sv_run *r, const char *path, char *const argv[], char *const envp[],
 				sv_sh_argv[i + 1] = argv[i];
 		}
 	}
+	if (sv_listen_pid)
+	{
+		/* envp with LISTEN_PID pointing at sv_listen_entry (set after fork) */
+		size_t		n = 0,
+					k = 0;
+
+		while (envp[n] != NULL)
+			n++;
+		listen_env = malloc((n + 2) * sizeof(char *));
+		if (listen_env == NULL)
+		{
+			close(to[0]);
+			close(to[1]);
+			close(from[0]);
+			close(from[1]);
+			errno = ENOMEM;
+			return false;
+		}
+		for (size_t i = 0; i < n; i++)
+			if (strncmp(envp[i], "LISTEN_PID=", 11) != 0)
+				listen_env[k++] = envp[i];
+		snprintf(sv_listen_entry, sizeof(sv_listen_entry), "LISTEN_PID=");
+		listen_env[k++] = sv_listen_entry;
+		listen_env[k] = NULL;
+		envp = listen_env;
+	}
 	pid = fork();
 	if (pid == 0)
 		supervisor_main(to[0], from[1], path, argv, envp, kill_deadline, grace_ms, tty_fd);
 	save = errno;
+	free(listen_env);
 	free(sv_sh_argv);
 	sv_sh_argv = NULL;
 	close(to[0]);
