@@ -77,6 +77,89 @@ dsn_get(PQconninfoOption *opts, const char *kw)
 	return NULL;
 }
 
+/*
+ * Value of key in section [service] of one service file; true if the file
+ * has that section (found, even without the key), as libpq stops at the
+ * first file that has it.
+ */
+static bool
+service_file_get(const char *file, const char *service, const char *key, char *out, size_t len,
+				 bool *got)
+{
+	FILE	   *f = fopen(file, "re");
+	char		line[1024];
+	bool		in = false,
+				found = false;
+
+	*got = false;
+	if (f == NULL)
+		return false;
+	while (fgets(line, sizeof(line), f) != NULL)
+	{
+		char	   *p = line,
+				   *e,
+				   *eq;
+
+		while (*p == ' ' || *p == '\t')
+			p++;
+		e = p + strlen(p);
+		while (e > p && (e[-1] == '\n' || e[-1] == '\r' || e[-1] == ' ' || e[-1] == '\t'))
+			*--e = '\0';
+		if (*p == '\0' || *p == '#')
+			continue;
+		if (*p == '[')
+		{
+			if (in)
+				break;
+			in = e - p >= 2 && e[-1] == ']' && (size_t) (e - p - 2) == strlen(service) &&
+				strncmp(p + 1, service, strlen(service)) == 0;
+			found = found || in;
+			continue;
+		}
+		if (!in || (eq = strchr(p, '=')) == NULL)
+			continue;
+		*eq = '\0';
+		if (strcmp(p, key) == 0)
+		{
+			le_copy_str(out, len, eq + 1);
+			*got = true;
+		}
+	}
+	fclose(f);
+	return found;
+}
+
+/*
+ * Value of key for service "service" as libpq finds it (PGSERVICEFILE or
+ * ~/.pg_service.conf, else PGSYSCONFDIR/pg_service.conf), or NULL.
+ */
+static const char *
+service_get(const char *service, const char *key, char *out, size_t len)
+{
+	char		path[1024];
+	const char *f = getenv("PGSERVICEFILE");
+	const char *home = getenv("HOME");
+	const char *sys = getenv("PGSYSCONFDIR");
+	bool		got;
+
+	if (service == NULL || service[0] == '\0')
+		return NULL;
+	if (f == NULL && home != NULL)
+	{
+		snprintf(path, sizeof(path), "%s/.pg_service.conf", home);
+		f = path;
+	}
+	if (f != NULL && service_file_get(f, service, key, out, len, &got))
+		return got && out[0] ? out : NULL;
+	if (sys != NULL)
+	{
+		snprintf(path, sizeof(path), "%s/pg_service.conf", sys);
+		if (service_file_get(path, service, key, out, len, &got))
+			return got && out[0] ? out : NULL;
+	}
+	return NULL;
+}
+
 /* Free arrays made by le_build_conn_params. */
 void
 le_free_conn_params(const char **kw, const char **val)
@@ -106,6 +189,7 @@ le_build_conn_params(const char *conninfo, int64_t ttl_ms, int64_t stmt_ms,
 	const char *hosts;
 	int			n = 0;
 	char		buf[32];
+	char		s_host[1024];
 	int64_t		user_timeout;
 	bool		ok = true;
 
@@ -135,6 +219,16 @@ le_build_conn_params(const char *conninfo, int64_t ttl_ms, int64_t stmt_ms,
 	hosts = dsn_get(opts, "host");
 	if (hosts == NULL)
 		hosts = dsn_get(opts, "hostaddr");
+	if (hosts == NULL && !dsn_has(opts, "hostaddr"))
+	{
+		const char *service = dsn_get(opts, "service");
+
+		if (service == NULL)
+			service = getenv("PGSERVICE");
+		hosts = service_get(service, "host", s_host, sizeof(s_host));
+		if (hosts == NULL)
+			hosts = service_get(service, "hostaddr", s_host, sizeof(s_host));
+	}
 	if (hosts == NULL && !dsn_has(opts, "hostaddr"))
 		hosts = getenv("PGHOST");
 	if (hosts && strchr(hosts, ',') && !dsn_has(opts, "target_session_attrs") &&
@@ -477,7 +571,12 @@ le_connect_params(const char *const *kw, const char *const *val, int64_t deadlin
 				addr[256],
 				port[64],
 				rhosts[2304],
-				raddrs[2048];
+				raddrs[2048],
+				s_host[1024],
+				s_addr[1024],
+				s_port[256],
+				s_ct[32];
+	const char *service;
 	int			nkw = 0,
 				nhosts;
 	int64_t		per_host = 0;
@@ -495,6 +594,19 @@ le_connect_params(const char *const *kw, const char *const *val, int64_t deadlin
 	addrs = opts ? dsn_get(opts, "hostaddr") : NULL;
 	ports = opts ? dsn_get(opts, "port") : NULL;
 	ct = opts ? dsn_get(opts, "connect_timeout") : NULL;
+	/* then the service file's, as libpq takes them */
+	service = opts ? dsn_get(opts, "service") : NULL;
+	if (service == NULL)
+		service = getenv("PGSERVICE");
+	if (service != NULL && hosts == NULL && addrs == NULL)
+	{
+		hosts = service_get(service, "host", s_host, sizeof(s_host));
+		addrs = service_get(service, "hostaddr", s_addr, sizeof(s_addr));
+	}
+	if (service != NULL && ports == NULL)
+		ports = service_get(service, "port", s_port, sizeof(s_port));
+	if (service != NULL && ct == NULL)
+		ct = service_get(service, "connect_timeout", s_ct, sizeof(s_ct));
 	if (hosts == NULL && addrs == NULL)
 	{
 		hosts = getenv("PGHOST");
