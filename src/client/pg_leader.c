@@ -148,10 +148,31 @@ static bool keep_fds = false;
 /* The exit status of run is the command's own (not one of pg_leader's). */
 static bool status_is_command = false;
 
+/* Names of pg_leader's own exit statuses in the status file. */
+static const struct
+{
+	int			status;
+	const char *name;
+}			status_names[] = {
+	{EXIT_USAGE, "usage"},
+	{EXIT_CONNECT, "connection_failure"},
+	{EXIT_INTERNAL, "internal_error"},
+	{EXIT_NOT_ACQUIRED, "not_acquired"},
+	{EXIT_STANDBY, "standby"},
+	{EXIT_NO_PERMISSION, "permission_denied"},
+	{EXIT_NO_EXTENSION, "no_extension"},
+	{EXIT_LOST, "leadership_lost"},
+	{EXIT_UNHEALTHY, "unhealthy"},
+	{EXIT_WAIT_TIMEOUT, "timeout"},
+	{EXIT_GUARD_LOST, "supervisor_died"},
+	{126, "cannot_run_command"},
+	{127, "command_not_found"},
+};
+
 /*
  * Write the status file: "command N" when N is the command's own exit
  * status, else "pg_leader N WHAT" (WHAT names pg_leader's reason).
- * Async-signal-safe enough for the exit paths (no malloc after open).
+ * Called on every exit path of run once options are parsed.
  */
 static void
 write_status_file(int status)
@@ -164,23 +185,10 @@ write_status_file(int status)
 
 	if (status_file == NULL)
 		return;
-	switch (status)
-	{
-		case EXIT_USAGE: what = "usage"; break;
-		case EXIT_CONNECT: what = "connection_failure"; break;
-		case EXIT_INTERNAL: what = "internal_error"; break;
-		case EXIT_NOT_ACQUIRED: what = "not_acquired"; break;
-		case EXIT_STANDBY: what = "standby"; break;
-		case EXIT_NO_PERMISSION: what = "permission_denied"; break;
-		case EXIT_NO_EXTENSION: what = "no_extension"; break;
-		case EXIT_LOST: what = "leadership_lost"; break;
-		case EXIT_UNHEALTHY: what = "unhealthy"; break;
-		case EXIT_WAIT_TIMEOUT: what = "timeout"; break;
-		case EXIT_GUARD_LOST: what = "supervisor_died"; break;
-		case 126: what = "cannot_run_command"; break;
-		case 127: what = "command_not_found"; break;
-		default: what = status > 128 ? "signal" : "other"; break;
-	}
+	what = status > 128 ? "signal" : "other";
+	for (size_t i = 0; i < sizeof(status_names) / sizeof(status_names[0]); i++)
+		if (status_names[i].status == status)
+			what = status_names[i].name;
 	if (status_is_command)
 		len = snprintf(buf, sizeof(buf), "command %d\n", status);
 	else
@@ -219,6 +227,7 @@ fatal(int status, const char *fmt,...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
+	write_status_file(status);
 	exit(status);
 }
 
