@@ -16,9 +16,13 @@
  *-------------------------------------------------------------------------
  */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <netdb.h>
 #include <poll.h>
+#include <pthread.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +77,89 @@ dsn_get(PQconninfoOption *opts, const char *kw)
 	return NULL;
 }
 
+/*
+ * Value of key in section [service] of one service file; true if the file
+ * has that section (found, even without the key), as libpq stops at the
+ * first file that has it.
+ */
+static bool
+service_file_get(const char *file, const char *service, const char *key, char *out, size_t len,
+				 bool *got)
+{
+	FILE	   *f = fopen(file, "re");
+	char		line[1024];
+	bool		in = false,
+				found = false;
+
+	*got = false;
+	if (f == NULL)
+		return false;
+	while (fgets(line, sizeof(line), f) != NULL)
+	{
+		char	   *p = line,
+				   *e,
+				   *eq;
+
+		while (*p == ' ' || *p == '\t')
+			p++;
+		e = p + strlen(p);
+		while (e > p && (e[-1] == '\n' || e[-1] == '\r' || e[-1] == ' ' || e[-1] == '\t'))
+			*--e = '\0';
+		if (*p == '\0' || *p == '#')
+			continue;
+		if (*p == '[')
+		{
+			if (in)
+				break;
+			in = e - p >= 2 && e[-1] == ']' && (size_t) (e - p - 2) == strlen(service) &&
+				strncmp(p + 1, service, strlen(service)) == 0;
+			found = found || in;
+			continue;
+		}
+		if (!in || (eq = strchr(p, '=')) == NULL)
+			continue;
+		*eq = '\0';
+		if (strcmp(p, key) == 0)
+		{
+			le_copy_str(out, len, eq + 1);
+			*got = true;
+		}
+	}
+	fclose(f);
+	return found;
+}
+
+/*
+ * Value of key for service "service" as libpq finds it (PGSERVICEFILE or
+ * ~/.pg_service.conf, else PGSYSCONFDIR/pg_service.conf), or NULL.
+ */
+static const char *
+service_get(const char *service, const char *key, char *out, size_t len)
+{
+	char		path[1024];
+	const char *f = getenv("PGSERVICEFILE");
+	const char *home = getenv("HOME");
+	const char *sys = getenv("PGSYSCONFDIR");
+	bool		got;
+
+	if (service == NULL || service[0] == '\0')
+		return NULL;
+	if (f == NULL && home != NULL)
+	{
+		snprintf(path, sizeof(path), "%s/.pg_service.conf", home);
+		f = path;
+	}
+	if (f != NULL && service_file_get(f, service, key, out, len, &got))
+		return got && out[0] ? out : NULL;
+	if (sys != NULL)
+	{
+		snprintf(path, sizeof(path), "%s/pg_service.conf", sys);
+		if (service_file_get(path, service, key, out, len, &got))
+			return got && out[0] ? out : NULL;
+	}
+	return NULL;
+}
+
 /* Free arrays made by le_build_conn_params. */
 void
 le_free_conn_params(const char **kw, const char **val)
@@ -102,6 +189,7 @@ le_build_conn_params(const char *conninfo, int64_t ttl_ms, int64_t stmt_ms,
 	const char *hosts;
 	int			n = 0;
 	char		buf[32];
+	char		s_host[1024];
 	int64_t		user_timeout;
 	bool		ok = true;
 
@@ -131,6 +219,16 @@ le_build_conn_params(const char *conninfo, int64_t ttl_ms, int64_t stmt_ms,
 	hosts = dsn_get(opts, "host");
 	if (hosts == NULL)
 		hosts = dsn_get(opts, "hostaddr");
+	if (hosts == NULL && !dsn_has(opts, "hostaddr"))
+	{
+		const char *service = dsn_get(opts, "service");
+
+		if (service == NULL)
+			service = getenv("PGSERVICE");
+		hosts = service_get(service, "host", s_host, sizeof(s_host));
+		if (hosts == NULL)
+			hosts = service_get(service, "hostaddr", s_host, sizeof(s_host));
+	}
 	if (hosts == NULL && !dsn_has(opts, "hostaddr"))
 		hosts = getenv("PGHOST");
 	if (hosts && strchr(hosts, ',') && !dsn_has(opts, "target_session_attrs") &&
@@ -229,6 +327,180 @@ connect_until(const char *const *kw, const char *const *val, int64_t deadline,
 	return c;
 }
 
+/*
+ * Bounded host name resolution.  getaddrinfo cannot be interrupted and a
+ * resolver that gets no answer blocks for its own timeouts and retries
+ * (20 s and more), so each lookup runs in a detached thread; the caller
+ * waits for it until its deadline and then abandons it (the thread frees
+ * the shared state when it ends).
+ */
+typedef struct le_lookup
+{
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int			refs;			/* the thread and the waiter */
+	bool		done;
+	int			rc;				/* getaddrinfo's result */
+	char		addrs[2048];	/* numeric addresses, comma-separated */
+	int			naddrs;
+	char		name[256];
+} le_lookup;
+
+#define LE_MAX_ADDRS 8
+
+static void
+lookup_unref(le_lookup *l)
+{
+	bool		last;
+
+	pthread_mutex_lock(&l->mu);
+	last = --l->refs == 0;
+	pthread_mutex_unlock(&l->mu);
+	if (last)
+	{
+		pthread_mutex_destroy(&l->mu);
+		pthread_cond_destroy(&l->cv);
+		free(l);
+	}
+}
+
+static void *
+lookup_main(void *arg)
+{
+	le_lookup  *l = arg;
+	struct addrinfo hints,
+			   *res = NULL;
+	char		buf[2048] = "";
+	int			n = 0;
+	int			rc;
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	rc = getaddrinfo(l->name, NULL, &hints, &res);
+	for (struct addrinfo *a = res; rc == 0 && a != NULL && n < LE_MAX_ADDRS; a = a->ai_next)
+	{
+		char		ip[INET6_ADDRSTRLEN];
+		const void *src;
+
+		if (a->ai_family == AF_INET)
+			src = &((struct sockaddr_in *) a->ai_addr)->sin_addr;
+		else if (a->ai_family == AF_INET6)
+			src = &((struct sockaddr_in6 *) a->ai_addr)->sin6_addr;
+		else
+			continue;
+		if (inet_ntop(a->ai_family, src, ip, sizeof(ip)) == NULL)
+			continue;
+		/* the same address once (one per socket type is asked, but be sure) */
+		if (strstr(buf, ip) != NULL)
+			continue;
+		snprintf(buf + strlen(buf), sizeof(buf) - strlen(buf), "%s%s", n ? "," : "", ip);
+		n++;
+	}
+	if (res)
+		freeaddrinfo(res);
+	pthread_mutex_lock(&l->mu);
+	l->rc = rc != 0 ? rc : n == 0 ? EAI_NONAME : 0;
+	memcpy(l->addrs, buf, sizeof(buf));
+	l->naddrs = n;
+	l->done = true;
+	pthread_cond_broadcast(&l->cv);
+	pthread_mutex_unlock(&l->mu);
+	lookup_unref(l);
+	return NULL;
+}
+
+/* Does this host entry need a DNS lookup (a name, not a path or an IP)? */
+static bool
+host_is_name(const char *h)
+{
+	unsigned char b[sizeof(struct in6_addr)];
+
+	if (h == NULL || h[0] == '\0' || h[0] == '/' || h[0] == '@')
+		return false;
+	return inet_pton(AF_INET, h, b) != 1 && inet_pton(AF_INET6, h, b) != 1;
+}
+
+/*
+ * Resolve host name "name" before deadline.  On success fills hosts with
+ * the name repeated once per address and addrs with the addresses (both
+ * comma-separated, for libpq's host= and hostaddr=: libpq then tries them
+ * in order and still sees the name for TLS checks and .pgpass) and returns
+ * true.  Else false with a message, *timedout set when the deadline passed.
+ */
+static bool
+resolve_bounded(const char *name, int64_t deadline, char *hosts, size_t hlen,
+				char *addrs, size_t alen, char *err, size_t errlen, bool *timedout)
+{
+	le_lookup  *l = calloc(1, sizeof(le_lookup));
+	pthread_attr_t attr;
+	pthread_condattr_t ca;
+	pthread_t	th;
+	bool		ok = false;
+
+	*timedout = false;
+	if (l == NULL)
+	{
+		le_set_err(err, errlen, "out of memory");
+		return false;
+	}
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_mutex_init(&l->mu, NULL);
+	pthread_cond_init(&l->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	le_copy_str(l->name, sizeof(l->name), name);
+	l->refs = 2;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&th, &attr, lookup_main, l) != 0)
+	{
+		pthread_attr_destroy(&attr);
+		l->refs = 1;
+		lookup_unref(l);
+		le_set_err(err, errlen, "could not start a thread to resolve host name \"%s\"", name);
+		return false;
+	}
+	pthread_attr_destroy(&attr);
+	pthread_mutex_lock(&l->mu);
+	while (!l->done)
+	{
+		int64_t		left = deadline - le_monotonic_ms();
+		struct timespec ts;
+
+		if (left <= 0)
+			break;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_sec += left / 1000;
+		ts.tv_nsec += (left % 1000) * 1000000;
+		if (ts.tv_nsec >= 1000000000)
+		{
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		(void) pthread_cond_timedwait(&l->cv, &l->mu, &ts);
+	}
+	if (!l->done)
+	{
+		*timedout = true;
+		le_set_err(err, errlen, "timeout expired while resolving host name \"%s\"", name);
+	}
+	else if (l->rc != 0)
+		le_set_err(err, errlen, "could not translate host name \"%s\" to address: %s",
+				   name, gai_strerror(l->rc));
+	else
+	{
+		hosts[0] = '\0';
+		for (int i = 0; i < l->naddrs; i++)
+			snprintf(hosts + strlen(hosts), hlen - strlen(hosts), "%s%s", i ? "," : "", name);
+		le_copy_str(addrs, alen, l->addrs);
+		ok = true;
+	}
+	pthread_mutex_unlock(&l->mu);
+	lookup_unref(l);
+	return ok;
+}
+
 /* Item i of a comma-separated libpq list (its only item if it has one), or NULL. */
 static const char *
 list_item(const char *list, int i, char *buf, size_t len)
@@ -297,7 +569,14 @@ le_connect_params(const char *const *kw, const char *const *val, int64_t deadlin
 	const char *val2[LE_MAX_KW + 4];
 	char		host[256],
 				addr[256],
-				port[64];
+				port[64],
+				rhosts[2304],
+				raddrs[2048],
+				s_host[1024],
+				s_addr[1024],
+				s_port[256],
+				s_ct[32];
+	const char *service;
 	int			nkw = 0,
 				nhosts;
 	int64_t		per_host = 0;
@@ -315,6 +594,19 @@ le_connect_params(const char *const *kw, const char *const *val, int64_t deadlin
 	addrs = opts ? dsn_get(opts, "hostaddr") : NULL;
 	ports = opts ? dsn_get(opts, "port") : NULL;
 	ct = opts ? dsn_get(opts, "connect_timeout") : NULL;
+	/* then the service file's, as libpq takes them */
+	service = opts ? dsn_get(opts, "service") : NULL;
+	if (service == NULL)
+		service = getenv("PGSERVICE");
+	if (service != NULL && hosts == NULL && addrs == NULL)
+	{
+		hosts = service_get(service, "host", s_host, sizeof(s_host));
+		addrs = service_get(service, "hostaddr", s_addr, sizeof(s_addr));
+	}
+	if (service != NULL && ports == NULL)
+		ports = service_get(service, "port", s_port, sizeof(s_port));
+	if (service != NULL && ct == NULL)
+		ct = service_get(service, "connect_timeout", s_ct, sizeof(s_ct));
 	if (hosts == NULL && addrs == NULL)
 	{
 		hosts = getenv("PGHOST");
@@ -325,7 +617,7 @@ le_connect_params(const char *const *kw, const char *const *val, int64_t deadlin
 	if (ct == NULL)
 		ct = getenv("PGCONNECT_TIMEOUT");
 	nhosts = list_len(hosts) > list_len(addrs) ? list_len(hosts) : list_len(addrs);
-	if (nhosts < 2)
+	if (nhosts < 2 && !(list_len(addrs) == 0 && list_len(hosts) == 1 && host_is_name(hosts)))
 	{
 		PQconninfoFree(opts);
 		return connect_until(kw, val, deadline, err, errlen, timedout);
@@ -339,19 +631,38 @@ le_connect_params(const char *const *kw, const char *const *val, int64_t deadlin
 		int			k = nkw;
 		int64_t		now = le_monotonic_ms();
 		int64_t		share = per_host > 0 ? per_host : (deadline - now) / (nhosts - i);
+		int64_t		until = now + share < deadline ? now + share : deadline;
 		char		msg[400] = "";
+		bool		have_addr;
 
 		if (now >= deadline)
 		{
 			*timedout = true;
 			break;
 		}
+		have_addr = list_item(addrs, i, addr, sizeof(addr)) != NULL && addr[0] != '\0';
 		if (list_item(hosts, i, host, sizeof(host)))
 		{
 			kw2[k] = "host";
 			val2[k++] = host;
+			/* a name: resolved here within this host's share of the time */
+			if (!have_addr && host_is_name(host))
+			{
+				if (!resolve_bounded(host, until, rhosts, sizeof(rhosts), raddrs, sizeof(raddrs),
+									 msg, sizeof(msg), timedout))
+				{
+					if (nhosts > 1)
+						le_set_err(err, errlen, "host %d of %d (%s): %s", i + 1, nhosts, host, msg);
+					else
+						le_set_err(err, errlen, "%s", msg);
+					continue;
+				}
+				val2[k - 1] = rhosts;
+				kw2[k] = "hostaddr";
+				val2[k++] = raddrs;
+			}
 		}
-		if (list_item(addrs, i, addr, sizeof(addr)))
+		if (have_addr)
 		{
 			kw2[k] = "hostaddr";
 			val2[k++] = addr;
@@ -363,13 +674,15 @@ le_connect_params(const char *const *kw, const char *const *val, int64_t deadlin
 		}
 		kw2[k] = NULL;
 		val2[k] = NULL;
-		c = connect_until(kw2, val2, now + share < deadline ? now + share : deadline,
-						  msg, sizeof(msg), timedout);
+		c = connect_until(kw2, val2, until, msg, sizeof(msg), timedout);
 		if (c == NULL)
 		{
-			if (*timedout)
+			if (*timedout && nhosts > 1)
 				le_set_err(msg, sizeof(msg), "timeout expired after %" PRId64 " ms", share);
-			le_set_err(err, errlen, "host %d of %d (%s%s%s): %s", i + 1, nhosts,
+			if (nhosts < 2)
+				le_set_err(err, errlen, "%s", msg);
+			else
+				le_set_err(err, errlen, "host %d of %d (%s%s%s): %s", i + 1, nhosts,
 					   list_item(hosts, i, host, sizeof(host)) ? host : addr,
 					   ports ? ":" : "", ports ? port : "", msg);
 		}

@@ -135,6 +135,72 @@ static volatile sig_atomic_t signal_count = 0;
 static volatile sig_atomic_t burst_sender = 0;
 static volatile int64_t burst_start_ms = 0;
 
+/* --status-file: where run writes who gave its exit status (NULL: nowhere). */
+static const char *status_file = NULL;
+
+/* Descriptors 3 and up open when pg_leader started (the caller's). */
+static int	inherited_fds[SV_MAX_KEEP];
+static int	n_inherited = 0;
+
+/* --keep-fds: the command keeps the caller's descriptors. */
+static bool keep_fds = false;
+
+/* The exit status of run is the command's own (not one of pg_leader's). */
+static bool status_is_command = false;
+
+/* Names of pg_leader's own exit statuses in the status file. */
+static const struct
+{
+	int			status;
+	const char *name;
+}			status_names[] = {
+	{EXIT_USAGE, "usage"},
+	{EXIT_CONNECT, "connection_failure"},
+	{EXIT_INTERNAL, "internal_error"},
+	{EXIT_NOT_ACQUIRED, "not_acquired"},
+	{EXIT_STANDBY, "standby"},
+	{EXIT_NO_PERMISSION, "permission_denied"},
+	{EXIT_NO_EXTENSION, "no_extension"},
+	{EXIT_LOST, "leadership_lost"},
+	{EXIT_UNHEALTHY, "unhealthy"},
+	{EXIT_WAIT_TIMEOUT, "timeout"},
+	{EXIT_GUARD_LOST, "supervisor_died"},
+	{126, "cannot_run_command"},
+	{127, "command_not_found"},
+};
+
+/*
+ * Write the status file: "command N" when N is the command's own exit
+ * status, else "pg_leader N WHAT" (WHAT names pg_leader's reason).
+ * Called on every exit path of run once options are parsed.
+ */
+static void
+write_status_file(int status)
+{
+	char		buf[96];
+	const char *what;
+	int			fd,
+				len;
+	ssize_t		rc;
+
+	if (status_file == NULL)
+		return;
+	what = status > 128 ? "signal" : "other";
+	for (size_t i = 0; i < sizeof(status_names) / sizeof(status_names[0]); i++)
+		if (status_names[i].status == status)
+			what = status_names[i].name;
+	if (status_is_command)
+		len = snprintf(buf, sizeof(buf), "command %d\n", status);
+	else
+		len = snprintf(buf, sizeof(buf), "pg_leader %d %s\n", status, what);
+	fd = open(status_file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+	if (fd < 0)
+		return;
+	rc = write(fd, buf, (size_t) len);
+	(void) rc;
+	close(fd);
+}
+
 /* Print a usage error and exit. */
 static void
 usage_error(const char *fmt,...)
@@ -146,6 +212,7 @@ usage_error(const char *fmt,...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fprintf(stderr, "\nTry \"%s --help\" for more information.\n", progname);
+	write_status_file(EXIT_USAGE);
 	exit(EXIT_USAGE);
 }
 
@@ -160,6 +227,7 @@ fatal(int status, const char *fmt,...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
+	write_status_file(status);
 	exit(status);
 }
 
@@ -901,6 +969,9 @@ help(void)
 		   "      --heartbeat-file=FILE    with --heartbeat-timeout: the command must touch FILE\n"
 		   "      --heartbeat-timeout=DURATION  stop the command (exit 80) when FILE is older\n"
 		   "      --timeout=DURATION   status, release: give up after this long (default 10s)\n"
+		   "      --status-file=FILE   run: write \"command N\" or \"pg_leader N WHY\" there at exit\n"
+		   "      --keep-fds           run: the command keeps the descriptors 3 and up that pg_leader\n"
+		   "                           got (LISTEN_FDS for LISTEN_PID=pg_leader's pid: always)\n"
 		   "      --loop               campaign again after the command ends or leadership is lost\n"
 		   "      --log-format=FORMAT  text (default) or json; one line per event on stderr\n"
 		   "  -v, --verbose            also log every renewal\n"
@@ -922,6 +993,7 @@ help(void)
 		   "  80 liveness check failed or the command was stopped   81 timed out (--wait-timeout,\n"
 		   "  --no-wait without an answer)   82 the command's supervisor died\n"
 		   "  128+N when pg_leader itself got signal N (the command was stopped, the lease released)\n"
+		   "  A command may exit with any of these itself: --status-file tells which it was.\n"
 		   "status: 0, or 1 when -l KEY names no lease; release: 0 released, 1 not held;\n"
 		   "both 81 on --timeout.\n");
 }
@@ -1019,6 +1091,8 @@ parse_options(int argc, char **argv, options *o)
 		{"heartbeat-file", required_argument, NULL, 16},
 		{"heartbeat-timeout", required_argument, NULL, 17},
 		{"timeout", required_argument, NULL, 18},
+		{"status-file", required_argument, NULL, 19},
+		{"keep-fds", no_argument, NULL, 20},
 		{"version", no_argument, NULL, 'V'},
 		{"verbose", no_argument, NULL, 'v'},
 		{"help", no_argument, NULL, 'h'},
@@ -1119,6 +1193,20 @@ parse_options(int argc, char **argv, options *o)
 				break;
 			case 18:
 				o->timeout = duration_arg("timeout", optarg);
+				break;
+			case 20:
+				keep_fds = true;
+				break;
+			case 19:
+				{
+					/* created empty now: a reader sees "" until pg_leader exits */
+					int			fd = open(optarg, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+
+					if (fd < 0)
+						usage_error("cannot write --status-file \"%s\": %s", optarg, strerror(errno));
+					close(fd);
+					status_file = optarg;
+				}
 				break;
 			case 'V':
 				printf("%s (leader_election) %s\n", progname, PG_LEADER_VERSION);
@@ -1419,7 +1507,7 @@ static int
 cmd_status(const options *o)
 {
 	char		schema_q[600];
-	char		sql[1200];
+	char		sql[1600];
 	const char *params[1] = {o->lease};
 	PGconn	   *conn;
 	PGresult   *r;
@@ -1431,7 +1519,9 @@ cmd_status(const options *o)
 	snprintf(sql, sizeof(sql),
 			 "SELECT lease_key, holder, fencing_token, "
 			 "pg_catalog.to_char(pg_catalog.timezone('UTC', expires_at), 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), "
-			 "is_valid, pg_catalog.round(seconds_remaining::pg_catalog.numeric, 1), transitions "
+			 "is_valid, pg_catalog.round(seconds_remaining::pg_catalog.numeric, 1), transitions, "
+			 "holder_role, "
+			 "pg_catalog.to_char(pg_catalog.timezone('UTC', acquired_at), 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') "
 			 "FROM %s.le_leases WHERE $1::pg_catalog.text IS NULL OR lease_key OPERATOR(pg_catalog.=) $1 "
 			 "ORDER BY lease_key", schema_q);
 	r = exec_or_exit(conn, "status query", sql, 1, params, deadline, o->timeout);
@@ -1448,7 +1538,17 @@ cmd_status(const options *o)
 				printf("null");
 			else
 				json_str(stdout, PQgetvalue(r, i, 1));
-			printf(",\"fencing_token\":%s,\"expires_at\":", PQgetvalue(r, i, 2));
+			printf(",\"holder_role\":");
+			if (PQgetisnull(r, i, 7))
+				printf("null");
+			else
+				json_str(stdout, PQgetvalue(r, i, 7));
+			printf(",\"fencing_token\":%s,\"acquired_at\":", PQgetvalue(r, i, 2));
+			if (PQgetisnull(r, i, 8))
+				printf("null");
+			else
+				json_str(stdout, PQgetvalue(r, i, 8));
+			printf(",\"expires_at\":");
 			if (PQgetisnull(r, i, 3))
 				printf("null");
 			else
@@ -1461,20 +1561,23 @@ cmd_status(const options *o)
 	}
 	else
 	{
-		/* columns as wide as their widest value; keys and holders escaped */
+		/* columns as wide as their widest value; keys, holders and roles escaped */
 		int			wk = col_width(r, 0, "lease_key"),
 					wh = col_width(r, 1, "holder"),
+					wo = col_width(r, 7, "role"),
 					wt = col_width(r, 2, "token"),
+					wa = col_width(r, 8, "acquired_at"),
 					we = col_width(r, 3, "expires_at"),
 					wr = col_width(r, 5, "remaining"),
 					wn = col_width(r, 6, "transitions");
 
-		printf("%-*s %-*s %*s %-*s %-5s %*s %*s\n", wk, "lease_key", wh, "holder", wt, "token",
-			   we, "expires_at", "valid", wr, "remaining", wn, "transitions");
+		printf("%-*s %-*s %-*s %*s %-*s %-*s %-5s %*s %*s\n", wk, "lease_key", wh, "holder", wo, "role",
+			   wt, "token", wa, "acquired_at", we, "expires_at", "valid", wr, "remaining", wn, "transitions");
 		for (int i = 0; i < n; i++)
 		{
 			char		key[1024],
-						holder[1024];
+						holder[1024],
+						role[1024];
 			FILE	   *mf;
 
 			/* escape control characters so that a value cannot forge a row */
@@ -1494,7 +1597,17 @@ cmd_status(const options *o)
 			}
 			else
 				snprintf(holder, sizeof(holder), "?");
-			printf("%-*s %-*s %*s %-*s %-5s %*s %*s\n", wk, key, wh, holder, wt, PQgetvalue(r, i, 2),
+			mf = fmemopen(role, sizeof(role), "w");
+			if (mf)
+			{
+				text_str(mf, PQgetisnull(r, i, 7) ? "-" : PQgetvalue(r, i, 7));
+				fclose(mf);
+			}
+			else
+				snprintf(role, sizeof(role), "?");
+			printf("%-*s %-*s %-*s %*s %-*s %-*s %-5s %*s %*s\n", wk, key, wh, holder, wo, role,
+				   wt, PQgetvalue(r, i, 2),
+				   wa, PQgetisnull(r, i, 8) ? "-" : PQgetvalue(r, i, 8),
 				   we, PQgetisnull(r, i, 3) ? "-" : PQgetvalue(r, i, 3),
 				   strcmp(PQgetvalue(r, i, 4), "t") == 0 ? "yes" : "no",
 				   wr, PQgetvalue(r, i, 5), wn, PQgetvalue(r, i, 6));
@@ -1661,6 +1774,44 @@ resolve_command(const char *name)
 	}
 	errno = err;
 	return NULL;
+}
+
+/*
+ * The descriptors the command keeps: with --keep-fds every one pg_leader
+ * got; with LISTEN_PID naming pg_leader and LISTEN_FDS=N (socket
+ * activation) also 3 .. 3+N-1, and the command's LISTEN_PID becomes its
+ * own pid.  Every other descriptor is closed before the command starts.
+ */
+static void
+set_kept_fds(void)
+{
+	int			fds[SV_MAX_KEEP];
+	int			n = 0;
+	const char *lp = getenv("LISTEN_PID");
+	const char *lf = getenv("LISTEN_FDS");
+	bool		listen = false;
+
+	if (keep_fds)
+		for (int i = 0; i < n_inherited; i++)
+			fds[n++] = inherited_fds[i];
+	if (lp != NULL && lf != NULL && strtol(lp, NULL, 10) == (long) getpid())
+	{
+		long		nl = strtol(lf, NULL, 10);
+
+		for (int i = 0; i < n_inherited; i++)
+		{
+			bool		dup = false;
+
+			if (inherited_fds[i] >= 3 + nl)
+				continue;
+			for (int j = 0; j < n; j++)
+				dup = dup || fds[j] == inherited_fds[i];
+			if (!dup && n < SV_MAX_KEEP)
+				fds[n++] = inherited_fds[i];
+		}
+		listen = nl > 0;
+	}
+	sv_keep_fds(fds, n, listen);
 }
 
 /* Exit status for a child's wait status: its code, or 128 + signal. */
@@ -1939,6 +2090,7 @@ cmd_run(options *o)
 			log_event("not_acquired", 0, NULL, NULL, "signal %d during the attempt", (int) got_signal);
 			log_event("exit", 0, NULL, NULL, "status %d", 128 + (int) got_signal);
 			log_flush(LOG_EXIT_FLUSH_MS);
+			write_status_file(128 + got_signal);
 			_exit(128 + got_signal);
 		}
 		if (!le_elector_is_leader(e, NULL))
@@ -1964,6 +2116,7 @@ cmd_run(options *o)
 		}
 	}
 
+	set_kept_fds();
 	memset(&run, 0, sizeof(run));
 	run.to_sup = run.from_sup = run.cmd_pidfd = -1;
 	memset(&hb, 0, sizeof(hb));
@@ -1997,8 +2150,14 @@ cmd_run(options *o)
 				kill_deadline = info.deadline_ms - KILL_SLACK_MS;
 				sv_set_deadline(&run, kill_deadline);
 			}
-			/* 1. Reasons to stop the command, most urgent first. */
-			if (!leading || info.period != child_period)
+			/*
+			 * 1. Reasons to stop the command, most urgent first; none once
+			 * it has exited on its own (before any deadline signal).
+			 */
+			if (stopping == STOP_NONE && run.command_exited && !we_killed &&
+				!run.deadline_term && !run.deadline_kill)
+				;
+			else if (!leading || info.period != child_period)
 			{
 				kind = STOP_LOST;
 				reason = info.period == child_period && now >= info.deadline_ms ?
@@ -2118,7 +2277,7 @@ cmd_run(options *o)
 				{
 					log_event("error", child_token, NULL, NULL, "could not run \"%s\": %s",
 							  o->command[0], strerror(run.exec_errno));
-					cs = run.exec_errno == ENOENT ? 127 : run.exec_errno == EACCES ? 126 : EXIT_INTERNAL;
+					cs = run.exec_errno == ENOENT ? 127 : 126;
 				}
 				else if (run.command_exited)
 					cs = child_status(run.command_wstatus);
@@ -2162,6 +2321,7 @@ cmd_run(options *o)
 				else if (!o->loop)
 				{
 					exit_status = cs;
+					status_is_command = true;
 					command_done = true;
 					break;
 				}
@@ -2247,8 +2407,14 @@ cmd_run(options *o)
 			if (o->heartbeat_file)
 				(void) heartbeat_changed(o, &hb);
 			hb.last_beat = started_at;
-			log_event("command_started", info.fencing_token, info.expires_at, NULL,
-					  "process group %d: %s", (int) run.group, o->command[0]);
+			if (run.command > 0)
+				log_event("command_started", info.fencing_token, info.expires_at, NULL,
+						  "pid %d, process group %d: %s", (int) run.command, (int) run.group,
+						  o->command[0]);
+			else
+				log_event("command_started", info.fencing_token, info.expires_at, NULL,
+						  "pid not reported yet, process group %d: %s", (int) run.group,
+						  o->command[0]);
 			continue;
 		}
 		if (!running && !leading && o->wait_timeout > 0 && now - wait_since >= o->wait_timeout)
@@ -2336,6 +2502,11 @@ main(int argc, char **argv)
 	options		o;
 	const char *cmd;
 
+	/* the caller's descriptors, before we open any */
+	for (int fd = 3; fd < 1024 && n_inherited < SV_MAX_KEEP; fd++)
+		if (fcntl(fd, F_GETFD) >= 0)
+			inherited_fds[n_inherited++] = fd;
+
 	/* a closed pipe must be an EPIPE error, never our death */
 	signal(SIGPIPE, SIG_IGN);
 
@@ -2363,7 +2534,12 @@ main(int argc, char **argv)
 	}
 	parse_options(argc - 1, argv + 1, &o);
 	if (strcmp(cmd, "run") == 0)
-		return cmd_run(&o);
+	{
+		int			rc = cmd_run(&o);
+
+		write_status_file(rc);
+		return rc;
+	}
 	if (o.command[0] != NULL)
 		usage_error("unexpected argument \"%s\"", o.command[0]);
 	if (strcmp(cmd, "status") == 0)

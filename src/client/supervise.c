@@ -101,6 +101,12 @@ static const int sv_ignored[] = {
 	SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGXCPU, SIGXFSZ, SIGWINCH
 };
 
+/*
+ * argv for /bin/sh running the command's file, when execve says it is no
+ * executable format (ENOEXEC): prepared before fork.
+ */
+static char **sv_sh_argv = NULL;
+
 /* Self-pipe of the supervisor's SIGCHLD handler. */
 static int sv_chld_pipe[2] = {-1, -1};
 
@@ -127,13 +133,40 @@ sv_on_chld(int sig)
 	errno = save;
 }
 
-/* Close every descriptor from 3 up except the ones listed (-1 entries ignored). */
+/* Descriptors the caller passed that the command keeps (sv_keep_fds). */
+static int	sv_keep[SV_MAX_KEEP];
+static int	sv_nkeep = 0;
+
+/* Set LISTEN_PID to the command's pid: the entry, filled in after fork. */
+static bool sv_listen_pid = false;
+static char sv_listen_entry[48];
+
+/* Keep these descriptors open for the command; see supervise.h. */
+void
+sv_keep_fds(const int *fds, int n, bool set_listen_pid)
+{
+	sv_nkeep = 0;
+	for (int i = 0; i < n && sv_nkeep < SV_MAX_KEEP; i++)
+		sv_keep[sv_nkeep++] = fds[i];
+	sv_listen_pid = set_listen_pid;
+}
+
+/*
+ * Close every descriptor from 3 up except the ones listed (-1 entries
+ * ignored) and the ones the command keeps.
+ */
 static void
 close_all_but(int a, int b, int c)
 {
 	for (int i = 3; i < 4096; i++)
-		if (i != a && i != b && i != c)
+	{
+		bool		keep = i == a || i == b || i == c;
+
+		for (int j = 0; j < sv_nkeep && !keep; j++)
+			keep = sv_keep[j] == i;
+		if (!keep)
 			close(i);
+	}
 }
 
 /* The command, in the freshly forked child of the supervisor: exec or report. */
@@ -154,7 +187,26 @@ command_main(pid_t sup, int out_fd, const char *path, char *const argv[], char *
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() != sup)
 		_exit(137);				/* the supervisor died before the death signal was armed */
+	if (sv_listen_pid)
+	{
+		/* "LISTEN_PID=" and our pid, without stdio (async-signal-safe) */
+		char		digits[16];
+		int			nd = 0;
+		size_t		at = strlen("LISTEN_PID=");
+
+		for (pid_t v = getpid(); v > 0 && nd < 15; v /= 10)
+			digits[nd++] = (char) ('0' + v % 10);
+		while (nd > 0)
+			sv_listen_entry[at++] = digits[--nd];
+		sv_listen_entry[at] = '\0';
+	}
 	execve(path, argv, envp);
+	/* a script without "#!": run it with /bin/sh, as execvp does */
+	if (errno == ENOEXEC && sv_sh_argv != NULL)
+	{
+		execve("/bin/sh", sv_sh_argv, envp);
+		errno = ENOEXEC;
+	}
 	sv_report(out_fd, SV_EXEC_FAILED, errno);
 	_exit(errno == ENOENT ? 127 : 126);
 }
@@ -313,6 +365,11 @@ supervisor_main(int in_fd, int out_fd, const char *path, char *const argv[], cha
 	}
 }
 
+static void read_reports(sv_run *r);
+
+/* How long sv_start waits for the supervisor's report of the command's pid. */
+#define SV_START_WAIT_MS 200
+
 /* Start the supervisor and, under it, the command; see supervise.h. */
 bool
 sv_start(sv_run *r, const char *path, char *const argv[], char *const envp[],
@@ -322,6 +379,7 @@ sv_start(sv_run *r, const char *path, char *const argv[], char *const envp[],
 				from[2];
 	pid_t		pid;
 	int			save;
+	char	  **listen_env = NULL;
 
 	memset(r, 0, sizeof(*r));
 	r->to_sup = r->from_sup = -1;
@@ -336,10 +394,54 @@ sv_start(sv_run *r, const char *path, char *const argv[], char *const envp[],
 		errno = save;
 		return false;
 	}
+	{
+		size_t		n = 0;
+
+		while (argv[n] != NULL)
+			n++;
+		free(sv_sh_argv);
+		sv_sh_argv = malloc((n + 2) * sizeof(char *));
+		if (sv_sh_argv != NULL)
+		{
+			sv_sh_argv[0] = (char *) "/bin/sh";
+			sv_sh_argv[1] = (char *) path;
+			for (size_t i = 1; i <= n; i++)
+				sv_sh_argv[i + 1] = argv[i];
+		}
+	}
+	if (sv_listen_pid)
+	{
+		/* envp with LISTEN_PID pointing at sv_listen_entry (set after fork) */
+		size_t		n = 0,
+					k = 0;
+
+		while (envp[n] != NULL)
+			n++;
+		listen_env = malloc((n + 2) * sizeof(char *));
+		if (listen_env == NULL)
+		{
+			close(to[0]);
+			close(to[1]);
+			close(from[0]);
+			close(from[1]);
+			errno = ENOMEM;
+			return false;
+		}
+		for (size_t i = 0; i < n; i++)
+			if (strncmp(envp[i], "LISTEN_PID=", 11) != 0)
+				listen_env[k++] = envp[i];
+		snprintf(sv_listen_entry, sizeof(sv_listen_entry), "LISTEN_PID=");
+		listen_env[k++] = sv_listen_entry;
+		listen_env[k] = NULL;
+		envp = listen_env;
+	}
 	pid = fork();
 	if (pid == 0)
 		supervisor_main(to[0], from[1], path, argv, envp, kill_deadline, grace_ms, tty_fd);
 	save = errno;
+	free(listen_env);
+	free(sv_sh_argv);
+	sv_sh_argv = NULL;
 	close(to[0]);
 	close(from[1]);
 	if (pid < 0)
@@ -358,6 +460,13 @@ sv_start(sv_run *r, const char *path, char *const argv[], char *const envp[],
 	r->from_sup = from[0];
 	r->sent_deadline = kill_deadline;
 	r->pong_at = le_monotonic_ms();
+	/* the command's pid, for the caller's log: its first report comes at once */
+	{
+		struct pollfd p = {r->from_sup, POLLIN, 0};
+
+		if (poll(&p, 1, SV_START_WAIT_MS) > 0)
+			read_reports(r);
+	}
 	return true;
 }
 

@@ -60,6 +60,15 @@ typedef struct sv_run
  * foreground process group.  Returns false with errno set when the
  * supervisor cannot be started; then no command runs.
  */
+/*
+ * Descriptors (3 and up) the command keeps, at most SV_MAX_KEEP: every
+ * other one is closed before the command starts.  With set_listen_pid the
+ * command's LISTEN_PID is its own pid (socket activation).  Call before
+ * sv_start.
+ */
+#define SV_MAX_KEEP 64
+extern void sv_keep_fds(const int *fds, int n, bool set_listen_pid);
+
 extern bool sv_start(sv_run *r, const char *path, char *const argv[], char *const envp[],
 					 int64_t kill_deadline, int64_t grace_ms, int tty_fd);
 

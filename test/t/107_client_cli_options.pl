@@ -215,7 +215,7 @@ my ($row) = grep { /^long-token / } @rows;
 my $end_hdr = index($rows[0], 'token') + length('token');
 my $end_tok = index($row, '1234567890123') + 13;
 is($end_tok, $end_hdr, 'status: a 13-digit token stays in its column');
-is(index($row, ' ' . ($row =~ /(\S+Z)/)[0]), index($rows[0], ' expires_at'), 'and the next column too');
+is(index($row, ' ' . ($row =~ /(\S+Z)/)[0]), index($rows[0], ' acquired_at'), 'and the next column too');
 
 my $lock = IPC::Run::start(
 	[ 'psql', '-X', '-q', '-d', $dsn, '-c', 'BEGIN; LOCK TABLE le_lease; SELECT pg_sleep(30);' ],
