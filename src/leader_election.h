@@ -92,9 +92,12 @@ extern void le_check_writable(const char *action);
 #define LE_MAX_SHOWN_CHARS		64
 extern char *le_show_input(const char *value);
 
-/* Commit of a lease change: flushed, and waited for by synchronous standbys. */
-extern void le_commit_durably(void);
-extern void le_lease_locks_taken(void);
+/*
+ * Commit of a lease change: flushed, waited for by synchronous standbys,
+ * never prepared (durable.c).
+ */
+extern void le_durable_commit(void);
+extern void le_durable_locks_taken(void);
 
 /*
  * Access to the lease tables.  le_store_begin() switches to the extension

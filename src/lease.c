@@ -395,7 +395,7 @@ retry:
 		le_notify(&st, "acquired", &row);
 	}
 
-	le_commit_durably();
+	le_durable_commit();
 	st.idle_bound_us = ttl;
 	le_store_end(&st);
 
@@ -473,7 +473,7 @@ retry:
 	row.expires_at = now + ttl;
 	if (!le_store_write(&st, &row))
 		goto retry;				/* the row changed since it was read */
-	le_commit_durably();
+	le_durable_commit();
 	st.idle_bound_us = ttl;
 	le_store_end(&st);
 	PG_RETURN_TIMESTAMPTZ(row.expires_at);
@@ -572,7 +572,7 @@ retry:
 							  old.expires_at);
 	le_close_period(&st, &old, now, reason, end);
 	le_notify(&st, reason, &row);
-	le_commit_durably();
+	le_durable_commit();
 	le_store_end(&st);
 	return true;
 }
@@ -644,7 +644,7 @@ le_watch(PG_FUNCTION_ARGS)
 		 * bound its idle time, as after a grant.
 		 */
 		le_store_create(&st, key);
-		le_lease_locks_taken();
+		le_durable_locks_taken();
 		st.locked = true;
 		le_bound_refusal(&st);
 		if (!le_store_peek(&st, key, &row))

@@ -1133,7 +1133,7 @@ le_store_lock(LeaseStoreState *st, const char *key, LeaseRow *row,
 				LockRelationOid(st->lease_relid, RowExclusiveLock);
 			st->lease_rowex = true;
 			st->keep_lease_lock = true;
-			le_lease_locks_taken();
+			le_durable_locks_taken();
 			writing = true;
 		}
 		tid = slot->tts_tid;
@@ -1327,7 +1327,7 @@ le_store_write(LeaseStoreState *st, const LeaseRow *row)
 		}
 		if (!HeapTupleIsHeapOnly(newtup))
 			le_rows_index_tuple(rel, newtup);
-		le_lease_locks_taken();
+		le_durable_locks_taken();
 		st->locked = true;
 	}
 	else

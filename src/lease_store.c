@@ -59,7 +59,7 @@
  * also exceed the row's last one; a sequence found behind it (set back by
  * hand) is raised first, under a lock that excludes every nextval().
  *
- * Durability (le_commit_durably): a lease change is flushed at commit and,
+ * Durability (le_durable_commit): a lease change is flushed at commit and,
  * when synchronous standbys are configured, waited for by them, even if the
  * caller runs with synchronous_commit off or local.
  *
@@ -256,99 +256,6 @@ le_check_writable(const char *action)
 				 errmsg("cannot %s a lease while the server is in recovery", action),
 				 errdetail("Leases change only on the primary server; this one is a standby."),
 				 errhint("Connect to the primary. Reading le_leases works here but may lag behind it.")));
-}
-
-/* Set by le_commit_durably: this transaction changed a lease. */
-static bool le_durable_pending = false;
-
-/*
- * Set by le_lease_locks_taken: this transaction locked a lease row or took a
- * fence lock to change a lease, whether or not it then changed it.
- */
-static bool le_lease_locked = false;
-
-/*
- * Before commit of a transaction that changed a lease, raise
- * synchronous_commit to on if the caller runs with less (checked then, so a
- * SET LOCAL after the lease call cannot lower it again).  The commit then
- * waits for the synchronous standbys when synchronous_standby_names names
- * any (and is a plain local flush otherwise), so an acknowledged grant,
- * renewal or release survives a failover to such a standby.  The setting is
- * transaction-local: the caller's own value is back once the commit is done.
- * Such a transaction cannot be prepared (0A000).
- */
-static void
-le_durable_xact_callback(XactEvent event, void *arg)
-{
-	switch (event)
-	{
-		case XACT_EVENT_PRE_PREPARE:
-
-			/*
-			 * A prepared lease change would keep the lease row locked until
-			 * COMMIT PREPARED, blocking the holder's renewals and every
-			 * takeover.
-			 */
-			if (le_durable_pending || le_lease_locked)
-				ereport(ERROR,
-						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						 errmsg("cannot PREPARE a transaction that changed or locked a lease"),
-						 errdetail("A prepared transaction would keep the lease row or its fence lock locked until COMMIT PREPARED; the transaction is rolled back."),
-						 errhint("Call le_renew(), le_acquire() and le_release() in transactions committed without two-phase commit.")));
-			break;
-		case XACT_EVENT_PRE_COMMIT:
-			if (le_durable_pending && synchronous_commit < SYNCHRONOUS_COMMIT_ON)
-				(void) set_config_option("synchronous_commit", "on",
-										 PGC_USERSET, PGC_S_SESSION,
-										 GUC_ACTION_LOCAL, true, ERROR, false);
-			break;
-		case XACT_EVENT_PARALLEL_PRE_COMMIT:
-			break;
-		default:
-			le_durable_pending = false;
-			le_lease_locked = false;
-			break;
-	}
-}
-
-/* Register le_durable_xact_callback once per backend. */
-static void
-le_register_durable_callback(void)
-{
-	static bool registered = false;
-
-	if (!registered)
-	{
-		RegisterXactCallback(le_durable_xact_callback, NULL);
-		registered = true;
-	}
-}
-
-/*
- * Note that the current transaction holds a lease's row lock or its fence
- * lock in the mode that changes it: such a transaction cannot be prepared
- * (0A000), even when the call then changed nothing (an acquire that lost the
- * race after it waited for the locks keeps them): prepared, it would block
- * the holder's renewals and every takeover until COMMIT PREPARED.
- */
-void
-le_lease_locks_taken(void)
-{
-	le_register_durable_callback();
-	le_lease_locked = true;
-}
-
-/*
- * Make the commit of the current transaction, which changes a lease, durable
- * locally and on the synchronous standbys, whatever the caller's
- * synchronous_commit (see le_durable_xact_callback).
- */
-void
-le_commit_durably(void)
-{
-	ForceSyncCommit();
-	le_register_durable_callback();
-	le_durable_pending = true;
 }
 
 /*
@@ -1149,7 +1056,7 @@ le_fence_lock(LeaseStoreState *st, int64 lease_id, LOCKMODE mode)
 		(void) LockAcquire(&tag, mode, false, false);
 	}
 	if (mode == LE_FENCE_CHANGE_LOCKMODE)
-		le_lease_locks_taken();
+		le_durable_locks_taken();
 }
 
 /*
@@ -1167,7 +1074,7 @@ le_fence_trylock(int64 lease_id, LOCKMODE mode)
 	if (LockAcquire(&tag, mode, false, true) == LOCKACQUIRE_NOT_AVAIL)
 		return false;
 	if (mode == LE_FENCE_CHANGE_LOCKMODE)
-		le_lease_locks_taken();
+		le_durable_locks_taken();
 	return true;
 }
 
