@@ -1572,7 +1572,7 @@ le_protect(PG_FUNCTION_ARGS)
 	else
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid fence mode \"%s\"", le_show_input(mode)),
+				 errmsg("invalid fence mode \"%s\"", le_check_show(mode)),
 				 errhint("Use 'lease', 'strict' or 'advance'.")));
 
 	rel = le_fence_open_target(relid);

@@ -81,7 +81,7 @@ extern bool le_history_enabled;
 #define LE_NOTIFY_NONE			2	/* none */
 extern int	le_notify_events;
 
-/* Argument checks shared by every SQL-callable function (lease_store.c). */
+/* Argument checks shared by every SQL-callable function (check.c). */
 extern char *le_check_key(FunctionCallInfo fcinfo, int argno);
 extern char *le_check_owner(FunctionCallInfo fcinfo, int argno);
 extern int64 le_check_token(FunctionCallInfo fcinfo, int argno);
@@ -90,7 +90,7 @@ extern void le_check_writable(const char *action);
 
 /* Error messages quote at most this many characters of an input value. */
 #define LE_MAX_SHOWN_CHARS		64
-extern char *le_show_input(const char *value);
+extern char *le_check_show(const char *value);
 
 /*
  * Commit of a lease change: flushed, waited for by synchronous standbys,
