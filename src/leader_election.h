@@ -143,7 +143,9 @@ typedef struct LeaseStoreState
 
 extern void le_store_begin(LeaseStoreState *st, Oid fn_oid, const char *lease_key);
 extern void le_store_end(LeaseStoreState *st);
-extern void le_bound_idle_holder(const char *key, int64 bound_us);
+/* The holder deadline (holder.c). */
+extern void le_holder_bound_idle(const char *key, int64 bound_us);
+
 extern void le_store_create(LeaseStoreState *st, const char *key);
 extern int64 le_store_prune_all_history(LeaseStoreState *st, TimestampTz cutoff);
 extern void le_store_prune_plan(LeaseStoreState *st, int64 lease_id, TimestampTz *min_ended_at,

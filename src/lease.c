@@ -196,7 +196,7 @@ le_close_period(LeaseStoreState *st, const LeaseRow *old, TimestampTz now,
  * its transaction ends, blocking the holder's renewals and fenced commits:
  * inside a transaction block, give the lease a deadline of
  * leader_election.lock_timeout from now, past which a session waiting for
- * its client is ended (see le_bound_idle_holder).
+ * its client is ended (see le_holder_bound_idle).
  */
 static void
 le_bound_refusal(LeaseStoreState *st)
