@@ -170,9 +170,11 @@ extern void le_store_forget_due_history(LeaseStoreState *st);
 extern void le_rows_end(LeaseStoreState *st);
 extern void le_rows_let_go(LeaseStoreState *st);
 
-/* Token rule and fence lock (lease_store.c). */
-extern int64 le_next_token(LeaseStoreState *st, const LeaseRow *row, int32 *timeline,
+/* The token of a new ownership period (token.c). */
+extern int64 le_token_next(LeaseStoreState *st, const LeaseRow *row, int32 *timeline,
 						   int64 *system_id);
+
+/* Fence lock, validity and notifications. */
 extern void le_fence_lock(LeaseStoreState *st, int64 lease_id, LOCKMODE mode);
 extern bool le_fence_trylock(int64 lease_id, LOCKMODE mode);
 extern void le_fence_unlock(int64 lease_id, LOCKMODE mode);

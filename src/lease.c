@@ -350,7 +350,7 @@ retry:
 		}
 
 		old = row;
-		row.fencing_token = le_next_token(&st, &row, &row.token_timeline,
+		row.fencing_token = le_token_next(&st, &row, &row.token_timeline,
 										  &row.token_system_id);
 		row.holder = owner;
 		row.holder_role = st.caller_name;

@@ -1369,7 +1369,7 @@ le_rows_period_hint(Relation rel, int64 lease_id, int64 token)
  * while the grant's (sub)transaction may still commit, and for good once it
  * did (le_unrecorded_xact_callback): the token of a grant that rolled back
  * can be drawn again after le_token_seq is set back by hand (the raise in
- * le_next_token goes only above the key's last committed token), and that
+ * le_token_next goes only above the key's last committed token), and that
  * new period may be recorded.  A committed grant's token is the key's last
  * committed one, which no later grant of the key draws again; after DROP
  * and CREATE EXTENSION lease ids and tokens start again, but the table's
