@@ -178,8 +178,12 @@ extern int64 le_token_next(LeaseStoreState *st, const LeaseRow *row, int32 *time
 extern void le_fence_lock(LeaseStoreState *st, int64 lease_id, LOCKMODE mode);
 extern bool le_fence_trylock(int64 lease_id, LOCKMODE mode);
 extern void le_fence_unlock(int64 lease_id, LOCKMODE mode);
+struct LOCKTAG;
+extern void le_fence_locktag(struct LOCKTAG *tag, int64 lease_id);
 extern bool le_lease_is_valid(const LeaseRow *row, TimestampTz now);
-extern void le_notify(const LeaseStoreState *st, const char *event, const LeaseRow *row);
+
+/* Watches and their NOTIFY (watch.c). */
+extern void le_watch_notify(const LeaseStoreState *st, const char *event, const LeaseRow *row);
 extern bool le_watch_start(int64 lease_id);
 extern bool le_watch_stop(int64 lease_id);
 

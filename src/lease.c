@@ -392,7 +392,7 @@ retry:
 			if (!le_store_write(&st, &row))
 				elog(ERROR, "leader_election: lease row \"%s\" changed under its lock", key);
 		}
-		le_notify(&st, "acquired", &row);
+		le_watch_notify(&st, "acquired", &row);
 	}
 
 	le_durable_commit();
@@ -571,7 +571,7 @@ retry:
 		le_fence_note_release(old.lease_id, old.fencing_token, le_lease_is_valid(&old, now),
 							  old.expires_at);
 	le_close_period(&st, &old, now, reason, end);
-	le_notify(&st, reason, &row);
+	le_watch_notify(&st, reason, &row);
 	le_durable_commit();
 	le_store_end(&st);
 	return true;

@@ -341,7 +341,7 @@ le_lease_locktag(LOCKTAG *tag, int64 lease_id, uint16 class)
 }
 
 /* The lock tag of a lease's fence lock. */
-static void
+void
 le_fence_locktag(LOCKTAG *tag, int64 lease_id)
 {
 	le_lease_locktag(tag, lease_id, LE_LOCKTAG_CLASS);
@@ -407,125 +407,6 @@ bool
 le_lease_is_valid(const LeaseRow *row, TimestampTz now)
 {
 	return row->holder != NULL && row->expires_at > now;
-}
-
-/*
- * Watchers.  A session that wants to hear of a lease's changes calls
- * le_watch(key) after its LISTEN: it then holds the lease's fence lock in
- * LE_WATCH_LOCKMODE (AccessShareLock) at session level until le_unwatch()
- * or the end of the session.  That mode conflicts with no mode the fence
- * uses (writers' ShareLock, changes' ExclusiveLock), so a watcher blocks
- * nobody.  A change that would notify holds the fence lock in
- * LE_FENCE_CHANGE_LOCKMODE already and asks for it in
- * LE_WATCH_CHANGE_LOCKMODE (AccessExclusiveLock) as well, without waiting,
- * for the rest of its transaction: that fails exactly when another session
- * watches (or, rarely, when someone queues for the lock: then a NOTIFY too
- * many goes out), and the NOTIFY is sent; when it succeeds nobody watches
- * and no NOTIFY is queued, so the commit does not take the notification
- * queue's lock, which PostgreSQL holds from pre-commit through the commit
- * flush (notifying commits run one at a time cluster-wide: 16 clients
- * cycling leases ran at 1,424 tps notifying and 3,392 without, same run).
- * Asking for another mode of a lock the transaction holds only updates its
- * entry in the lock table (a lock of its own, as earlier versions took, was
- * a new shared lock-table entry per release: 8 % of the 16-client cycle).
- * A watcher that arrives meanwhile waits for that transaction to end, so
- * its next le_acquire sees the change: no release goes unheard between a
- * watcher's LISTEN and its next attempt (lease_watch.spec).  A session's
- * own watch does not count (a lock never conflicts with its holder's).
- * Watches of an extension dropped and created again (lease ids start at 1
- * again) make the new lease of that id notify too, never the reverse.
- */
-#define LE_WATCH_LOCKMODE		AccessShareLock
-#define LE_WATCH_CHANGE_LOCKMODE AccessExclusiveLock
-
-/*
- * Start watching a lease for this session; false when it already did.
- * Waits (bounded by the lock_timeout in force) for a change in progress.
- */
-bool
-le_watch_start(int64 lease_id)
-{
-	LOCKTAG		tag;
-
-	le_fence_locktag(&tag, lease_id);
-	if (LockHeldByMe(&tag, LE_WATCH_LOCKMODE))
-		return false;
-	(void) LockAcquire(&tag, LE_WATCH_LOCKMODE, true, false);
-	return true;
-}
-
-/* Stop watching a lease; false when this session did not watch it. */
-bool
-le_watch_stop(int64 lease_id)
-{
-	LOCKTAG		tag;
-
-	le_fence_locktag(&tag, lease_id);
-	if (!LockHeldByMe(&tag, LE_WATCH_LOCKMODE))
-		return false;
-	return LockRelease(&tag, LE_WATCH_LOCKMODE, true);
-}
-
-/*
- * Does another session watch the lease?  The caller holds its fence lock in
- * LE_FENCE_CHANGE_LOCKMODE; when nobody watches, LE_WATCH_CHANGE_LOCKMODE
- * is kept too until this transaction ends (see above).
- */
-static bool
-le_watched(int64 lease_id)
-{
-	LOCKTAG		tag;
-
-	le_fence_locktag(&tag, lease_id);
-	return LockAcquire(&tag, LE_WATCH_CHANGE_LOCKMODE, false, true) == LOCKACQUIRE_NOT_AVAIL;
-}
-
-/*
- * Announce a change of a lease on LE_NOTIFY_CHANNEL, delivered at commit,
- * unless leader_election.notify leaves this event out or no other session
- * watches the lease (le_watch):
- * {"event": ..., "lease_key": ..., "holder": ..., "fencing_token": N,
- * "expires_at": ISO 8601 or null}.
- */
-void
-le_notify(const LeaseStoreState *st, const char *event, const LeaseRow *row)
-{
-	StringInfoData buf;
-	char		ts[MAXDATELEN + 1];
-
-	/*
-	 * A NOTIFY makes the commit take the notification queue's lock and hold
-	 * it through the commit flush, so notifying commits run one at a time
-	 * cluster-wide: leader_election.notify can spare grants (followers need
-	 * only releases to campaign at once) or everything.
-	 */
-	if (le_notify_events == LE_NOTIFY_NONE ||
-		(le_notify_events == LE_NOTIFY_RELEASES && strcmp(event, "acquired") == 0) ||
-		!le_watched(row->lease_id))
-		return;
-
-	initStringInfo(&buf);
-	appendStringInfoString(&buf, "{\"event\":");
-	escape_json(&buf, event);
-	appendStringInfoString(&buf, ",\"lease_key\":");
-	escape_json(&buf, row->lease_key);
-	appendStringInfoString(&buf, ",\"holder\":");
-	if (row->holder)
-		escape_json(&buf, row->holder);
-	else
-		appendStringInfoString(&buf, "null");
-	appendStringInfo(&buf, ",\"fencing_token\":" INT64_FORMAT ",\"expires_at\":",
-					 row->fencing_token);
-	if (row->holder)
-	{
-		JsonEncodeDateTime(ts, TimestampTzGetDatum(row->expires_at), TIMESTAMPTZOID, NULL);
-		appendStringInfo(&buf, "\"%s\"", ts);
-	}
-	else
-		appendStringInfoString(&buf, "null");
-	appendStringInfoChar(&buf, '}');
-	Async_Notify(LE_NOTIFY_CHANNEL, buf.data);
-	pfree(buf.data);
 }
 
 /* Names the lease whose fence lock a writer is waiting for. */
