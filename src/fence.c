@@ -440,7 +440,7 @@ le_fence_commit_check(void)
 							   fl->token),
 					 errhint("Acquire the lease again for a new token.")));
 
-		fl->locked_at_once = le_fence_trylock(fl->lease_id, LE_FENCE_WRITER_LOCKMODE);
+		fl->locked_at_once = le_fence_lock_try(fl->lease_id, LE_FENCE_WRITER_LOCKMODE);
 		if (!fl->locked_at_once)
 		{
 			LeaseRow	row;

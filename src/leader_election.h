@@ -110,7 +110,7 @@ typedef struct LeaseStoreState
 {
 	Oid			save_userid;
 	int			save_sec_context;
-	bool		lock_bounded;	/* le_lock_bound_begin put our lock_timeout in force */
+	bool		lock_bounded;	/* le_store_lock_bound_begin put our lock_timeout in force */
 	Oid			caller;
 	char	   *caller_name;
 	const char *lease_key;		/* for error context */
@@ -143,6 +143,8 @@ typedef struct LeaseStoreState
 
 extern void le_store_begin(LeaseStoreState *st, Oid fn_oid, const char *lease_key);
 extern void le_store_end(LeaseStoreState *st);
+extern bool le_store_lock_bound_begin(void);
+extern void le_store_lock_bound_end(bool began);
 /* The holder deadline (holder.c). */
 extern void le_holder_bound_idle(const char *key, int64 bound_us);
 
@@ -174,12 +176,14 @@ extern void le_rows_let_go(LeaseStoreState *st);
 extern int64 le_token_next(LeaseStoreState *st, const LeaseRow *row, int32 *timeline,
 						   int64 *system_id);
 
-/* Fence lock, validity and notifications. */
+/* The fence lock (fence_lock.c). */
 extern void le_fence_lock(LeaseStoreState *st, int64 lease_id, LOCKMODE mode);
-extern bool le_fence_trylock(int64 lease_id, LOCKMODE mode);
-extern void le_fence_unlock(int64 lease_id, LOCKMODE mode);
+extern bool le_fence_lock_try(int64 lease_id, LOCKMODE mode);
+extern void le_fence_lock_release(int64 lease_id, LOCKMODE mode);
+extern void le_fence_lock_writer(int64 lease_id, const char *key);
 struct LOCKTAG;
-extern void le_fence_locktag(struct LOCKTAG *tag, int64 lease_id);
+extern void le_fence_lock_tag(struct LOCKTAG *tag, int64 lease_id);
+
 extern bool le_lease_is_valid(const LeaseRow *row, TimestampTz now);
 
 /* Watches and their NOTIFY (watch.c). */
@@ -187,7 +191,7 @@ extern void le_watch_notify(const LeaseStoreState *st, const char *event, const 
 extern bool le_watch_start(int64 lease_id);
 extern bool le_watch_stop(int64 lease_id);
 
-/* Direct reads for the fence (lease_rows.c) and its side of the fence lock (lease_store.c). */
+/* Direct reads for the fence (lease_rows.c). */
 /* The extension's relations, by their place in le_store_relid's table. */
 typedef enum LeaseRel
 {
@@ -228,7 +232,6 @@ extern bool le_store_read_unlocked(Oid lease_relid, const char *key, ItemPointer
 extern bool le_store_page_unchanged(Oid lease_relid, const LeaseRowStamp *stamp, bool *unchanged);
 extern void le_store_hold_lease_table(Oid lease_relid);
 extern bool le_store_row_unchanged(Oid lease_relid, const LeaseRowStamp *stamp);
-extern void le_fence_lock_writer(int64 lease_id, const char *key);
 
 /* The fence (fence.c). */
 extern int64 le_fencing_token_setting;	/* leader_election.fencing_token, 0 when unset */

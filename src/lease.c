@@ -246,7 +246,7 @@ le_acquire(PG_FUNCTION_ARGS)
 	int64		fenced_id = 0;
 	AcquireCheck ac;
 	LeaseRow	old;
-	int64		tried_fence_id = 0; /* fence lock taken by le_fence_trylock */
+	int64		tried_fence_id = 0; /* fence lock taken by le_fence_lock_try */
 
 	le_check_writable("acquire");
 	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
@@ -289,7 +289,7 @@ retry:
 	{
 		if (!ac.lost)
 			elog(ERROR, "leader_election: lease row \"%s\" vanished", key);
-		le_fence_unlock(fenced_id, LE_FENCE_CHANGE_LOCKMODE);
+		le_fence_lock_release(fenced_id, LE_FENCE_CHANGE_LOCKMODE);
 		le_store_end(&st);
 		PG_RETURN_DATUM(le_acquire_result(fcinfo, false, false, &row));
 	}
@@ -313,7 +313,7 @@ retry:
 			 * changed under it).
 			 */
 			if (tried_fence_id != 0)
-				le_fence_unlock(tried_fence_id, LE_FENCE_CHANGE_LOCKMODE);
+				le_fence_lock_release(tried_fence_id, LE_FENCE_CHANGE_LOCKMODE);
 			le_bound_refusal(&st);
 			le_store_end(&st);
 			PG_RETURN_DATUM(le_acquire_result(fcinfo, false, false, &row));
@@ -339,7 +339,7 @@ retry:
 			 * that competitor (or a writer with the old token) came first:
 			 * refuse, like a lost race.
 			 */
-			if (!le_fence_trylock(row.lease_id, LE_FENCE_CHANGE_LOCKMODE))
+			if (!le_fence_lock_try(row.lease_id, LE_FENCE_CHANGE_LOCKMODE))
 			{
 				le_bound_refusal(&st);
 				le_store_end(&st);
@@ -536,7 +536,7 @@ retry:
 	if (!le_store_lock(&st, key, &row, le_free_applies, &fc))
 	{
 		if (!st.locked)
-			le_fence_unlock(locked_id, LE_FENCE_CHANGE_LOCKMODE);
+			le_fence_lock_release(locked_id, LE_FENCE_CHANGE_LOCKMODE);
 		le_store_end(&st);
 		return false;
 	}
@@ -552,7 +552,7 @@ retry:
 	 * we must not wait for its fence lock (lock order).
 	 */
 	if (row.lease_id != locked_id &&
-		!le_fence_trylock(row.lease_id, LE_FENCE_CHANGE_LOCKMODE))
+		!le_fence_lock_try(row.lease_id, LE_FENCE_CHANGE_LOCKMODE))
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 				 errmsg("lease \"%s\" changed while it was being released", key),

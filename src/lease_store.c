@@ -106,9 +106,6 @@
 #include "compat.h"
 #include "leader_election.h"
 
-/* Class field of our fence lock tags, so they never equal a user's advisory lock. */
-#define LE_LOCKTAG_CLASS		0x4C45
-
 /* Reports which lease we were working on when an error escapes. */
 static void
 le_store_error_context(void *arg)
@@ -130,70 +127,70 @@ le_store_error_context(void *arg)
  * server (AtEOXact_GUC; with set_config_option about 5,000 instructions per
  * call, 4 % of an acquire + release cycle).  No SQL and no user code runs
  * while our value is in force, so nobody sees or changes it.
- * le_lock_bound_end puts the caller's value back; when an error escapes
+ * le_store_lock_bound_end puts the caller's value back; when an error escapes
  * first, the abort of the (sub)transaction that was current when our value
  * was set does (lease_stuck.spec shows lock_timeout after calls that timed
  * out, at top level and in a subtransaction).
  */
-static int	le_lock_bound_saved = -1;	/* caller's LockTimeout while ours is in force */
-static SubTransactionId le_lock_bound_subid = InvalidSubTransactionId;
+static int	le_store_lock_bound_saved = -1;	/* caller's LockTimeout while ours is in force */
+static SubTransactionId le_store_lock_bound_subid = InvalidSubTransactionId;
 
 static void
-le_lock_bound_restore(void)
+le_store_lock_bound_restore(void)
 {
-	if (le_lock_bound_saved >= 0)
-		LockTimeout = le_lock_bound_saved;
-	le_lock_bound_saved = -1;
-	le_lock_bound_subid = InvalidSubTransactionId;
+	if (le_store_lock_bound_saved >= 0)
+		LockTimeout = le_store_lock_bound_saved;
+	le_store_lock_bound_saved = -1;
+	le_store_lock_bound_subid = InvalidSubTransactionId;
 }
 
 static void
-le_lock_bound_xact_callback(XactEvent event, void *arg)
+le_store_lock_bound_xact_callback(XactEvent event, void *arg)
 {
 	if (event != XACT_EVENT_PRE_COMMIT && event != XACT_EVENT_PARALLEL_PRE_COMMIT &&
 		event != XACT_EVENT_PRE_PREPARE)
-		le_lock_bound_restore();
+		le_store_lock_bound_restore();
 }
 
 static void
-le_lock_bound_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+le_store_lock_bound_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 							   SubTransactionId parentSubid, void *arg)
 {
-	if (event == SUBXACT_EVENT_ABORT_SUB && mySubid == le_lock_bound_subid)
-		le_lock_bound_restore();
+	if (event == SUBXACT_EVENT_ABORT_SUB && mySubid == le_store_lock_bound_subid)
+		le_store_lock_bound_restore();
 }
 
 /*
  * Put our bound on lock waits in force; returns whether it did (false: the
  * caller's lock_timeout is as short, or a bound is in force already), to
- * be passed to le_lock_bound_end.
+ * be passed to le_store_lock_bound_end.
  */
-static bool
-le_lock_bound_begin(void)
+bool
+le_store_lock_bound_begin(void)
 {
 	static bool registered = false;
 
-	if (le_lock_bound_saved >= 0 ||
+	if (le_store_lock_bound_saved >= 0 ||
 		(LockTimeout != 0 && LockTimeout <= le_lock_timeout_ms))
 		return false;
 	if (!registered)
 	{
-		RegisterXactCallback(le_lock_bound_xact_callback, NULL);
-		RegisterSubXactCallback(le_lock_bound_subxact_callback, NULL);
+		RegisterXactCallback(le_store_lock_bound_xact_callback, NULL);
+		RegisterSubXactCallback(le_store_lock_bound_subxact_callback, NULL);
 		registered = true;
 	}
-	le_lock_bound_saved = LockTimeout;
-	le_lock_bound_subid = GetCurrentSubTransactionId();
+	le_store_lock_bound_saved = LockTimeout;
+	le_store_lock_bound_subid = GetCurrentSubTransactionId();
 	LockTimeout = le_lock_timeout_ms;
 	return true;
 }
 
-/* Give the caller's lock_timeout back, if le_lock_bound_begin replaced it. */
-static void
-le_lock_bound_end(bool began)
+/* Give the caller's lock_timeout back, if le_store_lock_bound_begin replaced it. */
+void
+le_store_lock_bound_end(bool began)
 {
 	if (began)
-		le_lock_bound_restore();
+		le_store_lock_bound_restore();
 }
 
 /*
@@ -239,7 +236,7 @@ le_store_begin(LeaseStoreState *st, Oid fn_oid, const char *lease_key)
 	error_context_stack = &st->errcallback;
 
 	/* Bound every lock wait (undone by le_store_end, or by abort on error). */
-	st->lock_bounded = le_lock_bound_begin();
+	st->lock_bounded = le_store_lock_bound_begin();
 
 	/* Abort restores the user id too, should anything below fail. */
 	GetUserIdAndSecContext(&st->save_userid, &st->save_sec_context);
@@ -252,7 +249,7 @@ le_store_end(LeaseStoreState *st)
 {
 	le_rows_end(st);
 	SetUserIdAndSecContext(st->save_userid, st->save_sec_context);
-	le_lock_bound_end(st->lock_bounded);
+	le_store_lock_bound_end(st->lock_bounded);
 	error_context_stack = st->errcallback.previous;
 	if (st->locked && st->idle_bound_us > 0 && st->lease_key != NULL)
 		le_holder_bound_idle(st->lease_key, st->idle_bound_us);
@@ -326,121 +323,9 @@ le_store_prune_history(LeaseStoreState *st)
 	return le_store_prune_all_history(st, le_history_cutoff(GetCurrentTimestamp()));
 }
 
-/*
- * The lock tag of one of a lease's locks: advisory lock method, the lease
- * id in the two key fields, and a class of ours in the last (user advisory
- * locks use 1 and 2 there, so they never collide with ours).
- */
-static void
-le_lease_locktag(LOCKTAG *tag, int64 lease_id, uint16 class)
-{
-	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId,
-						 (uint32) ((uint64) lease_id >> 32),
-						 (uint32) lease_id,
-						 class);
-}
-
-/* The lock tag of a lease's fence lock. */
-void
-le_fence_locktag(LOCKTAG *tag, int64 lease_id)
-{
-	le_lease_locktag(tag, lease_id, LE_LOCKTAG_CLASS);
-}
-
-/*
- * Take the fence lock of a lease in the given mode until the end of the
- * transaction.  Waits are bounded by the lock_timeout in force; before one,
- * the call lets go of le_lease (le_rows_let_go: the table lock a plain read
- * took is given back, as it would be without the wait).
- */
-void
-le_fence_lock(LeaseStoreState *st, int64 lease_id, LOCKMODE mode)
-{
-	LOCKTAG		tag;
-
-	le_fence_locktag(&tag, lease_id);
-	if (LockAcquire(&tag, mode, false, true) == LOCKACQUIRE_NOT_AVAIL)
-	{
-		le_rows_let_go(st);
-		(void) LockAcquire(&tag, mode, false, false);
-	}
-	if (mode == LE_FENCE_CHANGE_LOCKMODE)
-		le_durable_locks_taken();
-}
-
-/*
- * Take the fence lock of a lease in the given mode until the end of the
- * transaction if that needs no wait; false when someone else holds it.  For
- * callers that already hold the lease's row lock, and so must not wait for
- * the fence lock (lock order: fence lock, then row lock).
- */
-bool
-le_fence_trylock(int64 lease_id, LOCKMODE mode)
-{
-	LOCKTAG		tag;
-
-	le_fence_locktag(&tag, lease_id);
-	if (LockAcquire(&tag, mode, false, true) == LOCKACQUIRE_NOT_AVAIL)
-		return false;
-	if (mode == LE_FENCE_CHANGE_LOCKMODE)
-		le_durable_locks_taken();
-	return true;
-}
-
-/*
- * Give back a fence lock taken by le_fence_lock in this call before the
- * transaction ends: only for a call that then changed nothing (an acquire
- * that lost the race while it waited).  A lock the transaction took before
- * stays held.
- */
-void
-le_fence_unlock(int64 lease_id, LOCKMODE mode)
-{
-	LOCKTAG		tag;
-
-	le_fence_locktag(&tag, lease_id);
-	(void) LockRelease(&tag, mode, false);
-}
-
 /* Is the lease held and unexpired at server time now? */
 bool
 le_lease_is_valid(const LeaseRow *row, TimestampTz now)
 {
 	return row->holder != NULL && row->expires_at > now;
-}
-
-/* Names the lease whose fence lock a writer is waiting for. */
-static void
-le_fence_wait_context(void *arg)
-{
-	errcontext("leader_election: waiting for the fence lock of lease \"%s\" (bounded by leader_election.lock_timeout = %d ms)",
-			   (const char *) arg, le_lock_timeout_ms);
-}
-
-/*
- * Take the fence lock of a lease in LE_FENCE_WRITER_LOCKMODE until the end
- * of the transaction; the fence does so only at commit (and PREPARE), see
- * fence.c.  The uncontended path touches no setting; a wait (for a takeover
- * or a release in progress) is bounded by leader_election.lock_timeout, or
- * by the caller's lock_timeout when that is shorter, and fails with 55P03.
- */
-void
-le_fence_lock_writer(int64 lease_id, const char *key)
-{
-	LOCKTAG		tag;
-	ErrorContextCallback errcallback;
-	bool		bounded;
-
-	le_fence_locktag(&tag, lease_id);
-	if (LockAcquire(&tag, LE_FENCE_WRITER_LOCKMODE, false, true) != LOCKACQUIRE_NOT_AVAIL)
-		return;
-
-	errcallback.callback = le_fence_wait_context;
-	errcallback.arg = (void *) key;
-	errcallback.previous = error_context_stack;
-	error_context_stack = &errcallback;
-	bounded = le_lock_bound_begin();
-	(void) LockAcquire(&tag, LE_FENCE_WRITER_LOCKMODE, false, false);
-	le_lock_bound_end(bounded);
-	error_context_stack = errcallback.previous;
 }

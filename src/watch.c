@@ -64,7 +64,7 @@ le_watch_start(int64 lease_id)
 {
 	LOCKTAG		tag;
 
-	le_fence_locktag(&tag, lease_id);
+	le_fence_lock_tag(&tag, lease_id);
 	if (LockHeldByMe(&tag, LE_WATCH_LOCKMODE))
 		return false;
 	(void) LockAcquire(&tag, LE_WATCH_LOCKMODE, true, false);
@@ -77,7 +77,7 @@ le_watch_stop(int64 lease_id)
 {
 	LOCKTAG		tag;
 
-	le_fence_locktag(&tag, lease_id);
+	le_fence_lock_tag(&tag, lease_id);
 	if (!LockHeldByMe(&tag, LE_WATCH_LOCKMODE))
 		return false;
 	return LockRelease(&tag, LE_WATCH_LOCKMODE, true);
@@ -93,7 +93,7 @@ le_watch_by_others(int64 lease_id)
 {
 	LOCKTAG		tag;
 
-	le_fence_locktag(&tag, lease_id);
+	le_fence_lock_tag(&tag, lease_id);
 	return LockAcquire(&tag, LE_WATCH_CHANGE_LOCKMODE, false, true) == LOCKACQUIRE_NOT_AVAIL;
 }
 
