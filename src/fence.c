@@ -12,7 +12,7 @@
  *
  * Locking rules.  The check is made twice (issue 7, items 1 and 4):
  *	- at each write, without any lock, on the latest committed lease row
- *	  (le_store_read_latest takes its own snapshot, so REPEATABLE READ and
+ *	  (le_rows_read_latest takes its own snapshot, so REPEATABLE READ and
  *	  SERIALIZABLE writers see token changes too): an early rejection.  The
  *	  (lease row id, token) is recorded for the transaction;
  *	- at XACT_EVENT_PRE_COMMIT, for every recorded lease:
@@ -21,7 +21,7 @@
  *	  leader_election.lock_timeout, 55P03), the row is read again with a
  *	  snapshot taken after the lock was granted (or only its page's LSN
  *	  compared), with le_lease held in AccessShareLock from then to the end
- *	  of the commit (le_store_hold_lease_table: a TRUNCATE or rewrite of
+ *	  of the commit (le_rows_hold_lease_table: a TRUNCATE or rewrite of
  *	  le_lease has ended and its invalidations are read, and none starts
  *	  before our commit ends), and the commit fails
  *	  unless it is still the same row (the id locked is the id read), the
@@ -43,15 +43,15 @@
  *
  * Speed.  A fenced INSERT must cost little more than an unfenced one, so the
  * trigger uses no SPI, no user switch and no setting changes on its normal
- * path, and reads the lease row directly (le_store_read_latest: on its
+ * path, and reads the lease row directly (le_rows_read_latest: on its
  * page, from the hint, no slot, no snapshot built, no lseek).  In a warm
  * session it takes no lock on le_lease at all: it reuses what its last
  * read of the key's row found (lease id, token, expiry, holder role) while
- * that row's page keeps the LSN it had then (le_store_page_unchanged: the
+ * that row's page keeps the LSN it had then (le_rows_page_unchanged: the
  * page pinned by ReadRecentBuffer in the buffer it was read in; only for a
  * final version, see le_rows_read_in_place), else reads the row where it
  * found it last if that block is still in the same shared buffer
- * (le_store_read_unlocked, which says why no table lock is needed), and
+ * (le_rows_read_unlocked, which says why no table lock is needed), and
  * only otherwise opens le_lease with AccessShareLock.  Per backend we cache
  * the oids of le_lease and its key index, and per key the heap TID where
  * the row was last found, a hint only (checked against the key and the
@@ -77,7 +77,7 @@
  * (le_fence_released_here).  The commit-time check reads once
  * per (lease, token) recorded, however many writes the transaction made,
  * and not even that when the page of the version the last write judged by
- * still has the LSN it had then (le_store_row_unchanged): that read
+ * still has the LSN it had then (le_rows_row_unchanged): that read
  * records the page and its LSN only for a version that is final (committed
  * by another transaction, nobody deleting, updating or locking it), and
  * any change of the page since, a token change that committed before our
@@ -133,7 +133,7 @@ PG_FUNCTION_INFO_V1(le_unprotect);
  * shared buffer) the row was last found and what that read found.  The
  * fence judges a write by the row it reads, or by what the last read found
  * while the page's LSN shows that nothing on it changed since.  A hint is
- * only a place to look first (see le_store_read_latest); all hints are
+ * only a place to look first (see le_rows_read_latest); all hints are
  * dropped on any relcache
  * invalidation of le_lease or its index (VACUUM FULL, CLUSTER, TRUNCATE,
  * DROP and CREATE EXTENSION).
@@ -146,7 +146,7 @@ typedef struct LeaseIdEntry
 
 	/*
 	 * What the last read found, reused while the page still has the LSN it
-	 * had then (le_store_page_unchanged): only for a version that was final
+	 * had then (le_rows_page_unchanged): only for a version that was final
 	 * (stamp.lsn valid, see le_rows_read_in_place), whose every change
 	 * moves that LSN.
 	 */
@@ -332,7 +332,7 @@ le_fence_proc_callback(Datum arg, int cacheid, uint32 hashvalue)
 
 /*
  * The lease row as an earlier read judged it, for a check whose page shows
- * that nothing changed since (le_store_page_unchanged): holder is only
+ * that nothing changed since (le_rows_page_unchanged): holder is only
  * tested for NULL, so any non-NULL string stands for it.
  */
 static void
@@ -400,7 +400,7 @@ le_fence_note_release(int64 lease_id, int64 token, bool was_valid,
  * transaction passed the fence with, take its fence lock in
  * LE_FENCE_WRITER_LOCKMODE (the wait bounded by
  * leader_election.lock_timeout, 55P03); then hold le_lease
- * (le_store_hold_lease_table); then, for each, read the latest committed row
+ * (le_rows_hold_lease_table); then, for each, read the latest committed row
  * with a snapshot taken after the locks were granted, and require that it is
  * still the row the write was judged by, that the token is its current one
  * and that the lease is unexpired now.  Otherwise the commit fails with
@@ -455,12 +455,12 @@ le_fence_commit_check(void)
 			 * it and waits for our row.  Otherwise wait (bounded); the row
 			 * is read again below, after the lock was granted.
 			 */
-			if (!le_store_read_latest(cache_lease_relid, cache_key_indexid, fl->key,
+			if (!le_rows_read_latest(cache_lease_relid, cache_key_indexid, fl->key,
 									  &fl->tid, &row, &ours, &stamp) || !ours)
 				le_fence_lock_writer(fl->lease_id, fl->key);
 		}
 	}
-	le_store_hold_lease_table(cache_lease_relid);
+	le_rows_hold_lease_table(cache_lease_relid);
 
 	foreach(lc, fenced_leases)
 	{
@@ -486,7 +486,7 @@ le_fence_commit_check(void)
 							   fl->token),
 					 errhint("Acquire the lease again for a new token.")));
 
-		if (fl->locked_at_once && le_store_row_unchanged(cache_lease_relid, &fl->stamp))
+		if (fl->locked_at_once && le_rows_row_unchanged(cache_lease_relid, &fl->stamp))
 		{
 			/*
 			 * Nothing on the row's page changed since the write's read
@@ -498,7 +498,7 @@ le_fence_commit_check(void)
 			found = true;
 		}
 		else
-			found = le_store_read_latest(cache_lease_relid, cache_key_indexid, fl->key,
+			found = le_rows_read_latest(cache_lease_relid, cache_key_indexid, fl->key,
 										 &fl->tid, &row, &ours, &stamp);
 		now = GetCurrentTimestamp();
 		if (!found || row.lease_id != fl->lease_id)
@@ -695,7 +695,7 @@ le_fence_cache_prepare(Oid nsp)
 	if (cache_nsp == nsp && !cache_stale && cache_lease_ids != NULL)
 		return;
 
-	le_store_relids(nsp, &lease_relid, &key_indexid);
+	le_rows_relids(nsp, &lease_relid, &key_indexid);
 	cache_stale = false;
 
 	if (cache_lease_ids != NULL)
@@ -810,7 +810,7 @@ le_fence_check_token(Oid nsp, const char *key, int64 token, bool strict, const v
 	 * where it was found last time if its block is still in the same
 	 * buffer, without a lock on le_lease; else with one.
 	 */
-	if (le_store_page_unchanged(cache_lease_relid, &entry->stamp, &found) && found)
+	if (le_rows_page_unchanged(cache_lease_relid, &entry->stamp, &found) && found)
 	{
 		le_fence_judged_row(&row, entry->lease_id, entry->token, entry->expires_at,
 							entry->held ? entry->key : NULL,
@@ -820,8 +820,8 @@ le_fence_check_token(Oid nsp, const char *key, int64 token, bool strict, const v
 	else
 	{
 		entry->stamp.lsn = InvalidXLogRecPtr;
-		if (!le_store_read_unlocked(cache_lease_relid, key, &entry->tid, entry->recent, &row, &stamp) &&
-			!le_store_read_latest(cache_lease_relid, cache_key_indexid, key, &entry->tid, &row, NULL,
+		if (!le_rows_read_unlocked(cache_lease_relid, key, &entry->tid, entry->recent, &row, &stamp) &&
+			!le_rows_read_latest(cache_lease_relid, cache_key_indexid, key, &entry->tid, &row, NULL,
 								  &stamp))
 		{
 			entry->recent = InvalidBuffer;

@@ -122,12 +122,12 @@ typedef struct LeaseStoreState
 	bool		keep_lease_lock;	/* keep lease_rel's lock to transaction end */
 	bool		lease_rowex;	/* this call took RowExclusiveLock on le_lease */
 	Snapshot	snap;			/* registered by the last peek or lock of this call */
-	HeapTuple	peeked_tuple;	/* copy of the version le_store_peek read, while usable */
+	HeapTuple	peeked_tuple;	/* copy of the version le_rows_peek read, while usable */
 	LeaseRow	peeked_row;		/* ... and what it said */
-	ItemPointerData tid;		/* lease row version that le_store_lock locked */
-	HeapTuple	locked_tuple;	/* copy of the version locked, for le_store_write */
+	ItemPointerData tid;		/* lease row version that le_rows_lock locked */
+	HeapTuple	locked_tuple;	/* copy of the version locked, for le_rows_write */
 	bool		locked;			/* this call locked the lease row (and maybe its fence) */
-	bool		tentative;		/* tid/locked_tuple were read, not locked (see le_store_lock) */
+	bool		tentative;		/* tid/locked_tuple were read, not locked (see le_rows_lock) */
 	bool		must_lock;		/* a tentative write lost a race: lock from now on */
 	int64		idle_bound_us;	/* the transaction's deadline for the lease, from now; 0: none */
 	/* a grant's prune: rows found due before the lease row was written */
@@ -148,27 +148,27 @@ extern void le_store_lock_bound_end(bool began);
 /* The holder deadline (holder.c). */
 extern void le_holder_bound_idle(const char *key, int64 bound_us);
 
-extern void le_store_create(LeaseStoreState *st, const char *key);
-extern int64 le_store_prune_all_history(LeaseStoreState *st, TimestampTz cutoff);
+extern void le_rows_create(LeaseStoreState *st, const char *key);
+extern int64 le_rows_prune_all_history(LeaseStoreState *st, TimestampTz cutoff);
 extern void le_store_prune_plan(LeaseStoreState *st, int64 lease_id, TimestampTz *min_ended_at,
 								TimestampTz now);
 extern bool le_store_history_due(TimestampTz ended_at, TimestampTz now);
 extern int64 le_store_prune_history(LeaseStoreState *st);
 
 /* Rows of le_lease and le_lease_history, by direct access (lease_rows.c). */
-extern bool le_store_peek(LeaseStoreState *st, const char *key, LeaseRow *row);
+extern bool le_rows_peek(LeaseStoreState *st, const char *key, LeaseRow *row);
 typedef bool (*LeaseRowCheck) (const LeaseRow *row, void *arg);
-extern bool le_store_lock(LeaseStoreState *st, const char *key, LeaseRow *row,
+extern bool le_rows_lock(LeaseStoreState *st, const char *key, LeaseRow *row,
 						  LeaseRowCheck check, void *arg);
-extern bool le_store_write(LeaseStoreState *st, const LeaseRow *row);
-extern void le_store_history_open(LeaseStoreState *st, const LeaseRow *row);
-extern bool le_store_period_recorded(LeaseStoreState *st, const LeaseRow *row);
-extern void le_store_history_close(LeaseStoreState *st, int64 lease_id, int64 token,
+extern bool le_rows_write(LeaseStoreState *st, const LeaseRow *row);
+extern void le_rows_history_open(LeaseStoreState *st, const LeaseRow *row);
+extern bool le_rows_period_recorded(LeaseStoreState *st, const LeaseRow *row);
+extern void le_rows_history_close(LeaseStoreState *st, int64 lease_id, int64 token,
 								   TimestampTz ended_at, const char *reason);
-extern TimestampTz le_store_find_due_history(LeaseStoreState *st, int64 lease_id,
+extern TimestampTz le_rows_find_due_history(LeaseStoreState *st, int64 lease_id,
 											 TimestampTz cutoff, TimestampTz now);
-extern TimestampTz le_store_delete_due_history(LeaseStoreState *st);
-extern void le_store_forget_due_history(LeaseStoreState *st);
+extern TimestampTz le_rows_delete_due_history(LeaseStoreState *st);
+extern void le_rows_forget_due_history(LeaseStoreState *st);
 extern void le_rows_end(LeaseStoreState *st);
 extern void le_rows_let_go(LeaseStoreState *st);
 
@@ -192,7 +192,7 @@ extern bool le_watch_start(int64 lease_id);
 extern bool le_watch_stop(int64 lease_id);
 
 /* Direct reads for the fence (lease_rows.c). */
-/* The extension's relations, by their place in le_store_relid's table. */
+/* The extension's relations, by their place in le_rows_lookup_relid's table. */
 typedef enum LeaseRel
 {
 	LE_REL_LEASE,
@@ -205,12 +205,12 @@ typedef enum LeaseRel
 	LE_NRELS
 } LeaseRel;
 
-extern Oid	le_store_relid(Oid nsp, LeaseRel which);
-extern Oid	le_store_owner(Oid nsp);
-extern void le_store_relids(Oid nsp, Oid *lease_relid, Oid *key_indexid);
+extern Oid	le_rows_lookup_relid(Oid nsp, LeaseRel which);
+extern Oid	le_rows_owner(Oid nsp);
+extern void le_rows_relids(Oid nsp, Oid *lease_relid, Oid *key_indexid);
 
 /*
- * Where le_store_read_latest found the version it returned: le_lease's file,
+ * Where le_rows_read_latest found the version it returned: le_lease's file,
  * the page, the shared buffer that held it and the page's LSN at the time of
  * the read.  buffer is invalid when the version was not read in place (by
  * the hint); lsn is invalid when the read cannot vouch for the version (see
@@ -224,14 +224,14 @@ typedef struct LeaseRowStamp
 	XLogRecPtr	lsn;
 } LeaseRowStamp;
 
-extern bool le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
+extern bool le_rows_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
 								 ItemPointer hint, LeaseRow *row, bool *written_by_us,
 								 LeaseRowStamp *stamp);
-extern bool le_store_read_unlocked(Oid lease_relid, const char *key, ItemPointer hint,
+extern bool le_rows_read_unlocked(Oid lease_relid, const char *key, ItemPointer hint,
 								   Buffer recent, LeaseRow *row, LeaseRowStamp *stamp);
-extern bool le_store_page_unchanged(Oid lease_relid, const LeaseRowStamp *stamp, bool *unchanged);
-extern void le_store_hold_lease_table(Oid lease_relid);
-extern bool le_store_row_unchanged(Oid lease_relid, const LeaseRowStamp *stamp);
+extern bool le_rows_page_unchanged(Oid lease_relid, const LeaseRowStamp *stamp, bool *unchanged);
+extern void le_rows_hold_lease_table(Oid lease_relid);
+extern bool le_rows_row_unchanged(Oid lease_relid, const LeaseRowStamp *stamp);
 
 /* The fence (fence.c). */
 extern int64 le_fencing_token_setting;	/* leader_election.fencing_token, 0 when unset */

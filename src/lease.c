@@ -158,7 +158,7 @@ typedef enum PeriodEnd
  * Plan the end of old's period, ended now, before row (the version of the
  * lease row about to be written) is written.  A free lease (no holder) has
  * no open period; a period this backend granted with
- * leader_election.history off has no row (le_store_period_recorded).
+ * leader_election.history off has no row (le_rows_period_recorded).
  * One that lapsed longer ago than the retention has its row deleted
  * instead of closed, and its end is not folded into the bound; any other
  * folds its end into row's bound (le_note_period_end).  Decided once per
@@ -167,7 +167,7 @@ typedef enum PeriodEnd
 static PeriodEnd
 le_plan_period_end(LeaseStoreState *st, LeaseRow *row, const LeaseRow *old, TimestampTz now)
 {
-	if (old->holder == NULL || !le_store_period_recorded(st, old))
+	if (old->holder == NULL || !le_rows_period_recorded(st, old))
 		return LE_PERIOD_UNRECORDED;
 	if (le_store_history_due(le_period_end(old, now), now))
 		return LE_PERIOD_DELETE;
@@ -185,7 +185,7 @@ le_close_period(LeaseStoreState *st, const LeaseRow *old, TimestampTz now,
 {
 	if (plan == LE_PERIOD_UNRECORDED)
 		return;
-	le_store_history_close(st, old->lease_id, old->fencing_token, le_period_end(old, now),
+	le_rows_history_close(st, old->lease_id, old->fencing_token, le_period_end(old, now),
 						   plan == LE_PERIOD_DELETE ? NULL :
 						   old->expires_at <= now ? "expired" : reason);
 }
@@ -252,7 +252,7 @@ le_acquire(PG_FUNCTION_ARGS)
 	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
 
 	/* Fast path: refusals only read. */
-	found = le_store_peek(&st, key, &row);
+	found = le_rows_peek(&st, key, &row);
 	if (found && le_lease_is_valid(&row, GetCurrentTimestamp()) &&
 		!le_is_ours(&row, owner, &st))
 	{
@@ -261,7 +261,7 @@ le_acquire(PG_FUNCTION_ARGS)
 	}
 
 	if (!found)
-		le_store_create(&st, key);
+		le_rows_create(&st, key);
 	else if (!le_is_ours(&row, owner, &st) ||
 			 !le_lease_is_valid(&row, GetCurrentTimestamp()))
 	{
@@ -285,7 +285,7 @@ le_acquire(PG_FUNCTION_ARGS)
 	ac.st = &st;
 retry:
 	ac.lost = false;
-	if (!le_store_lock(&st, key, &row, fenced ? le_acquire_not_lost : NULL, &ac))
+	if (!le_rows_lock(&st, key, &row, fenced ? le_acquire_not_lost : NULL, &ac))
 	{
 		if (!ac.lost)
 			elog(ERROR, "leader_election: lease row \"%s\" vanished", key);
@@ -321,7 +321,7 @@ retry:
 		/* The valid holder again (e.g. a retry after a lost reply). */
 		row.renewed_at = now;
 		row.expires_at = now + ttl;
-		if (!le_store_write(&st, &row))
+		if (!le_rows_write(&st, &row))
 			goto retry;			/* the row changed since it was read */
 	}
 	else
@@ -375,12 +375,12 @@ retry:
 		 * then locked (the token drawn is skipped: tokens may have gaps,
 		 * never repeats).  New history rows are written only after the row.
 		 */
-		if (!le_store_write(&st, &row))
+		if (!le_rows_write(&st, &row))
 			goto retry;
 		new_period = true;
 		le_close_period(&st, &old, now, "expired", lapsed_end);
-		le_store_history_open(&st, &row);
-		busy_end = le_store_delete_due_history(&st);
+		le_rows_history_open(&st, &row);
+		busy_end = le_rows_delete_due_history(&st);
 		if (busy_end != 0 && busy_end < row.history_min_ended_at)
 		{
 			/*
@@ -389,7 +389,7 @@ retry:
 			 */
 			row.history_min_ended_at = busy_end;
 			CommandCounterIncrement();
-			if (!le_store_write(&st, &row))
+			if (!le_rows_write(&st, &row))
 				elog(ERROR, "leader_election: lease row \"%s\" changed under its lock", key);
 		}
 		le_watch_notify(&st, "acquired", &row);
@@ -402,7 +402,7 @@ retry:
 	/*
 	 * Built in the caller's memory context, after le_store_end: the strings
 	 * of row are the caller's (owner, st.caller_name) or were copied into
-	 * the caller's context by le_store_lock.
+	 * the caller's context by le_rows_lock.
 	 */
 	PG_RETURN_DATUM(le_acquire_result(fcinfo, true, new_period, &row));
 }
@@ -455,7 +455,7 @@ le_renew(PG_FUNCTION_ARGS)
 	 * again on what the row holds now.
 	 */
 retry:
-	if (!le_store_lock(&st, key, &row, le_renew_looks_ours, &rc))
+	if (!le_rows_lock(&st, key, &row, le_renew_looks_ours, &rc))
 	{
 		le_store_end(&st);
 		PG_RETURN_NULL();
@@ -471,7 +471,7 @@ retry:
 
 	row.renewed_at = now;
 	row.expires_at = now + ttl;
-	if (!le_store_write(&st, &row))
+	if (!le_rows_write(&st, &row))
 		goto retry;				/* the row changed since it was read */
 	le_durable_commit();
 	st.idle_bound_us = ttl;
@@ -519,7 +519,7 @@ le_free_lease(FunctionCallInfo fcinfo, const char *key, const char *owner,
 	fc.st = &st;
 
 	/* Not ours (or nothing to free): answer from a plain read. */
-	if (!le_store_peek(&st, key, &row) || !le_free_applies(&row, &fc))
+	if (!le_rows_peek(&st, key, &row) || !le_free_applies(&row, &fc))
 	{
 		le_store_end(&st);
 		return false;
@@ -533,7 +533,7 @@ le_free_lease(FunctionCallInfo fcinfo, const char *key, const char *owner,
 	locked_id = row.lease_id;
 	le_fence_lock(&st, locked_id, LE_FENCE_CHANGE_LOCKMODE);
 retry:
-	if (!le_store_lock(&st, key, &row, le_free_applies, &fc))
+	if (!le_rows_lock(&st, key, &row, le_free_applies, &fc))
 	{
 		if (!st.locked)
 			le_fence_lock_release(locked_id, LE_FENCE_CHANGE_LOCKMODE);
@@ -565,7 +565,7 @@ retry:
 	row.holder_role = NULL;
 	row.expires_at = 0;
 	end = le_plan_period_end(&st, &row, &old, now);
-	if (!le_store_write(&st, &row))
+	if (!le_rows_write(&st, &row))
 		goto retry;				/* the row changed since it was read */
 	if (owner != NULL)
 		le_fence_note_release(old.lease_id, old.fencing_token, le_lease_is_valid(&old, now),
@@ -636,18 +636,18 @@ le_watch(PG_FUNCTION_ARGS)
 
 	le_check_writable("watch");
 	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
-	if (!le_store_peek(&st, key, &row))
+	if (!le_rows_peek(&st, key, &row))
 	{
 		/*
 		 * The new row stays uncommitted, and every candidate for the key
 		 * waits for it, until this transaction ends: refuse PREPARE and
 		 * bound its idle time, as after a grant.
 		 */
-		le_store_create(&st, key);
+		le_rows_create(&st, key);
 		le_durable_locks_taken();
 		st.locked = true;
 		le_bound_refusal(&st);
-		if (!le_store_peek(&st, key, &row))
+		if (!le_rows_peek(&st, key, &row))
 			elog(ERROR, "leader_election: lease row \"%s\" vanished", key);
 	}
 	le_rows_let_go(&st);		/* no table lock of ours while we wait */
@@ -666,7 +666,7 @@ le_unwatch(PG_FUNCTION_ARGS)
 	bool		stopped = false;
 
 	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
-	if (le_store_peek(&st, key, &row))
+	if (le_rows_peek(&st, key, &row))
 		stopped = le_watch_stop(row.lease_id);
 	le_store_end(&st);
 	PG_RETURN_BOOL(stopped);

@@ -16,11 +16,11 @@
  * Visibility and locking.  Each operation first makes this transaction's
  * earlier changes visible (CommandCounterIncrement, as SPI does before
  * every statement), then:
- *	- le_store_peek reads without any lock: at READ COMMITTED the latest
+ *	- le_rows_peek reads without any lock: at READ COMMITTED the latest
  *	  committed version, at REPEATABLE READ and SERIALIZABLE the version of
  *	  the transaction snapshot (what the caller is told agrees with its
  *	  snapshot);
- *	- le_store_lock starts from the version the call's peek read when
+ *	- le_rows_lock starts from the version the call's peek read when
  *	  nothing was waited for since; otherwise (after a wait for the fence
  *	  lock, or on a second try) it finds the row with a new snapshot, by the
  *	  backend's hint of where the key's row is (le_rows_hint; a version found
@@ -28,17 +28,17 @@
  *	  a wait in between may see that TID given to another row) or else by
  *	  index.  First it
  *	  returns that version without locking it ("tentative"): the caller
- *	  decides on it, and le_store_write updates it only if it is still the
+ *	  decides on it, and le_rows_write updates it only if it is still the
  *	  latest and nobody locks or modifies it (heap_update without waiting),
  *	  so the update itself is the row lock, a compare-and-set on the
  *	  version decided on, with no separate row-lock WAL record.  When that
  *	  fails (someone changed or locked the row since, or holds it now),
- *	  nothing is written and the caller asks again: then le_store_lock
+ *	  nothing is written and the caller asks again: then le_rows_lock
  *	  locks the row as SELECT ... FOR UPDATE does, with the same command id;
  *	  at READ COMMITTED it follows the update chain to the latest version
  *	  (waiting for an updater in progress), at the stricter levels a row
  *	  updated since the snapshot is a serialization failure (40001);
- *	- le_store_write updates exactly the version le_store_lock returned.
+ *	- le_rows_write updates exactly the version le_rows_lock returned.
  * The snapshot of the read stays registered until the write, so the
  * version's TID cannot be pruned and reused in between.  Lock waits are
  * bounded by the lock_timeout le_store_begin put in force.  History rows
@@ -158,19 +158,19 @@ static const char *const le_rel_names[LE_NRELS] = {
 	"le_lease", "le_lease_key_unique", "le_lease_history", "le_lease_history_pkey",
 	"le_lease_history_id_seq", "le_lease_id_seq", "le_token_seq"
 };
-static Oid	le_rels_nsp = InvalidOid;	/* schema of le_rels; invalid: none kept */
-static Oid	le_rels[LE_NRELS];
-static Oid	le_rels_owner;		/* owner of le_rels[LE_REL_LEASE], when valid */
+static Oid	le_rows_rels_nsp = InvalidOid;	/* schema of le_rows_rels; invalid: none kept */
+static Oid	le_rows_rels[LE_NRELS];
+static Oid	le_rows_rels_owner;		/* owner of le_rows_rels[LE_REL_LEASE], when valid */
 
 static void
-le_rels_forget(Datum arg, int cacheid, uint32 hashvalue)
+le_rows_rels_forget(Datum arg, int cacheid, uint32 hashvalue)
 {
-	le_rels_nsp = InvalidOid;
+	le_rows_rels_nsp = InvalidOid;
 }
 
 /*
  * le_lease's current file as this backend last saw it, with the shared
- * invalidations read up to then: the only file le_store_page_unchanged
+ * invalidations read up to then: the only file le_rows_page_unchanged
  * trusts a page of.  Forgotten at any relcache invalidation of that table
  * (a rewrite or truncation gives it a new file and sends one before it
  * releases its lock; one made by this transaction is read at its next
@@ -203,58 +203,58 @@ le_rows_file_seen(Relation rel)
 
 /* Keep relids for schema nsp from now on (forgetting those of another). */
 static void
-le_rels_for(Oid nsp)
+le_rows_rels_for(Oid nsp)
 {
 	static bool registered = false;
 
 	if (!registered)
 	{
-		CacheRegisterSyscacheCallback(RELNAMENSP, le_rels_forget, (Datum) 0);
+		CacheRegisterSyscacheCallback(RELNAMENSP, le_rows_rels_forget, (Datum) 0);
 		registered = true;
 	}
-	if (le_rels_nsp != nsp)
+	if (le_rows_rels_nsp != nsp)
 	{
-		memset(le_rels, 0, sizeof(le_rels));
-		le_rels_owner = InvalidOid;
-		le_rels_nsp = nsp;
+		memset(le_rows_rels, 0, sizeof(le_rows_rels));
+		le_rows_rels_owner = InvalidOid;
+		le_rows_rels_nsp = nsp;
 	}
 }
 
 /* The oid of one of our relations in schema nsp; InvalidOid when missing. */
 Oid
-le_store_relid(Oid nsp, LeaseRel which)
+le_rows_lookup_relid(Oid nsp, LeaseRel which)
 {
-	le_rels_for(nsp);
-	if (!OidIsValid(le_rels[which]))
-		le_rels[which] = get_relname_relid(le_rel_names[which], nsp);
-	return le_rels[which];
+	le_rows_rels_for(nsp);
+	if (!OidIsValid(le_rows_rels[which]))
+		le_rows_rels[which] = get_relname_relid(le_rel_names[which], nsp);
+	return le_rows_rels[which];
 }
 
 static Oid le_rows_relid(Oid nsp, LeaseRel which);
 
 /* The owner of le_lease in schema nsp (the extension owner). */
 Oid
-le_store_owner(Oid nsp)
+le_rows_owner(Oid nsp)
 {
 	Oid			relid = le_rows_relid(nsp, LE_REL_LEASE);
 
-	if (!OidIsValid(le_rels_owner))
+	if (!OidIsValid(le_rows_rels_owner))
 	{
 		HeapTuple	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
 
 		if (!HeapTupleIsValid(tup))
 			elog(ERROR, "cache lookup failed for relation %u", relid);
-		le_rels_owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
+		le_rows_rels_owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
 		ReleaseSysCache(tup);
 	}
-	return le_rels_owner;
+	return le_rows_rels_owner;
 }
 
 /* The oid of one of our relations in schema nsp, or an error naming it. */
 static Oid
 le_rows_relid(Oid nsp, LeaseRel which)
 {
-	Oid			relid = le_store_relid(nsp, which);
+	Oid			relid = le_rows_lookup_relid(nsp, which);
 
 	if (!OidIsValid(relid))
 		le_rows_missing(le_rel_names[which]);
@@ -280,7 +280,7 @@ le_rows_open_index(Oid indexid, LOCKMODE mode)
  * extension schema nsp; raises an error when the extension is broken.
  */
 void
-le_store_relids(Oid nsp, Oid *lease_relid, Oid *key_indexid)
+le_rows_relids(Oid nsp, Oid *lease_relid, Oid *key_indexid)
 {
 	*lease_relid = le_rows_relid(nsp, LE_REL_LEASE);
 	*key_indexid = le_rows_relid(nsp, LE_REL_LEASE_KEY);
@@ -335,7 +335,7 @@ le_rows_time(const Datum *values, const bool *isnull, int attnum)
 }
 
 /*
- * What le_store_read_unlocked gives the fence: the lease id, token, expiry
+ * What le_rows_read_unlocked gives the fence: the lease id, token, expiry
  * and holder role, without copying the key and holder (text, so detoasting
  * and a copy each; the fence knows the key and only asks whether there is a
  * holder): lease_key is NULL, holder is le_rows_held (not a name) when the
@@ -483,7 +483,7 @@ le_rows_read_in_place(Relation rel, const char *key, ItemPointer hint, Buffer re
 
 	if (BufferIsValid(recent))
 	{
-		/* without a lock on rel: only a block still in that buffer (see le_store_read_unlocked) */
+		/* without a lock on rel: only a block still in that buffer (see le_rows_read_unlocked) */
 		if (hint == NULL || !ItemPointerIsValid(hint) ||
 			!ReadRecentBuffer(rel->rd_node, MAIN_FORKNUM, ItemPointerGetBlockNumber(hint), recent))
 			return false;
@@ -696,7 +696,7 @@ le_rows_key_hint(Oid relid, const char *key)
  * own transaction snapshot or isolation level.  hint: see le_rows_find.
  */
 bool
-le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
+le_rows_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
 					 ItemPointer hint, LeaseRow *row, bool *written_by_us,
 					 LeaseRowStamp *stamp)
 {
@@ -767,14 +767,14 @@ le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
 }
 
 /*
- * le_store_read_latest without taking a lock on le_lease, for the fence's
+ * le_rows_read_latest without taking a lock on le_lease, for the fence's
  * early check of each write: the version of key's row that SnapshotSelf
  * sees on the HOT chain whose root is *hint, read only if the hint's block
  * is still in shared buffer recent (the buffer an earlier read found it
  * in; ReadRecentBuffer never reads a block from disk).  false otherwise
  * (no hint or buffer, the block left that buffer, nothing visible there or
  * a row of another key, le_lease gone or of another layout): the caller
- * then reads with le_store_read_latest.  *stamp as there; *row has the
+ * then reads with le_rows_read_latest.  *stamp as there; *row has the
  * lease id, token, expiry and holder role, and holder is NULL or not as
  * the row's, but neither it nor the key is copied (le_rows_values_brief).
  * The lock's
@@ -799,10 +799,10 @@ le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
  * and may accept a write that the takeover made stale.  That is why this
  * check only decides whether to reject early: the commit-time check
  * decides, under the fence lock and with the invalidations read after it
- * was granted (le_store_page_unchanged, or a read with the table lock).
+ * was granted (le_rows_page_unchanged, or a read with the table lock).
  */
 bool
-le_store_read_unlocked(Oid lease_relid, const char *key, ItemPointer hint, Buffer recent,
+le_rows_read_unlocked(Oid lease_relid, const char *key, ItemPointer hint, Buffer recent,
 					   LeaseRow *row, LeaseRowStamp *stamp)
 {
 	Relation	rel;
@@ -842,13 +842,13 @@ le_store_read_unlocked(Oid lease_relid, const char *key, ItemPointer hint, Buffe
  * fence lock is, so no idle writer holds it.
  */
 void
-le_store_hold_lease_table(Oid lease_relid)
+le_rows_hold_lease_table(Oid lease_relid)
 {
 	LockRelationOid(lease_relid, AccessShareLock);
 }
 
 /*
- * le_store_row_unchanged without opening le_lease: when the page is of the
+ * le_rows_row_unchanged without opening le_lease: when the page is of the
  * table's current file and still in the shared buffer it was read from,
  * set *unchanged (its LSN is the one in *stamp) and return true; false when
  * that cannot be told this way (no stamp, another file, or the block left
@@ -867,11 +867,11 @@ le_store_hold_lease_table(Oid lease_relid)
  * row we judged that committed before that took its locks after the
  * rewrite had queued its invalidation, and a rewrite or truncation holding
  * le_lease (which may have made the key's row anew) has ended, so we read
- * them here (le_store_hold_lease_table).  Used without those locks, by the
+ * them here (le_rows_hold_lease_table).  Used without those locks, by the
  * write-time check, it only decides whether to reject early.
  */
 bool
-le_store_page_unchanged(Oid lease_relid, const LeaseRowStamp *stamp, bool *unchanged)
+le_rows_page_unchanged(Oid lease_relid, const LeaseRowStamp *stamp, bool *unchanged)
 {
 	if (XLogRecPtrIsInvalid(stamp->lsn) || !BufferIsValid(stamp->buffer))
 		return false;
@@ -886,7 +886,7 @@ le_store_page_unchanged(Oid lease_relid, const LeaseRowStamp *stamp, bool *uncha
 }
 
 /*
- * Is the version that le_store_read_latest returned with *stamp still the
+ * Is the version that le_rows_read_latest returned with *stamp still the
  * latest, unchanged?  True when the page it is on has the same LSN as at
  * that read: every change of a version (an update, a delete, a row lock,
  * pruning or freezing) writes WAL and sets the page's LSN to the end of its
@@ -906,7 +906,7 @@ le_store_page_unchanged(Oid lease_relid, const LeaseRowStamp *stamp, bool *uncha
  * without WAL) would need this shortcut revisited (review, issue 9).
  */
 bool
-le_store_row_unchanged(Oid lease_relid, const LeaseRowStamp *stamp)
+le_rows_row_unchanged(Oid lease_relid, const LeaseRowStamp *stamp)
 {
 	Relation	rel;
 	bool		unchanged = false;
@@ -914,8 +914,8 @@ le_store_row_unchanged(Oid lease_relid, const LeaseRowStamp *stamp)
 	if (XLogRecPtrIsInvalid(stamp->lsn))
 		return false;
 
-	/* the caller holds le_lease (le_store_hold_lease_table) */
-	if (le_store_page_unchanged(lease_relid, stamp, &unchanged))
+	/* the caller holds le_lease (le_rows_hold_lease_table) */
+	if (le_rows_page_unchanged(lease_relid, stamp, &unchanged))
 		return unchanged;
 	rel = le_rows_open(lease_relid, AccessShareLock, le_lease_types, Natts_le_lease);
 	if (RelFileNodeEquals(rel->rd_node, stamp->node) && RelationNeedsWAL(rel) &&
@@ -952,7 +952,7 @@ le_rows_new_snapshot(LeaseStoreState *st)
  * le_lease, opened once per call by its first peek or lock and kept open to
  * the call's end (opening a relation, with its lock, is about 1,500
  * instructions).  Its AccessShareLock is given back by le_rows_let_go unless
- * a row version was read for writing or written (see le_store_lock).
+ * a row version was read for writing or written (see le_rows_lock).
  */
 static Relation
 le_rows_lease(LeaseStoreState *st)
@@ -977,7 +977,7 @@ le_rows_let_go(LeaseStoreState *st)
 	st->peeked_tuple = NULL;	/* its TID is only safe under our table lock */
 }
 
-/* Release what le_store_peek and le_store_lock kept for the rest of the call. */
+/* Release what le_rows_peek and le_rows_lock kept for the rest of the call. */
 void
 le_rows_end(LeaseStoreState *st)
 {
@@ -985,7 +985,7 @@ le_rows_end(LeaseStoreState *st)
 	if (st->snap != NULL)
 		UnregisterSnapshot(st->snap);
 	st->snap = NULL;
-	le_store_forget_due_history(st);
+	le_rows_forget_due_history(st);
 	ItemPointerSetInvalid(&st->tid);
 	st->locked_tuple = NULL;
 	st->peeked_tuple = NULL;
@@ -994,12 +994,12 @@ le_rows_end(LeaseStoreState *st)
 
 /*
  * Read the row of a lease into *row without locking it, for a decision that
- * le_store_lock confirms before anything is written (or that only
+ * le_rows_lock confirms before anything is written (or that only
  * refuses); false when the key has no row.  Writes nothing, takes no
  * transaction id.
  */
 bool
-le_store_peek(LeaseStoreState *st, const char *key, LeaseRow *row)
+le_rows_peek(LeaseStoreState *st, const char *key, LeaseRow *row)
 {
 	Relation	rel;
 	TupleTableSlot *slot;
@@ -1048,7 +1048,7 @@ le_rows_serialization_failure(void)
  * locked, which at READ COMMITTED may be a later one.
  */
 bool
-le_store_lock(LeaseStoreState *st, const char *key, LeaseRow *row,
+le_rows_lock(LeaseStoreState *st, const char *key, LeaseRow *row,
 			  LeaseRowCheck check, void *arg)
 {
 	Relation	rel;
@@ -1117,7 +1117,7 @@ le_store_lock(LeaseStoreState *st, const char *key, LeaseRow *row,
 		{
 			/*
 			 * Tentative: the version found is what the caller decides on and
-			 * what le_store_write updates, if it is still the latest then
+			 * what le_rows_write updates, if it is still the latest then
 			 * (no row-lock WAL record, no second lookup); otherwise the
 			 * write fails and the caller decides again on a locked version.
 			 */
@@ -1176,7 +1176,7 @@ le_store_lock(LeaseStoreState *st, const char *key, LeaseRow *row,
 	/*
 	 * Nothing locked: leave no table lock behind either (le_rows_let_go).
 	 * A tentative version keeps its table lock to the end of the
-	 * transaction: its TID must still name that version when le_store_write
+	 * transaction: its TID must still name that version when le_rows_write
 	 * updates it, which a rewrite in between (VACUUM FULL, CLUSTER,
 	 * TRUNCATE: all need ACCESS EXCLUSIVE) would break.
 	 */
@@ -1255,17 +1255,17 @@ le_rows_name_datum(const char *s, bool *isnull)
 }
 
 /*
- * Write every mutable column of the lease row that le_store_lock returned
+ * Write every mutable column of the lease row that le_rows_lock returned
  * in this call (its id and key must be the row's); true when written.  A
  * version it locked is always written.  A tentative one is written only if
  * nobody changed or locked it since it was read: then the update itself
  * is the row lock, held to the end of the transaction like one; else
- * nothing is written, false is returned, and the next le_store_lock of the
+ * nothing is written, false is returned, and the next le_rows_lock of the
  * call locks the row (waiting for whoever has it) for the caller to decide
  * again.
  */
 bool
-le_store_write(LeaseStoreState *st, const LeaseRow *row)
+le_rows_write(LeaseStoreState *st, const LeaseRow *row)
 {
 	Datum		values[Natts_le_lease];
 	bool		nulls[Natts_le_lease];
@@ -1367,7 +1367,7 @@ le_rows_period_hint(Relation rel, int64 lease_id, int64 token)
  * by history table, lease id, token and start (acquired_at), all compared
  * with the lease row as read when the period ends.  An entry is kept only
  * while the grant's (sub)transaction may still commit, and for good once it
- * did (le_unrecorded_xact_callback): the token of a grant that rolled back
+ * did (le_rows_unrecorded_xact_callback): the token of a grant that rolled back
  * can be drawn again after le_token_seq is set back by hand (the raise in
  * le_token_next goes only above the key's last committed token), and that
  * new period may be recorded.  A committed grant's token is the key's last
@@ -1389,10 +1389,10 @@ typedef struct UnrecordedPeriod
 								 * commits; then InvalidSubTransactionId */
 } UnrecordedPeriod;
 
-static UnrecordedPeriod le_unrecorded[LE_UNRECORDED_MAX];
-static int	le_unrecorded_next = 0;
-static bool le_unrecorded_used = false; /* any entry made yet */
-static bool le_unrecorded_pending = false;	/* entries of the current transaction */
+static UnrecordedPeriod le_rows_unrecorded[LE_UNRECORDED_MAX];
+static int	le_rows_unrecorded_next = 0;
+static bool le_rows_unrecorded_used = false; /* any entry made yet */
+static bool le_rows_unrecorded_pending = false;	/* entries of the current transaction */
 
 /*
  * At commit the current transaction's entries become permanent; at abort
@@ -1401,13 +1401,13 @@ static bool le_unrecorded_pending = false;	/* entries of the current transaction
  * all at least its own.
  */
 static void
-le_unrecorded_forget(SubTransactionId from, bool keep)
+le_rows_unrecorded_forget(SubTransactionId from, bool keep)
 {
 	int			i;
 
 	for (i = 0; i < LE_UNRECORDED_MAX; i++)
 	{
-		UnrecordedPeriod *p = &le_unrecorded[i];
+		UnrecordedPeriod *p = &le_rows_unrecorded[i];
 
 		if (p->relid == InvalidOid || p->subid == InvalidSubTransactionId || p->subid < from)
 			continue;
@@ -1419,45 +1419,45 @@ le_unrecorded_forget(SubTransactionId from, bool keep)
 }
 
 static void
-le_unrecorded_xact_callback(XactEvent event, void *arg)
+le_rows_unrecorded_xact_callback(XactEvent event, void *arg)
 {
-	if (!le_unrecorded_pending)
+	if (!le_rows_unrecorded_pending)
 		return;
 	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT)
-		le_unrecorded_forget(TopSubTransactionId, true);
+		le_rows_unrecorded_forget(TopSubTransactionId, true);
 	else if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
 			 event == XACT_EVENT_PREPARE)
-		le_unrecorded_forget(TopSubTransactionId, false);
+		le_rows_unrecorded_forget(TopSubTransactionId, false);
 	else
 		return;
-	le_unrecorded_pending = false;
+	le_rows_unrecorded_pending = false;
 }
 
 static void
-le_unrecorded_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+le_rows_unrecorded_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 							   SubTransactionId parentSubid, void *arg)
 {
-	if (le_unrecorded_pending && event == SUBXACT_EVENT_ABORT_SUB)
-		le_unrecorded_forget(mySubid, false);
+	if (le_rows_unrecorded_pending && event == SUBXACT_EVENT_ABORT_SUB)
+		le_rows_unrecorded_forget(mySubid, false);
 }
 
 /*
  * Can the current period of row (as read from le_lease) have a history
  * row?  false only for one this backend granted with the history off (see
- * le_unrecorded).
+ * le_rows_unrecorded).
  */
 bool
-le_store_period_recorded(LeaseStoreState *st, const LeaseRow *row)
+le_rows_period_recorded(LeaseStoreState *st, const LeaseRow *row)
 {
 	Oid			relid;
 	int			i;
 
-	if (!le_unrecorded_used)	/* the history was never off here */
+	if (!le_rows_unrecorded_used)	/* the history was never off here */
 		return true;
 	relid = le_rows_relid(st->nsp, LE_REL_HISTORY);
 	for (i = 0; i < LE_UNRECORDED_MAX; i++)
 	{
-		const UnrecordedPeriod *p = &le_unrecorded[i];
+		const UnrecordedPeriod *p = &le_rows_unrecorded[i];
 
 		if (p->relid == relid && p->lease_id == row->lease_id &&
 			p->token == row->fencing_token && p->acquired_at == row->acquired_at)
@@ -1471,7 +1471,7 @@ le_store_period_recorded(LeaseStoreState *st, const LeaseRow *row)
  * leader_election.history is off (then remember that it has no row).
  */
 void
-le_store_history_open(LeaseStoreState *st, const LeaseRow *row)
+le_rows_history_open(LeaseStoreState *st, const LeaseRow *row)
 {
 	Datum		values[Natts_le_history];
 	bool		nulls[Natts_le_history];
@@ -1481,12 +1481,12 @@ le_store_history_open(LeaseStoreState *st, const LeaseRow *row)
 	if (!le_history_enabled)
 	{
 		static bool registered = false;
-		UnrecordedPeriod *p = &le_unrecorded[le_unrecorded_next];
+		UnrecordedPeriod *p = &le_rows_unrecorded[le_rows_unrecorded_next];
 
 		if (!registered)
 		{
-			RegisterXactCallback(le_unrecorded_xact_callback, NULL);
-			RegisterSubXactCallback(le_unrecorded_subxact_callback, NULL);
+			RegisterXactCallback(le_rows_unrecorded_xact_callback, NULL);
+			RegisterSubXactCallback(le_rows_unrecorded_subxact_callback, NULL);
 			registered = true;
 		}
 		p->relid = le_rows_relid(st->nsp, LE_REL_HISTORY);
@@ -1494,9 +1494,9 @@ le_store_history_open(LeaseStoreState *st, const LeaseRow *row)
 		p->token = row->fencing_token;
 		p->acquired_at = row->acquired_at;
 		p->subid = GetCurrentSubTransactionId();
-		le_unrecorded_pending = true;
-		le_unrecorded_used = true;
-		le_unrecorded_next = (le_unrecorded_next + 1) % LE_UNRECORDED_MAX;
+		le_rows_unrecorded_pending = true;
+		le_rows_unrecorded_used = true;
+		le_rows_unrecorded_next = (le_rows_unrecorded_next + 1) % LE_UNRECORDED_MAX;
 		return;
 	}
 
@@ -1557,7 +1557,7 @@ le_rows_history_scan_end(IndexScanDesc scan, Relation idx)
  * retention, see le_plan_period_end in lease.c).
  */
 void
-le_store_history_close(LeaseStoreState *st, int64 lease_id, int64 token,
+le_rows_history_close(LeaseStoreState *st, int64 lease_id, int64 token,
 					   TimestampTz ended_at, const char *reason)
 {
 	Relation	rel;
@@ -1625,9 +1625,9 @@ le_store_history_close(LeaseStoreState *st, int64 lease_id, int64 token,
 	table_close(rel, NoLock);
 }
 
-/* Drop what le_store_find_due_history found (its snapshot, its arrays). */
+/* Drop what le_rows_find_due_history found (its snapshot, its arrays). */
 void
-le_store_forget_due_history(LeaseStoreState *st)
+le_rows_forget_due_history(LeaseStoreState *st)
 {
 	if (st->prune_snap != NULL)
 		UnregisterSnapshot(st->prune_snap);
@@ -1651,7 +1651,7 @@ le_store_forget_due_history(LeaseStoreState *st)
 
 /*
  * Find the history rows of one lease whose period ended before cutoff, for
- * le_store_delete_due_history to delete once the grant has written the
+ * le_rows_delete_due_history to delete once the grant has written the
  * lease row (and so holds its lock: a grant whose write failed then waits
  * for the row without holding any deletion, which a holder's open
  * transaction pruning too would otherwise wait for: a deadlock, review of
@@ -1667,7 +1667,7 @@ le_store_forget_due_history(LeaseStoreState *st)
  * pointers can be pruned and given to another row meanwhile.
  */
 TimestampTz
-le_store_find_due_history(LeaseStoreState *st, int64 lease_id, TimestampTz cutoff,
+le_rows_find_due_history(LeaseStoreState *st, int64 lease_id, TimestampTz cutoff,
 						  TimestampTz now)
 {
 	Relation	rel;
@@ -1677,7 +1677,7 @@ le_store_find_due_history(LeaseStoreState *st, int64 lease_id, TimestampTz cutof
 	TimestampTz earliest = DT_NOEND;
 	int			size = 0;
 
-	le_store_forget_due_history(st);
+	le_rows_forget_due_history(st);
 	CommandCounterIncrement();
 	rel = le_rows_open_history(st);
 	st->prune_snap = RegisterSnapshot(GetLatestSnapshot());
@@ -1727,7 +1727,7 @@ le_store_find_due_history(LeaseStoreState *st, int64 lease_id, TimestampTz cutof
 }
 
 /*
- * Delete the rows le_store_find_due_history found; the caller holds the
+ * Delete the rows le_rows_find_due_history found; the caller holds the
  * lease row's lock.  A row that another transaction is deleting (an open
  * le_prune_history()) is not waited for: a grant must not wait for an idle
  * administrator's transaction (invariant 5).  Returns the lowest ended_at
@@ -1737,7 +1737,7 @@ le_store_find_due_history(LeaseStoreState *st, int64 lease_id, TimestampTz cutof
  * a committed transaction deleted meanwhile is gone, as wanted.
  */
 TimestampTz
-le_store_delete_due_history(LeaseStoreState *st)
+le_rows_delete_due_history(LeaseStoreState *st)
 {
 	Relation	rel;
 	TimestampTz kept = 0;
@@ -1758,12 +1758,12 @@ le_store_delete_due_history(LeaseStoreState *st)
 			kept = st->prune_ends[i];
 	}
 	table_close(rel, NoLock);
-	le_store_forget_due_history(st);
+	le_rows_forget_due_history(st);
 	return kept;
 }
 
 /*
- * A grant's tentative write failed after le_store_find_due_history: forget
+ * A grant's tentative write failed after le_rows_find_due_history: forget
  * what the find found and give back the locks it took on le_lease_history
  * and its index (only its own hold: one the transaction took before
  * stays), so that the call's coming wait for the row lock holds nothing of
@@ -1777,7 +1777,7 @@ le_rows_release_due_history(LeaseStoreState *st)
 {
 	if (!st->prune_locked)
 		return;
-	le_store_forget_due_history(st);
+	le_rows_forget_due_history(st);
 	UnlockRelationOid(st->prune_indexid, AccessShareLock);
 	UnlockRelationOid(st->prune_relid, RowExclusiveLock);
 	st->prune_locked = false;
@@ -1794,7 +1794,7 @@ le_rows_release_due_history(LeaseStoreState *st)
  * Any other error is raised again.  Rare: once per key.
  */
 void
-le_store_create(LeaseStoreState *st, const char *key)
+le_rows_create(LeaseStoreState *st, const char *key)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
@@ -1864,7 +1864,7 @@ le_store_create(LeaseStoreState *st, const char *key)
  * meanwhile by a concurrent call is skipped.
  */
 int64
-le_store_prune_all_history(LeaseStoreState *st, TimestampTz cutoff)
+le_rows_prune_all_history(LeaseStoreState *st, TimestampTz cutoff)
 {
 	Relation	rel;
 	Snapshot	snap;

@@ -227,8 +227,8 @@ le_store_begin(LeaseStoreState *st, Oid fn_oid, const char *lease_key)
 	ItemPointerSetInvalid(&st->tid);
 	st->locked_tuple = NULL;
 
-	le_store_relids(nsp, &st->lease_relid, &st->key_indexid);
-	owner = le_store_owner(nsp);
+	le_rows_relids(nsp, &st->lease_relid, &st->key_indexid);
+	owner = le_rows_owner(nsp);
 
 	st->errcallback.callback = le_store_error_context;
 	st->errcallback.arg = st;
@@ -265,7 +265,7 @@ le_history_cutoff(TimestampTz now)
 /*
  * A grant's prune of its lease's history, first half: before the grant
  * writes the lease row, find the history rows past the retention (read
- * only; le_store_delete_due_history deletes them once the row is written)
+ * only; le_rows_delete_due_history deletes them once the row is written)
  * and set *min_ended_at to the bound the row must then carry.
  *
  * *min_ended_at is the history_min_ended_at of the lease row as read (0:
@@ -294,10 +294,10 @@ le_store_prune_plan(LeaseStoreState *st, int64 lease_id, TimestampTz *min_ended_
 	if (*min_ended_at != 0 && cutoff <= *min_ended_at)
 	{
 		/* Nothing due; forget what an earlier try of this call found. */
-		le_store_forget_due_history(st);
+		le_rows_forget_due_history(st);
 		return;
 	}
-	*min_ended_at = le_store_find_due_history(st, lease_id, cutoff, now);
+	*min_ended_at = le_rows_find_due_history(st, lease_id, cutoff, now);
 }
 
 /*
@@ -320,7 +320,7 @@ le_store_history_due(TimestampTz ended_at, TimestampTz now)
 int64
 le_store_prune_history(LeaseStoreState *st)
 {
-	return le_store_prune_all_history(st, le_history_cutoff(GetCurrentTimestamp()));
+	return le_rows_prune_all_history(st, le_history_cutoff(GetCurrentTimestamp()));
 }
 
 /* Is the lease held and unexpired at server time now? */

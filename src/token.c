@@ -36,7 +36,7 @@
 static Oid
 le_token_seq_oid(LeaseStoreState *st)
 {
-	Oid			seqid = le_store_relid(st->nsp, LE_REL_TOKEN_SEQ);
+	Oid			seqid = le_rows_lookup_relid(st->nsp, LE_REL_TOKEN_SEQ);
 
 	if (!OidIsValid(seqid))
 		ereport(ERROR,
