@@ -516,7 +516,7 @@ le_fence_commit_check(void)
 					 errdetail("The current fencing token is " INT64_FORMAT "; the transaction is rolled back.",
 							   row.fencing_token),
 					 errhint("A leader whose token was superseded must stop working, not retry.")));
-		if (!le_lease_is_valid(&row, now) &&
+		if (!le_store_lease_valid(&row, now) &&
 			!(ours && row.holder == NULL && le_fence_released_here(fl->lease_id, fl->token, now)))
 			ereport(ERROR,
 					(errcode(ERRCODE_LE_LEASE_NOT_HELD),
@@ -846,7 +846,7 @@ le_fence_check_token(Oid nsp, const char *key, int64 token, bool strict, const v
 				 errdetail("The current fencing token is " INT64_FORMAT ".", row.fencing_token),
 				 errhint("A leader whose token was superseded must stop working, not retry.")));
 
-	if (!le_lease_is_valid(&row, now))
+	if (!le_store_lease_valid(&row, now))
 	{
 		if (row.holder == NULL)
 			ereport(ERROR,

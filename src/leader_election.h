@@ -184,7 +184,7 @@ extern void le_fence_lock_writer(int64 lease_id, const char *key);
 struct LOCKTAG;
 extern void le_fence_lock_tag(struct LOCKTAG *tag, int64 lease_id);
 
-extern bool le_lease_is_valid(const LeaseRow *row, TimestampTz now);
+extern bool le_store_lease_valid(const LeaseRow *row, TimestampTz now);
 
 /* Watches and their NOTIFY (watch.c). */
 extern void le_watch_notify(const LeaseStoreState *st, const char *event, const LeaseRow *row);

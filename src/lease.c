@@ -45,7 +45,7 @@ PG_FUNCTION_INFO_V1(le_unwatch);
 
 /* Does the row's current period belong to this owner id and role? */
 static bool
-le_is_ours(const LeaseRow *row, const char *owner, const LeaseStoreState *st)
+le_lease_is_ours(const LeaseRow *row, const char *owner, const LeaseStoreState *st)
 {
 	return row->holder != NULL &&
 		strcmp(row->holder, owner) == 0 &&
@@ -53,13 +53,13 @@ le_is_ours(const LeaseRow *row, const char *owner, const LeaseStoreState *st)
 		strcmp(row->holder_role, st->caller_name) == 0;
 }
 
-/* le_acquire's result type, see le_acquire_result. */
+/* le_acquire's result type, see le_lease_acquire_result. */
 static TupleDesc acquire_desc = NULL;
 static Oid	acquire_desc_fn = InvalidOid;
 static bool acquire_desc_callback = false;
 
 static void
-le_acquire_desc_reset(Datum arg, int cacheid, uint32 hashvalue)
+le_lease_acquire_desc_reset(Datum arg, int cacheid, uint32 hashvalue)
 {
 	acquire_desc_fn = InvalidOid;
 }
@@ -69,7 +69,7 @@ le_acquire_desc_reset(Datum arg, int cacheid, uint32 hashvalue)
  * started a new ownership period (ignored, and NULL, when not acquired).
  */
 static Datum
-le_acquire_result(FunctionCallInfo fcinfo, bool acquired, bool new_period,
+le_lease_acquire_result(FunctionCallInfo fcinfo, bool acquired, bool new_period,
 				  const LeaseRow *row)
 {
 	TupleDesc	tupdesc;
@@ -88,7 +88,7 @@ le_acquire_result(FunctionCallInfo fcinfo, bool acquired, bool new_period,
 
 		if (!acquire_desc_callback)
 		{
-			CacheRegisterSyscacheCallback(PROCOID, le_acquire_desc_reset, (Datum) 0);
+			CacheRegisterSyscacheCallback(PROCOID, le_lease_acquire_desc_reset, (Datum) 0);
 			acquire_desc_callback = true;
 		}
 		if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
@@ -124,7 +124,7 @@ le_acquire_result(FunctionCallInfo fcinfo, bool acquired, bool new_period,
  * it lapsed before (it is then recorded as expired).
  */
 static TimestampTz
-le_period_end(const LeaseRow *old, TimestampTz now)
+le_lease_period_end(const LeaseRow *old, TimestampTz now)
 {
 	return old->expires_at <= now ? old->expires_at : now;
 }
@@ -137,15 +137,15 @@ le_period_end(const LeaseRow *old, TimestampTz now)
  * unknown; 'infinity' (none ended) becomes this end.
  */
 static void
-le_note_period_end(LeaseRow *row, const LeaseRow *old, TimestampTz now)
+le_lease_note_period_end(LeaseRow *row, const LeaseRow *old, TimestampTz now)
 {
-	TimestampTz ended_at = le_period_end(old, now);
+	TimestampTz ended_at = le_lease_period_end(old, now);
 
 	if (row->history_min_ended_at != 0 && ended_at < row->history_min_ended_at)
 		row->history_min_ended_at = ended_at;
 }
 
-/* What the end of a period does to its history row (le_plan_period_end). */
+/* What the end of a period does to its history row (le_lease_plan_period_end). */
 typedef enum PeriodEnd
 {
 	LE_PERIOD_UNRECORDED,		/* none to end: the lease was free, or the
@@ -161,31 +161,31 @@ typedef enum PeriodEnd
  * leader_election.history off has no row (le_rows_period_recorded).
  * One that lapsed longer ago than the retention has its row deleted
  * instead of closed, and its end is not folded into the bound; any other
- * folds its end into row's bound (le_note_period_end).  Decided once per
+ * folds its end into row's bound (le_lease_note_period_end).  Decided once per
  * call, for both.
  */
 static PeriodEnd
-le_plan_period_end(LeaseStoreState *st, LeaseRow *row, const LeaseRow *old, TimestampTz now)
+le_lease_plan_period_end(LeaseStoreState *st, LeaseRow *row, const LeaseRow *old, TimestampTz now)
 {
 	if (old->holder == NULL || !le_rows_period_recorded(st, old))
 		return LE_PERIOD_UNRECORDED;
-	if (le_store_history_due(le_period_end(old, now), now))
+	if (le_store_history_due(le_lease_period_end(old, now), now))
 		return LE_PERIOD_DELETE;
-	le_note_period_end(row, old, now);
+	le_lease_note_period_end(row, old, now);
 	return LE_PERIOD_CLOSE;
 }
 
 /*
  * End the current ownership period of old in the history, now, as planned
- * by le_plan_period_end.
+ * by le_lease_plan_period_end.
  */
 static void
-le_close_period(LeaseStoreState *st, const LeaseRow *old, TimestampTz now,
+le_lease_close_period(LeaseStoreState *st, const LeaseRow *old, TimestampTz now,
 				const char *reason, PeriodEnd plan)
 {
 	if (plan == LE_PERIOD_UNRECORDED)
 		return;
-	le_rows_history_close(st, old->lease_id, old->fencing_token, le_period_end(old, now),
+	le_rows_history_close(st, old->lease_id, old->fencing_token, le_lease_period_end(old, now),
 						   plan == LE_PERIOD_DELETE ? NULL :
 						   old->expires_at <= now ? "expired" : reason);
 }
@@ -199,7 +199,7 @@ le_close_period(LeaseStoreState *st, const LeaseRow *old, TimestampTz now,
  * its client is ended (see le_holder_bound_idle).
  */
 static void
-le_bound_refusal(LeaseStoreState *st)
+le_lease_bound_refusal(LeaseStoreState *st)
 {
 	st->idle_bound_us = (int64) le_lock_timeout_ms * 1000;
 }
@@ -214,11 +214,11 @@ typedef struct AcquireCheck
 
 /* Is the row not validly held by someone else (worth locking)? */
 static bool
-le_acquire_not_lost(const LeaseRow *row, void *arg)
+le_lease_acquire_not_lost(const LeaseRow *row, void *arg)
 {
 	AcquireCheck *ac = (AcquireCheck *) arg;
 
-	ac->lost = le_lease_is_valid(row, GetCurrentTimestamp()) && !le_is_ours(row, ac->owner, ac->st);
+	ac->lost = le_store_lease_valid(row, GetCurrentTimestamp()) && !le_lease_is_ours(row, ac->owner, ac->st);
 	return !ac->lost;
 }
 
@@ -253,17 +253,17 @@ le_acquire(PG_FUNCTION_ARGS)
 
 	/* Fast path: refusals only read. */
 	found = le_rows_peek(&st, key, &row);
-	if (found && le_lease_is_valid(&row, GetCurrentTimestamp()) &&
-		!le_is_ours(&row, owner, &st))
+	if (found && le_store_lease_valid(&row, GetCurrentTimestamp()) &&
+		!le_lease_is_ours(&row, owner, &st))
 	{
 		le_store_end(&st);
-		PG_RETURN_DATUM(le_acquire_result(fcinfo, false, false, &row));
+		PG_RETURN_DATUM(le_lease_acquire_result(fcinfo, false, false, &row));
 	}
 
 	if (!found)
 		le_rows_create(&st, key);
-	else if (!le_is_ours(&row, owner, &st) ||
-			 !le_lease_is_valid(&row, GetCurrentTimestamp()))
+	else if (!le_lease_is_ours(&row, owner, &st) ||
+			 !le_store_lease_valid(&row, GetCurrentTimestamp()))
 	{
 		/*
 		 * Likely a new period, also for a holder whose lease lapsed: fence
@@ -285,13 +285,13 @@ le_acquire(PG_FUNCTION_ARGS)
 	ac.st = &st;
 retry:
 	ac.lost = false;
-	if (!le_rows_lock(&st, key, &row, fenced ? le_acquire_not_lost : NULL, &ac))
+	if (!le_rows_lock(&st, key, &row, fenced ? le_lease_acquire_not_lost : NULL, &ac))
 	{
 		if (!ac.lost)
 			elog(ERROR, "leader_election: lease row \"%s\" vanished", key);
 		le_fence_lock_release(fenced_id, LE_FENCE_CHANGE_LOCKMODE);
 		le_store_end(&st);
-		PG_RETURN_DATUM(le_acquire_result(fcinfo, false, false, &row));
+		PG_RETURN_DATUM(le_lease_acquire_result(fcinfo, false, false, &row));
 	}
 	now = GetCurrentTimestamp();
 
@@ -303,9 +303,9 @@ retry:
 	if (fenced && row.lease_id != fenced_id)
 		fenced = false;
 
-	if (le_lease_is_valid(&row, now))
+	if (le_store_lease_valid(&row, now))
 	{
-		if (!le_is_ours(&row, owner, &st))
+		if (!le_lease_is_ours(&row, owner, &st))
 		{
 			/*
 			 * Lost a race to another candidate; a fence lock this call
@@ -314,9 +314,9 @@ retry:
 			 */
 			if (tried_fence_id != 0)
 				le_fence_lock_release(tried_fence_id, LE_FENCE_CHANGE_LOCKMODE);
-			le_bound_refusal(&st);
+			le_lease_bound_refusal(&st);
 			le_store_end(&st);
-			PG_RETURN_DATUM(le_acquire_result(fcinfo, false, false, &row));
+			PG_RETURN_DATUM(le_lease_acquire_result(fcinfo, false, false, &row));
 		}
 		/* The valid holder again (e.g. a retry after a lost reply). */
 		row.renewed_at = now;
@@ -341,9 +341,9 @@ retry:
 			 */
 			if (!le_fence_lock_try(row.lease_id, LE_FENCE_CHANGE_LOCKMODE))
 			{
-				le_bound_refusal(&st);
+				le_lease_bound_refusal(&st);
 				le_store_end(&st);
-				PG_RETURN_DATUM(le_acquire_result(fcinfo, false, false, &row));
+				PG_RETURN_DATUM(le_lease_acquire_result(fcinfo, false, false, &row));
 			}
 			tried_fence_id = row.lease_id;
 			now = GetCurrentTimestamp();
@@ -365,10 +365,10 @@ retry:
 		 * any, is still open in the history then: the scan stops at it),
 		 * and deleted after it, under the row's lock.  Then the lapsed
 		 * period's end is folded in, unless it is gone already or was
-		 * never recorded (le_plan_period_end).
+		 * never recorded (le_lease_plan_period_end).
 		 */
 		le_store_prune_plan(&st, row.lease_id, &row.history_min_ended_at, now);
-		lapsed_end = le_plan_period_end(&st, &row, &old, now);
+		lapsed_end = le_lease_plan_period_end(&st, &row, &old, now);
 
 		/*
 		 * The row changed since it was read: decide again on the version
@@ -378,7 +378,7 @@ retry:
 		if (!le_rows_write(&st, &row))
 			goto retry;
 		new_period = true;
-		le_close_period(&st, &old, now, "expired", lapsed_end);
+		le_lease_close_period(&st, &old, now, "expired", lapsed_end);
 		le_rows_history_open(&st, &row);
 		busy_end = le_rows_delete_due_history(&st);
 		if (busy_end != 0 && busy_end < row.history_min_ended_at)
@@ -404,7 +404,7 @@ retry:
 	 * of row are the caller's (owner, st.caller_name) or were copied into
 	 * the caller's context by le_rows_lock.
 	 */
-	PG_RETURN_DATUM(le_acquire_result(fcinfo, true, new_period, &row));
+	PG_RETURN_DATUM(le_lease_acquire_result(fcinfo, true, new_period, &row));
 }
 
 /* What le_renew asks of the lease row before it locks it. */
@@ -417,12 +417,12 @@ typedef struct RenewCheck
 
 /* Does the row look like the caller's valid lease with its token? */
 static bool
-le_renew_looks_ours(const LeaseRow *row, void *arg)
+le_lease_renew_looks_ours(const LeaseRow *row, void *arg)
 {
 	const RenewCheck *rc = (const RenewCheck *) arg;
 
-	return le_is_ours(row, rc->owner, rc->st) && row->fencing_token == rc->token &&
-		le_lease_is_valid(row, GetCurrentTimestamp());
+	return le_lease_is_ours(row, rc->owner, rc->st) && row->fencing_token == rc->token &&
+		le_store_lease_valid(row, GetCurrentTimestamp());
 }
 
 /*
@@ -455,16 +455,16 @@ le_renew(PG_FUNCTION_ARGS)
 	 * again on what the row holds now.
 	 */
 retry:
-	if (!le_rows_lock(&st, key, &row, le_renew_looks_ours, &rc))
+	if (!le_rows_lock(&st, key, &row, le_lease_renew_looks_ours, &rc))
 	{
 		le_store_end(&st);
 		PG_RETURN_NULL();
 	}
 	now = GetCurrentTimestamp();
-	if (!le_is_ours(&row, owner, &st) || row.fencing_token != token ||
-		!le_lease_is_valid(&row, now))
+	if (!le_lease_is_ours(&row, owner, &st) || row.fencing_token != token ||
+		!le_store_lease_valid(&row, now))
 	{
-		le_bound_refusal(&st);
+		le_lease_bound_refusal(&st);
 		le_store_end(&st);
 		PG_RETURN_NULL();
 	}
@@ -479,7 +479,7 @@ retry:
 	PG_RETURN_TIMESTAMPTZ(row.expires_at);
 }
 
-/* What le_free_lease asks of the lease row. */
+/* What le_lease_free asks of the lease row. */
 typedef struct FreeCheck
 {
 	const char *owner;			/* NULL: whoever holds it */
@@ -489,12 +489,12 @@ typedef struct FreeCheck
 
 /* Is the row held, and by this owner and token when one is given? */
 static bool
-le_free_applies(const LeaseRow *row, void *arg)
+le_lease_free_applies(const LeaseRow *row, void *arg)
 {
 	const FreeCheck *fc = (const FreeCheck *) arg;
 
 	return row->holder != NULL &&
-		(fc->owner == NULL || (le_is_ours(row, fc->owner, fc->st) && row->fencing_token == fc->token));
+		(fc->owner == NULL || (le_lease_is_ours(row, fc->owner, fc->st) && row->fencing_token == fc->token));
 }
 
 /*
@@ -502,7 +502,7 @@ le_free_applies(const LeaseRow *row, void *arg)
  * token) and le_force_release (owner == NULL: whoever holds it).
  */
 static bool
-le_free_lease(FunctionCallInfo fcinfo, const char *key, const char *owner,
+le_lease_free(FunctionCallInfo fcinfo, const char *key, const char *owner,
 			  int64 token, const char *reason)
 {
 	LeaseStoreState st;
@@ -519,7 +519,7 @@ le_free_lease(FunctionCallInfo fcinfo, const char *key, const char *owner,
 	fc.st = &st;
 
 	/* Not ours (or nothing to free): answer from a plain read. */
-	if (!le_rows_peek(&st, key, &row) || !le_free_applies(&row, &fc))
+	if (!le_rows_peek(&st, key, &row) || !le_lease_free_applies(&row, &fc))
 	{
 		le_store_end(&st);
 		return false;
@@ -533,16 +533,16 @@ le_free_lease(FunctionCallInfo fcinfo, const char *key, const char *owner,
 	locked_id = row.lease_id;
 	le_fence_lock(&st, locked_id, LE_FENCE_CHANGE_LOCKMODE);
 retry:
-	if (!le_rows_lock(&st, key, &row, le_free_applies, &fc))
+	if (!le_rows_lock(&st, key, &row, le_lease_free_applies, &fc))
 	{
 		if (!st.locked)
 			le_fence_lock_release(locked_id, LE_FENCE_CHANGE_LOCKMODE);
 		le_store_end(&st);
 		return false;
 	}
-	if (!le_free_applies(&row, &fc))
+	if (!le_lease_free_applies(&row, &fc))
 	{
-		le_bound_refusal(&st);
+		le_lease_bound_refusal(&st);
 		le_store_end(&st);
 		return false;
 	}
@@ -564,13 +564,13 @@ retry:
 	row.holder = NULL;
 	row.holder_role = NULL;
 	row.expires_at = 0;
-	end = le_plan_period_end(&st, &row, &old, now);
+	end = le_lease_plan_period_end(&st, &row, &old, now);
 	if (!le_rows_write(&st, &row))
 		goto retry;				/* the row changed since it was read */
 	if (owner != NULL)
-		le_fence_note_release(old.lease_id, old.fencing_token, le_lease_is_valid(&old, now),
+		le_fence_note_release(old.lease_id, old.fencing_token, le_store_lease_valid(&old, now),
 							  old.expires_at);
-	le_close_period(&st, &old, now, reason, end);
+	le_lease_close_period(&st, &old, now, reason, end);
 	le_watch_notify(&st, reason, &row);
 	le_durable_commit();
 	le_store_end(&st);
@@ -589,7 +589,7 @@ le_release(PG_FUNCTION_ARGS)
 	int64		token = le_check_token(fcinfo, 2);
 
 	le_check_writable("release");
-	PG_RETURN_BOOL(le_free_lease(fcinfo, key, owner, token, "released"));
+	PG_RETURN_BOOL(le_lease_free(fcinfo, key, owner, token, "released"));
 }
 
 /*
@@ -602,7 +602,7 @@ le_force_release(PG_FUNCTION_ARGS)
 	char	   *key = le_check_key(fcinfo, 0);
 
 	le_check_writable("release");
-	PG_RETURN_BOOL(le_free_lease(fcinfo, key, NULL, 0, "force_released"));
+	PG_RETURN_BOOL(le_lease_free(fcinfo, key, NULL, 0, "force_released"));
 }
 
 /* le_prune_history() -> number of history rows past the retention deleted. */
@@ -646,7 +646,7 @@ le_watch(PG_FUNCTION_ARGS)
 		le_rows_create(&st, key);
 		le_durable_locks_taken();
 		st.locked = true;
-		le_bound_refusal(&st);
+		le_lease_bound_refusal(&st);
 		if (!le_rows_peek(&st, key, &row))
 			elog(ERROR, "leader_election: lease row \"%s\" vanished", key);
 	}

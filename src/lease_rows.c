@@ -1554,7 +1554,7 @@ le_rows_history_scan_end(IndexScanDesc scan, Relation idx)
 /*
  * Record the end of the ownership period that had the given token; with
  * reason NULL, delete its row instead (a period that ends already past the
- * retention, see le_plan_period_end in lease.c).
+ * retention, see le_lease_plan_period_end in lease.c).
  */
 void
 le_rows_history_close(LeaseStoreState *st, int64 lease_id, int64 token,

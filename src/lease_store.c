@@ -257,7 +257,7 @@ le_store_end(LeaseStoreState *st)
 
 /* Periods that ended before this are past the retention. */
 static TimestampTz
-le_history_cutoff(TimestampTz now)
+le_store_history_cutoff(TimestampTz now)
 {
 	return now - (int64) le_history_retention_s * USECS_PER_SEC;
 }
@@ -272,7 +272,7 @@ le_history_cutoff(TimestampTz now)
  * NULL, unknown; 'infinity': no ended period).  Periods are added and
  * ended only by the lease calls, under the row's lock, and each folds the
  * end it records into that column of the same row version
- * (le_note_period_end in lease.c), so a rollback undoes both; deleting
+ * (le_lease_note_period_end in lease.c), so a rollback undoes both; deleting
  * rows (a grant, or le_prune_history(), which leaves the column alone)
  * only raises the true minimum.  So while the bound is not older than the
  * retention nothing can be due, and the index scan is skipped: a grant of
@@ -289,7 +289,7 @@ void
 le_store_prune_plan(LeaseStoreState *st, int64 lease_id, TimestampTz *min_ended_at,
 					TimestampTz now)
 {
-	TimestampTz cutoff = le_history_cutoff(now);
+	TimestampTz cutoff = le_store_history_cutoff(now);
 
 	if (*min_ended_at != 0 && cutoff <= *min_ended_at)
 	{
@@ -310,7 +310,7 @@ le_store_prune_plan(LeaseStoreState *st, int64 lease_id, TimestampTz *min_ended_
 bool
 le_store_history_due(TimestampTz ended_at, TimestampTz now)
 {
-	return ended_at < le_history_cutoff(now);
+	return ended_at < le_store_history_cutoff(now);
 }
 
 /*
@@ -320,12 +320,12 @@ le_store_history_due(TimestampTz ended_at, TimestampTz now)
 int64
 le_store_prune_history(LeaseStoreState *st)
 {
-	return le_rows_prune_all_history(st, le_history_cutoff(GetCurrentTimestamp()));
+	return le_rows_prune_all_history(st, le_store_history_cutoff(GetCurrentTimestamp()));
 }
 
 /* Is the lease held and unexpired at server time now? */
 bool
-le_lease_is_valid(const LeaseRow *row, TimestampTz now)
+le_store_lease_valid(const LeaseRow *row, TimestampTz now)
 {
 	return row->holder != NULL && row->expires_at > now;
 }

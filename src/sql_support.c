@@ -81,7 +81,7 @@ typedef struct LeWorker
  * kept in fn_extra for the life of the call site's FmgrInfo (one query).
  */
 static LeWorker *
-le_worker(FunctionCallInfo fcinfo, const char *name, int nargs, Oid *argtypes)
+le_sql_worker(FunctionCallInfo fcinfo, const char *name, int nargs, Oid *argtypes)
 {
 	LeWorker   *worker = (LeWorker *) fcinfo->flinfo->fn_extra;
 
@@ -119,7 +119,7 @@ le_worker(FunctionCallInfo fcinfo, const char *name, int nargs, Oid *argtypes)
  * the (sub)transaction's abort pops the search path.
  */
 static Datum
-le_run_worker(FunctionCallInfo fcinfo, LeWorker *worker, int nargs, NullableDatum *args)
+le_sql_run_worker(FunctionCallInfo fcinfo, LeWorker *worker, int nargs, NullableDatum *args)
 {
 	FunctionCallInfo inner = palloc(SizeForFunctionCallInfo(nargs));
 	Datum		result;
@@ -169,12 +169,12 @@ le_fence_advance(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("resource and fencing_token must not be NULL")));
 
-	worker = le_worker(fcinfo, "_le_fence_advance", 3, argtypes);
+	worker = le_sql_worker(fcinfo, "_le_fence_advance", 3, argtypes);
 	args[0] = fcinfo->args[0];
 	args[1] = fcinfo->args[1];
 	args[2].value = ObjectIdGetDatum(GetUserId());
 	args[2].isnull = false;
-	return le_run_worker(fcinfo, worker, 3, args);
+	return le_sql_run_worker(fcinfo, worker, 3, args);
 }
 
 /*
@@ -194,8 +194,8 @@ le_fence_advance_trigger(PG_FUNCTION_ARGS)
 				 errhint("Use le_fence_advance() to advance a resource without a trigger.")));
 
 	le_fence_advance_guard((TriggerData *) fcinfo->context);
-	worker = le_worker(fcinfo, "_le_fence_advance_trigger", 0, NULL);
-	return le_run_worker(fcinfo, worker, 0, NULL);
+	worker = le_sql_worker(fcinfo, "_le_fence_advance_trigger", 0, NULL);
+	return le_sql_run_worker(fcinfo, worker, 0, NULL);
 }
 
 /*
@@ -221,8 +221,8 @@ le_call_worker(PG_FUNCTION_ARGS)
 			elog(ERROR, "cache lookup failed for function %u", fcinfo->flinfo->fn_oid);
 		proc = (Form_pg_proc) GETSTRUCT(tup);
 		name = psprintf("_%s", NameStr(proc->proname));
-		worker = le_worker(fcinfo, name, proc->pronargs, proc->proargtypes.values);
+		worker = le_sql_worker(fcinfo, name, proc->pronargs, proc->proargtypes.values);
 		ReleaseSysCache(tup);
 	}
-	return le_run_worker(fcinfo, worker, fcinfo->nargs, fcinfo->args);
+	return le_sql_run_worker(fcinfo, worker, fcinfo->nargs, fcinfo->args);
 }
