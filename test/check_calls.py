@@ -8,7 +8,7 @@ passed as a callback); definitions are found by PostgreSQL's layout, the
 function's name at the start of a line followed by its parameters and a
 brace.  Also fails when the files' uses form a longer cycle.
 
-    test/check_calls.py [SRCDIR]     # default: src/ next to test/
+    test/check_calls.py [TREE]     # TREE/src; default: the tree of this script
 """
 import os
 import re
@@ -16,7 +16,8 @@ import sys
 from itertools import combinations
 
 here = os.path.dirname(os.path.abspath(__file__))
-srcdir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "src")
+tree = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..")
+srcdir = os.path.join(tree, "src")
 
 
 def strip(text):

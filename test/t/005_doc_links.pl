@@ -1,7 +1,8 @@
 # The documents: every relative link and #anchor in README.md,
 # CONTRIBUTING.md and doc/*.md resolves (test/check_links.py), and META.json
 # follows the PGXN META spec with the control file's version
-# (test/check_meta.py).  No server is needed.
+# (test/check_meta.py); no two C files of src/ call each other
+# (test/check_calls.py).  No server is needed.
 use strict;
 use warnings;
 
@@ -10,7 +11,8 @@ use Test::More;
 
 my $tree = $ENV{TESTDIR} // '.';
 for my $check (['check_links.py', 'every relative link and anchor of the documents resolves'],
-	['check_meta.py', 'META.json follows the PGXN META spec and the control file'])
+	['check_meta.py', 'META.json follows the PGXN META spec and the control file'],
+	['check_calls.py', 'no two C files of src/ call each other'])
 {
 	my ($script, $name) = @$check;
 	my ($stdout, $stderr);
