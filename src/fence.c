@@ -8,88 +8,14 @@
  * the token equals the lease's current token and the lease is held and
  * unexpired by the server clock; otherwise it raises LE001 (stale or never
  * issued token) or LE002 (lease not held: released, expired or never
- * acquired), and the write is not done (or the transaction not committed).
+ * acquired).  Each write is checked without a lock, for an early rejection;
+ * the commit checks again every lease its writes recorded, under the fence
+ * lock (fence_lock.c).  src/README.md ("The fence") explains the two
+ * checks, what is judged, and the shortcuts that keep a fenced write cheap.
  *
- * Locking rules.  The check is made twice (issue 7, items 1 and 4):
- *	- at each write, without any lock, on the latest committed lease row
- *	  (le_rows_read_latest takes its own snapshot, so REPEATABLE READ and
- *	  SERIALIZABLE writers see token changes too): an early rejection.  The
- *	  (lease row id, token) is recorded for the transaction;
- *	- at XACT_EVENT_PRE_COMMIT, for every recorded lease:
- *	  the fence lock of the recorded row id is taken in
- *	  LE_FENCE_WRITER_LOCKMODE (le_fence_lock_writer; the wait is bounded by
- *	  leader_election.lock_timeout, 55P03), the row is read again with a
- *	  snapshot taken after the lock was granted (or only its page's LSN
- *	  compared), with le_lease held in AccessShareLock from then to the end
- *	  of the commit (le_rows_hold_lease_table: a TRUNCATE or rewrite of
- *	  le_lease has ended and its invalidations are read, and none starts
- *	  before our commit ends), and the commit fails
- *	  unless it is still the same row (the id locked is the id read), the
- *	  token is current and the lease unexpired.
- * Acquire, release and force-release take the lock in
- * LE_FENCE_CHANGE_LOCKMODE before they change the token or free the lease,
- * until their transaction ends.  So a takeover that committed before our
- * commit-time lock was granted is seen and our commit fails; one that starts
- * after it waits only until our commit has ended; one in progress makes our
- * commit wait (bounded), unless this transaction wrote the lease row itself
- * (renewed it): then its row lock keeps every token change out until it
- * ends, and waiting would deadlock with the taker, which holds the fence
- * lock and waits for the row.  The writer holds the lock only from
- * PRE_COMMIT to the end of the commit, so an idle or frozen writer never
- * blocks a takeover.  PREPARE TRANSACTION of a transaction that recorded a
- * lease is refused (0A000): it would keep the lock until COMMIT PREPARED and
- * could commit after the lease expired.
- * Renewals take no fence lock: they change only expires_at, never the token.
- *
- * Speed.  A fenced INSERT must cost little more than an unfenced one, so the
- * trigger uses no SPI, no user switch and no setting changes on its normal
- * path, and reads the lease row directly (le_rows_read_latest: on its
- * page, from the hint, no slot, no snapshot built, no lseek).  In a warm
- * session it takes no lock on le_lease at all: it reuses what its last
- * read of the key's row found (lease id, token, expiry, holder role) while
- * that row's page keeps the LSN it had then (le_rows_page_unchanged: the
- * page pinned by ReadRecentBuffer in the buffer it was read in; only for a
- * final version, see le_rows_read_in_place), else reads the row where it
- * found it last if that block is still in the same shared buffer
- * (le_rows_read_unlocked, which says why no table lock is needed), and
- * only otherwise opens le_lease with AccessShareLock.  Per backend we cache
- * the oids of le_lease and its key index, and per key the heap TID where
- * the row was last found, a hint only (checked against the key and the
- * table's size when used; all hints are dropped on any relcache
- * invalidation of le_lease or its index, e.g. VACUUM FULL, CLUSTER,
- * TRUNCATE, DROP and CREATE EXTENSION).  What a read found is reused only
- * while the page's LSN vouches for it (above); otherwise every check reads
- * the row again.  Each trigger's parsed arguments
- * are cached by trigger oid until any relcache or pg_proc invalidation;
- * the last trigger's and the last key's entries are remembered, so a
- * statement of one row makes none of our hash lookups.  Within one command,
- * the rows after the first for the same lease and token only compare the
- * clock with the expiry read for the first, every LE_FENCE_CLOCK_EVERY rows;
- * the next command reads the row again (trigger calls only: le_fence_check
- * reads at every call, since read-only statements share a command id).
- *
- * What is judged.  The writer's token, never one it inherits: an UPDATE
- * that keeps the row's token needs it declared for the transaction
- * (le_fence_check_kept).  And the row stored: no BEFORE ROW trigger may
- * fire after the fence (le_fence_require_last, at every firing) and the
- * token column may not be generated (le_fence_validate).  A transaction
- * that released the lease itself commits the writes it made before
- * (le_fence_released_here).  The commit-time check reads once
- * per (lease, token) recorded, however many writes the transaction made,
- * and not even that when the page of the version the last write judged by
- * still has the LSN it had then (le_rows_row_unchanged): that read
- * records the page and its LSN only for a version that is final (committed
- * by another transaction, nobody deleting, updating or locking it), and
- * any change of the page since, a token change that committed before our
- * fence lock was granted included, has moved the LSN.  The expiry is
- * compared with the clock either way.  (A version this transaction wrote,
- * say a renewal, is not final: a ROLLBACK TO SAVEPOINT undoes it without
- * touching the page.)  Subtransactions that roll back drop what they
- * recorded.
- *
- * Unknown lease keys: a fence on a key that has never been acquired rejects
- * every write (LE002), so protecting a table before its first leader exists
- * is safe.
+ * Invariant (G5 in doc/lease-guarantees.md): no protected write commits
+ * with a token older than its lease's current one, nor after the lease
+ * expired or was released by another transaction.
  *
  *-------------------------------------------------------------------------
  */

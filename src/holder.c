@@ -33,32 +33,10 @@
 #include "leader_election.h"
 
 /*
- * Bounding the holder's wait for its client.  A lease call that locked the
- * lease row (and, to change the token or free the lease, its fence lock)
- * inside a transaction block keeps those locks until the transaction ends.
- * A client that then stalls (paused process, dead host, forgotten COMMIT,
- * a pipeline that never sends its Sync, a result it never reads) would keep
- * every other candidate out for as long as it stays stalled, whatever the
- * lease's expiry says.  So every such call sets a deadline for its lease:
- * the end of the call plus the ttl it granted or renewed (plus
- * leader_election.lock_timeout for a call that locked and then changed
- * nothing).  A later call on the same lease in the same transaction
- * replaces that lease's deadline; the transaction's deadline is the
- * earliest over its leases.  From that deadline on, a timeout of our own
- * (not a setting: nothing the session sets, resets or a pooler does undoes
- * it) checks every LE_HOLDER_BOUND_POLL_MS whether the backend is waiting
- * for its client (wait event ClientRead or ClientWrite: idle in the
- * transaction, or stalled mid-pipeline, mid-COPY or mid-result); if it is,
- * the session is ended as pg_terminate_backend() would end it, and
- * le_holder_bound_emit_log rewords the FATAL to name the lease (25P03).  A
- * backend busy running statements is left alone at that check and checked
- * again at the next one.  Its uncommitted grant or renewal has run out by
- * then, so nothing usable is lost; tokens it was shown are never issued
- * again.  The deadline ends with the transaction (XactCallback); entries
- * set only inside a subtransaction that rolls back go with it.
- *
- * Async-signal safety: the timeout handler runs in the SIGALRM handler.  It
- * only reads the wait event (a plain word), sets flags and the latch.
+ * How often, from the deadline on, the timeout looks whether the backend
+ * waits for its client (src/README.md, "The holder deadline").  The handler
+ * runs in the SIGALRM handler: it only reads the wait event (a plain word),
+ * sets flags and the latch.
  */
 #define LE_HOLDER_BOUND_POLL_MS		50
 

@@ -3,9 +3,10 @@
  * leader_election.h
  *		Declarations shared by the C files of the leader_election extension.
  *
- * lease_rows.c owns the lease row format, lease_store.c the token rules and
- * the fence lock; every other file goes through the functions declared here
- * instead of touching the tables or the lock tag itself.
+ * lease_rows.c owns the lease row format, token.c the token rule and
+ * fence_lock.c the fence lock; every other file goes through the functions
+ * declared here instead of touching the tables or the lock tag itself.
+ * src/README.md describes the design.
  *
  *-------------------------------------------------------------------------
  */
@@ -28,14 +29,14 @@
 
 /*
  * SQLSTATEs of our own, in class "LE" so they never collide with
- * PostgreSQL's.  Documented in README.md; never renumber one.
+ * PostgreSQL's.  Documented in doc/reference.md; never renumber one.
  */
 #define ERRCODE_LE_STALE_FENCING_TOKEN	MAKE_SQLSTATE('L','E','0','0','1')
 #define ERRCODE_LE_LEASE_NOT_HELD		MAKE_SQLSTATE('L','E','0','0','2')
 /* Raised by the (PL/pgSQL) job functions: the worker does not hold the claim. */
 #define ERRCODE_LE_JOB_NOT_CLAIMED		MAKE_SQLSTATE('L','E','0','0','3')
 
-/* Limits on user input, in bytes; documented in README.md. */
+/* Limits on user input, in bytes; documented in doc/reference.md. */
 #define LE_MAX_KEY_LEN			200
 #define LE_MAX_OWNER_LEN		200
 

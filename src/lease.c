@@ -1,24 +1,20 @@
 /*-------------------------------------------------------------------------
  *
  * lease.c
- *		SQL-callable lease API: le_acquire, le_renew, le_release,
+ *		The SQL-callable lease calls: le_acquire, le_renew, le_release,
  *		le_force_release, le_prune_history, le_watch and le_unwatch.
  *
- * Every function judges expiry by the server clock at the moment of the
- * decision (GetCurrentTimestamp() after all lock waits, never the
- * transaction start time), and decides on the latest committed version of
- * the lease row, locked FOR UPDATE.  See lease_store.c for the locking rules
- * and the token rule.
+ * Every call judges expiry by the server clock at the moment of the
+ * decision (after all lock waits, never the transaction start time), and
+ * decides on the latest committed version of the lease row.  A refused
+ * acquire and a failed renew are answered from a plain read, leaving no
+ * lock, transaction id or WAL behind; every call that changes a lease
+ * commits durably (durable.c).  src/README.md describes the locks, the
+ * token rule and the cheap refusals.
  *
- * A refused acquire (the lease is validly held by someone else) is the bulk
- * of the traffic when followers poll, so it is answered from a plain read:
- * no row lock, no transaction id, no WAL, no commit flush.  So is a failed
- * renew (not the caller's lease, another token, lapsed): a lock it kept
- * until its transaction ends would block the holder and every takeover.
- * Every call that does change a lease forces a synchronous commit, because
- * an acknowledged grant or renewal that a crash loses lets a token be issued
- * twice or a new owner in while the old one still believes it holds the
- * lease.
+ * Invariant (G1, G3 and G4 in doc/lease-guarantees.md): at most one owner
+ * holds a valid lease on a key, each new ownership period gets a new, higher
+ * token, and only the holder renews or releases.
  *
  *-------------------------------------------------------------------------
  */

@@ -5,52 +5,16 @@
  *		lock and update a lease row, open, close and prune its periods.
  *
  * Every grant, renewal and release goes through here, so these paths use
- * the table and index access methods directly instead of SQL through SPI
- * (perf put SPI's plan checks, executor start-up and CHECK constraint
- * parsing at half of a full ownership period's backend time).  What the
- * executor would add and we do not need: no triggers fire on the
- * extension's tables (nobody may create them: the tables belong to the
- * extension), and the CHECK constraints of le_lease are verified here in
- * C (le_rows_check) instead of by evaluating their expressions.
+ * the table and index access methods directly instead of SQL through SPI,
+ * and check le_lease's CHECK constraints in C (le_rows_check).  A write is
+ * first tried as a compare-and-set on the version the caller decided on
+ * (the tentative write), and only when that loses a race is the row locked
+ * as SELECT ... FOR UPDATE would; src/README.md ("Visibility and the
+ * tentative write") gives the rules.
  *
- * Visibility and locking.  Each operation first makes this transaction's
- * earlier changes visible (CommandCounterIncrement, as SPI does before
- * every statement), then:
- *	- le_rows_peek reads without any lock: at READ COMMITTED the latest
- *	  committed version, at REPEATABLE READ and SERIALIZABLE the version of
- *	  the transaction snapshot (what the caller is told agrees with its
- *	  snapshot);
- *	- le_rows_lock starts from the version the call's peek read when
- *	  nothing was waited for since; otherwise (after a wait for the fence
- *	  lock, or on a second try) it finds the row with a new snapshot, by the
- *	  backend's hint of where the key's row is (le_rows_hint; a version found
- *	  there counts only if it is of this key and the snapshot sees it, since
- *	  a wait in between may see that TID given to another row) or else by
- *	  index.  First it
- *	  returns that version without locking it ("tentative"): the caller
- *	  decides on it, and le_rows_write updates it only if it is still the
- *	  latest and nobody locks or modifies it (heap_update without waiting),
- *	  so the update itself is the row lock, a compare-and-set on the
- *	  version decided on, with no separate row-lock WAL record.  When that
- *	  fails (someone changed or locked the row since, or holds it now),
- *	  nothing is written and the caller asks again: then le_rows_lock
- *	  locks the row as SELECT ... FOR UPDATE does, with the same command id;
- *	  at READ COMMITTED it follows the update chain to the latest version
- *	  (waiting for an updater in progress), at the stricter levels a row
- *	  updated since the snapshot is a serialization failure (40001);
- *	- le_rows_write updates exactly the version le_rows_lock returned.
- * The snapshot of the read stays registered until the write, so the
- * version's TID cannot be pruned and reused in between.  Lock waits are
- * bounded by the lock_timeout le_store_begin put in force.  History rows
- * of a lease are written only by whoever holds that lease's row (locked,
- * or updated by this transaction), after the lease row, so they need no
- * row locks of their own; a concurrent le_prune_history() may delete the
- * same ended rows, which we then skip.
- *
- * Index entries are made only when an update is not HOT (le_lease: no
- * indexed column ever changes, fillfactor 50; le_lease_history: closing a
- * period changes no indexed column, fillfactor 80) and for history inserts,
- * through the executor's index insertion (unique checks included).
+ * Invariant: a lease row is written only in the version the caller read
+ * and decided on, by a transaction that holds it (locked or updated) from
+ * then on; history rows are written only by the holder of their lease row.
  *
  *-------------------------------------------------------------------------
  */

@@ -1,67 +1,18 @@
 /*-------------------------------------------------------------------------
  *
  * lease_store.c
- *		The token rules, the fence lock, durability and notifications of
- *		the leader_election extension, and the frame of every lease call
- *		(le_store_begin/le_store_end).
+ *		The frame of every lease call (le_store_begin/le_store_end), the
+ *		bound of its lock waits, and the plan of a grant's history prune.
  *
- * State lives in ordinary tables (le_lease, le_lease_history) so that it is
- * WAL-logged, replicated, dumped and restored with the data it protects.
- * Callers reach the tables only through the le_store_* functions, run as
- * the extension owner: ordinary roles have no privileges on the tables, and
- * the caller's role is recorded in the row instead.  The rows are read and
- * written by direct access (lease_rows.c), by oid: no SQL runs, so no name
- * is resolved while we act as the extension owner (a kept SPI plan that
- * named the schema would be re-analysed after ALTER SCHEMA ... RENAME and
- * could then reach another role's table and its triggers).
+ * Between le_store_begin and le_store_end a lease call runs as the
+ * extension owner, with its lock waits bounded by
+ * leader_election.lock_timeout, and reaches the tables only through
+ * lease_rows.c, by OID.  src/README.md ("State and who may touch it",
+ * "Locks", "History") says why.
  *
- * Locking rules.  Two locks protect a lease:
- *
- *	- the row lock of its le_lease row (as SELECT ... FOR UPDATE), taken by
- *	  every call that writes the row (acquire, renew, release), so that the
- *	  decision "free / expired / ours" and the write based on it are atomic
- *	  and judged on the latest committed version of the row;
- *
- *	- the fence lock, a transaction-scoped heavyweight lock whose tag is
- *	  built from the lease's surrogate id (never a hash of the key).  Code
- *	  that changes the token or frees the lease takes it in
- *	  LE_FENCE_CHANGE_LOCKMODE; a transaction that wrote protected data takes
- *	  it in LE_FENCE_WRITER_LOCKMODE only at commit (fence.c), then reads the
- *	  token again.  So a write accepted with token T cannot commit after a later
- *	  token was granted, and an idle writer blocks nobody.  Renewals neither change
- *	  the token nor take the fence lock.  Whoever locks the fence of an id
- *	  read earlier checks, after its locked read, that the row still has
- *	  that id.
- *
- * Lock order: the fence lock before the row lock.  A call that already
- * holds the row lock when it finds it needs the fence lock only tries it.
- * (A transaction that renewed the lease, so holds its row lock, and then
- * commits fenced writes does not wait for the fence lock at all: its row
- * lock already keeps token changes out, see fence.c.)  Every wait is bounded by
- * leader_election.lock_timeout (applied as lock_timeout for the duration of
- * our work), so a row locked by a stuck or prepared transaction produces a
- * clear error instead of a hang.
- *
- * Token rule (le_token_next): a token is (range << 40) + a value of the
- * sequence le_token_seq.  The sequence is non-transactional, so a value that
- * reached anyone, even from a grant that rolled back, is never drawn again;
- * its WAL is flushed before a token is returned, so a crash cannot set it
- * back.  The range stays the old token's, except: when the server writes
- * WAL on a newer timeline than the one that issued the old token (after a
- * standby promotion or a point-in-time recovery), it jumps to at least
- * timeline - 1, above anything an older timeline can have issued,
- * acknowledged or not.  Timelines of another cluster (a row restored by
- * pg_dump, or after pg_upgrade: the row's token_system_id is not ours) say
- * nothing about ours, so such a row's next grant jumps by the current
- * timeline's number of 2^40 ranges above its token: a primary and a standby
- * promoted later, both starting from the restored row, then land in
- * different ranges, the later timeline higher.  Per key, the new token must
- * also exceed the row's last one; a sequence found behind it (set back by
- * hand) is raised first, under a lock that excludes every nextval().
- *
- * Durability (le_durable_commit): a lease change is flushed at commit and,
- * when synchronous standbys are configured, waited for by them, even if the
- * caller runs with synchronous_commit off or local.
+ * Invariant: no SQL and no user code runs while the frame is open, so
+ * neither the owner's rights nor our lock_timeout ever reach the caller's
+ * code; le_store_end, or the abort of the (sub)transaction, restores both.
  *
  *-------------------------------------------------------------------------
  */
@@ -120,17 +71,11 @@ le_store_error_context(void *arg)
 /*
  * Bounding lock waits.  Every lease call bounds its lock waits by
  * leader_election.lock_timeout, keeping the caller's lock_timeout when that
- * is shorter.  The bound is put in force by assigning the variable behind
- * lock_timeout (LockTimeout: read when a lock wait begins, no assign hook)
- * for the duration of the call, not by set_config_option in a new GUC nest
- * level: leaving a nest level after a change walks every setting of the
- * server (AtEOXact_GUC; with set_config_option about 5,000 instructions per
- * call, 4 % of an acquire + release cycle).  No SQL and no user code runs
- * while our value is in force, so nobody sees or changes it.
- * le_store_lock_bound_end puts the caller's value back; when an error escapes
- * first, the abort of the (sub)transaction that was current when our value
- * was set does (lease_stuck.spec shows lock_timeout after calls that timed
- * out, at top level and in a subtransaction).
+ * is shorter, by assigning LockTimeout for the duration of the call (not by
+ * set_config_option, whose GUC nest level costs a walk of every setting:
+ * src/README.md, "Locks").  le_store_lock_bound_end puts the caller's value
+ * back; when an error escapes first, the abort of the (sub)transaction that
+ * was current when our value was set does (lease_stuck.spec).
  */
 static int	le_store_lock_bound_saved = -1;	/* caller's LockTimeout while ours is in force */
 static SubTransactionId le_store_lock_bound_subid = InvalidSubTransactionId;
@@ -269,21 +214,11 @@ le_store_history_cutoff(TimestampTz now)
  * and set *min_ended_at to the bound the row must then carry.
  *
  * *min_ended_at is the history_min_ended_at of the lease row as read (0:
- * NULL, unknown; 'infinity': no ended period).  Periods are added and
- * ended only by the lease calls, under the row's lock, and each folds the
- * end it records into that column of the same row version
- * (le_lease_note_period_end in lease.c), so a rollback undoes both; deleting
- * rows (a grant, or le_prune_history(), which leaves the column alone)
- * only raises the true minimum.  So while the bound is not older than the
- * retention nothing can be due, and the index scan is skipped: a grant of
- * a lease with nothing to prune reads none of its history, in a new backend
- * too (the scan was 13,700 instructions with a few periods per lease,
- * 20,700 with tens: callgrind, issue 9).  NULL, from a row written before
- * the column existed (restored from such a dump), makes the grant scan.
- * Periods follow each other, so their ended_at rise with the token; only a
- * server clock that went back can end a later period before an earlier
- * one, and such a row then waits until the row the scan stopped at is due
- * itself (or for le_prune_history()).  now is the grant's time.
+ * NULL, unknown; 'infinity': no ended period), a lower bound of its
+ * periods' ends kept under the row's lock (src/README.md, "History"): while
+ * it is not older than the retention nothing can be due, and the index scan
+ * is skipped.  now is the grant's time.  The caller holds the lease row
+ * (locked or tentatively read, see le_rows_lock).
  */
 void
 le_store_prune_plan(LeaseStoreState *st, int64 lease_id, TimestampTz *min_ended_at,
