@@ -133,8 +133,8 @@ static struct
  * The row an UPDATE of a fenced table last passed the fence with, in this
  * command: when that UPDATE moves the row to another partition, PostgreSQL
  * deletes it from the old partition, firing the DELETE trigger there for the
- * same tuple; that deletion is judged by the new row's token (item 10 of
- * issue 7).  Reset at the end of every transaction.
+ * same tuple; that deletion is judged by the new row's token
+ * (sql/fence_partition.sql).  Reset at the end of every transaction.
  */
 static struct
 {
@@ -345,10 +345,10 @@ le_fence_commit_check(void)
 
 	/*
 	 * Every fence lock first, then le_lease, then the checks: nothing waits
-	 * for a fence lock while holding le_lease, the order of the lease calls
-	 * (helper 41: a commit of writes under two leases held le_lease while it
-	 * waited for the second one's fence lock, a VACUUM FULL queued behind it
-	 * and the taker of that lease behind the VACUUM FULL).  A transaction
+	 * for a fence lock while holding le_lease, the order of the lease calls:
+	 * else a VACUUM FULL of le_lease would queue behind a commit waiting for
+	 * its second lease's fence lock, and the taker of that lease behind the
+	 * VACUUM FULL (fence_commit_lock_order.spec).  A transaction
 	 * that already holds le_lease (it renewed a lease, or read le_leases)
 	 * still waits with it held; PostgreSQL's deadlock detector then resolves
 	 * such a queue, as for the lease calls.

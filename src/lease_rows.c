@@ -743,7 +743,7 @@ le_rows_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
  * the row's, but neither it nor the key is copied (le_rows_values_brief).
  * The lock's
  * acquisition and release were two thirds of the cost of a fenced write's
- * read (callgrind, issue 9).
+ * read (callgrind).
  *
  * Why no lock is needed.  Row changes (takeovers, renewals, releases) are
  * judged on the page under the buffer's share lock, as the locked read
@@ -798,9 +798,9 @@ le_rows_read_unlocked(Oid lease_relid, const char *key, ItemPointer hint, Buffer
  * as committed before it sends them (AtEOXact_Inval runs after
  * ProcArrayEndTransaction), and when it also made the key's row anew
  * (TRUNCATE le_lease and a grant: a new lease id, whose fence lock is not
- * the one we hold), nothing else makes us wait for it (helper 40: the stale
- * write committed).  Held to the end, the lock also keeps such a
- * transaction from starting between the check and our commit record.  It
+ * the one we hold), nothing else makes us wait for it, and a stale write
+ * would commit (035_fence_rewrite_race.pl, the TRUNCATE).  Held to the
+ * end, the lock also keeps such a transaction from starting between the check and our commit record.  It
  * is taken after the fence lock, the order of the lease calls (fence lock,
  * then le_lease), and held only while the transaction commits, as the
  * fence lock is, so no idle writer holds it.
@@ -824,8 +824,8 @@ le_rows_hold_lease_table(Oid lease_relid)
  * buffers only after (smgrDoPendingDeletes runs after the locks are
  * released), and not at all until its own transaction ends, so a page still
  * found in its buffer can belong to a file that the table has left
- * (helper 38: a release after a CLUSTER in the writer's own transaction, and
- * a takeover after another session's CLUSTER, committed).  At the
+ * (a release after a CLUSTER in the writer's own transaction, or a takeover
+ * after another session's CLUSTER: 035_fence_rewrite_race.pl).  At the
  * commit-time check, the fence lock and then a lock on le_lease were
  * granted before we read the invalidations: a token change of the lease
  * row we judged that committed before that took its locks after the
@@ -867,7 +867,7 @@ le_rows_page_unchanged(Oid lease_relid, const LeaseRowStamp *stamp, bool *unchan
  * keeps its LSN only while its file is the same (ALTER TABLE ... SET
  * LOGGED/UNLOGGED rewrite the table into a new file).  A version that
  * changed either rule (a persistence change without a rewrite, a page copy
- * without WAL) would need this shortcut revisited (review, issue 9).
+ * without WAL) would need this shortcut revisited.
  */
 bool
 le_rows_row_unchanged(Oid lease_relid, const LeaseRowStamp *stamp)
@@ -985,7 +985,10 @@ le_rows_peek(LeaseStoreState *st, const char *key, LeaseRow *row)
 		MemoryContextSwitchTo(old);
 	}
 	ExecDropSingleTupleTableSlot(slot);
-	/* A refusal leaves no lock behind (sql/lease_cheap.sql): le_rows_let_go. */
+	/*
+	 * A refusal leaves no lock behind: le_rows_let_go
+	 * (sql/lease_cheap_refusals_hot_renewals.sql).
+	 */
 	return found;
 }
 
@@ -1618,8 +1621,8 @@ le_rows_forget_due_history(LeaseStoreState *st)
  * le_rows_delete_due_history to delete once the grant has written the
  * lease row (and so holds its lock: a grant whose write failed then waits
  * for the row without holding any deletion, which a holder's open
- * transaction pruning too would otherwise wait for: a deadlock, review of
- * 9b8b139).  Reads only.  Periods of a lease follow each other, so in token
+ * transaction pruning too would otherwise wait for: a deadlock,
+ * history_prune_tentative.spec).  Reads only.  Periods of a lease follow each other, so in token
  * order the ended_at of its rows rise: the scan stops at the first row
  * that is open or young enough, having read only the rows due and one
  * more.  (A server clock set back can leave a few rows for
@@ -1694,7 +1697,7 @@ le_rows_find_due_history(LeaseStoreState *st, int64 lease_id, TimestampTz cutoff
  * Delete the rows le_rows_find_due_history found; the caller holds the
  * lease row's lock.  A row that another transaction is deleting (an open
  * le_prune_history()) is not waited for: a grant must not wait for an idle
- * administrator's transaction (invariant 5).  Returns the lowest ended_at
+ * administrator's transaction (G9).  Returns the lowest ended_at
  * of the rows that did not go (0: none), which the caller folds back into
  * the lease's history_min_ended_at (should that transaction roll back, or a
  * row have been changed meanwhile, the next grant looks again); a row that
@@ -1732,7 +1735,7 @@ le_rows_delete_due_history(LeaseStoreState *st)
  * and its index (only its own hold: one the transaction took before
  * stays), so that the call's coming wait for the row lock holds nothing of
  * the history, on which a VACUUM FULL, and every lease call behind it,
- * would otherwise queue (review of the two-phase prune).  By the oids the
+ * would otherwise queue (history_prune_tentative.spec).  By the oids the
  * find opened, not looked up again by name (a rename in between must not
  * make us give back another relation's lock).
  */
