@@ -800,8 +800,8 @@ le_rows_read_unlocked(Oid lease_relid, const char *key, ItemPointer hint, Buffer
  * (TRUNCATE le_lease and a grant: a new lease id, whose fence lock is not
  * the one we hold), nothing else makes us wait for it, and a stale write
  * would commit (035_fence_rewrite_race.pl, the TRUNCATE).  Held to the
- * end, the lock also keeps such a transaction from starting between the check and our commit record.  It
- * is taken after the fence lock, the order of the lease calls (fence lock,
+ * end, the lock also keeps such a transaction from starting between the
+ * check and our commit record.  It is taken after the fence lock, the order of the lease calls (fence lock,
  * then le_lease), and held only while the transaction commits, as the
  * fence lock is, so no idle writer holds it.
  */
