@@ -801,9 +801,10 @@ le_rows_read_unlocked(Oid lease_relid, const char *key, ItemPointer hint, Buffer
  * the one we hold), nothing else makes us wait for it, and a stale write
  * would commit (035_fence_rewrite_race.pl, the TRUNCATE).  Held to the
  * end, the lock also keeps such a transaction from starting between the
- * check and our commit record.  It is taken after the fence lock, the order of the lease calls (fence lock,
- * then le_lease), and held only while the transaction commits, as the
- * fence lock is, so no idle writer holds it.
+ * check and our commit record.  It is taken after the fence lock, the
+ * order of the lease calls (fence lock, then le_lease), and held only while
+ * the transaction commits, as the fence lock is, so no idle writer holds
+ * it.
  */
 void
 le_rows_hold_lease_table(Oid lease_relid)
@@ -1618,20 +1619,19 @@ le_rows_forget_due_history(LeaseStoreState *st)
 
 /*
  * Find the history rows of one lease whose period ended before cutoff, for
- * le_rows_delete_due_history to delete once the grant has written the
- * lease row (and so holds its lock: a grant whose write failed then waits
- * for the row without holding any deletion, which a holder's open
- * transaction pruning too would otherwise wait for: a deadlock,
- * history_prune_tentative.spec).  Reads only.  Periods of a lease follow each other, so in token
- * order the ended_at of its rows rise: the scan stops at the first row
- * that is open or young enough, having read only the rows due and one
- * more.  (A server clock set back can leave a few rows for
- * le_prune_history() to take.)  Returns the history_min_ended_at
- * the lease will have once the rows collected are gone: the ended_at of
- * the first row kept (now if it lies ahead or the row is open), 'infinity'
- * when none is left.  The snapshot that found them stays registered until
- * they are deleted, and le_lease_history locked, so that none of their line
- * pointers can be pruned and given to another row meanwhile.
+ * le_rows_delete_due_history to delete once the grant has written the lease
+ * row (and so holds its lock: a grant whose write failed then waits for the
+ * row without holding any deletion, which a holder's open transaction pruning
+ * too would otherwise wait for: a deadlock, history_prune_tentative.spec).
+ * Reads only.  Periods of a lease follow each other, so in token order the
+ * ended_at of its rows rise: the scan stops at the first row that is open or
+ * young enough, having read only the rows due and one more.  (A server clock
+ * set back can leave a few rows for le_prune_history() to take.)  Returns the
+ * history_min_ended_at the lease will have once the rows collected are gone:
+ * the ended_at of the first row kept (now if it lies ahead or the row is
+ * open), 'infinity' when none is left.  The snapshot that found them stays
+ * registered until they are deleted, and le_lease_history locked, so that none
+ * of their line pointers can be pruned and given to another row meanwhile.
  */
 TimestampTz
 le_rows_find_due_history(LeaseStoreState *st, int64 lease_id, TimestampTz cutoff,

@@ -124,11 +124,11 @@ le_lock_wait_bound(PG_FUNCTION_ARGS)
 }
 
 /*
- * le_fence_advance(resource, fencing_token): call _le_fence_advance() of
- * the same schema with the calling role, which the SECURITY DEFINER worker
- * cannot see itself (its current user is the definer) and needs to enforce
- * the resource's owner role.  _le_fence_advance() is not executable by
- * PUBLIC: fmgr calls it without an EXECUTE check.  The worker's FmgrInfo is kept in
+ * le_fence_advance(resource, fencing_token): call _le_fence_advance() of the
+ * same schema with the calling role, which the SECURITY DEFINER worker cannot
+ * see itself (its current user is the definer) and needs to enforce the
+ * resource's owner role.  _le_fence_advance() is not executable by PUBLIC: fmgr
+ * calls it without an EXECUTE check.  The worker's FmgrInfo is kept in
  * fn_extra, i.e. for the life of this call site's FmgrInfo (one query).
  */
 Datum
