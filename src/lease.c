@@ -219,6 +219,65 @@ le_lease_acquire_not_lost(const LeaseRow *row, void *arg)
 }
 
 /*
+ * Grant the lease of *row, which this call locked (or read tentatively),
+ * to owner from now for ttl: a new token, the lapsed period closed, a new
+ * one opened, history past the retention pruned.  The caller holds the
+ * lease's fence lock in LE_FENCE_CHANGE_LOCKMODE.  false when the row
+ * changed since it was read: nothing was written, the caller decides again
+ * (the token drawn is skipped: tokens may have gaps, never repeats).
+ */
+static bool
+le_lease_grant(LeaseStoreState *st, LeaseRow *row, char *owner, int64 ttl,
+			   TimestampTz now)
+{
+	LeaseRow	old;
+	PeriodEnd	lapsed_end;
+	TimestampTz busy_end;
+
+	old = *row;
+	row->fencing_token = le_token_next(st, row, &row->token_timeline,
+									   &row->token_system_id);
+	row->holder = owner;
+	row->holder_role = st->caller_name;
+	row->acquired_at = now;
+	row->renewed_at = now;
+	row->expires_at = now + ttl;
+	row->transitions++;
+
+	/*
+	 * Periods past the retention are found first, so that the bound
+	 * they leave goes out with the grant's write (the lapsed period, if
+	 * any, is still open in the history then: the scan stops at it),
+	 * and deleted after it, under the row's lock.  Then the lapsed
+	 * period's end is folded in, unless it is gone already or was
+	 * never recorded (le_lease_plan_period_end).
+	 */
+	le_store_prune_plan(st, row->lease_id, &row->history_min_ended_at, now);
+	lapsed_end = le_lease_plan_period_end(st, row, &old, now);
+
+	/* New history rows are written only after the lease row. */
+	if (!le_rows_write(st, row))
+		return false;
+	le_lease_close_period(st, &old, now, "expired", lapsed_end);
+	le_rows_history_open(st, row);
+	busy_end = le_rows_delete_due_history(st);
+	if (busy_end != 0 && busy_end < row->history_min_ended_at)
+	{
+		/*
+		 * Rows another transaction is deleting: look again next time.
+		 * (A new command, so that this one sees the version it wrote.)
+		 */
+		row->history_min_ended_at = busy_end;
+		CommandCounterIncrement();
+		if (!le_rows_write(st, row))
+			elog(ERROR, "leader_election: lease row \"%s\" changed under its lock",
+				 row->lease_key);
+	}
+	le_watch_notify(st, "acquired", row);
+	return true;
+}
+
+/*
  * le_acquire(lease_key, owner_id, ttl) -> (acquired, fencing_token, holder,
  * expires_at, new_period).  Grants a free or expired lease with a new,
  * higher token (new_period true); extends a lease this owner and role
@@ -234,14 +293,11 @@ le_acquire(PG_FUNCTION_ARGS)
 	LeaseStoreState st;
 	LeaseRow	row;
 	TimestampTz now;
-	TimestampTz busy_end;
-	PeriodEnd	lapsed_end;
 	bool		found;
 	bool		fenced = false;
 	bool		new_period = false;
 	int64		fenced_id = 0;
 	AcquireCheck ac;
-	LeaseRow	old;
 	int64		tried_fence_id = 0; /* fence lock taken by le_fence_lock_try */
 
 	le_check_writable("acquire");
@@ -345,50 +401,9 @@ retry:
 			now = GetCurrentTimestamp();
 		}
 
-		old = row;
-		row.fencing_token = le_token_next(&st, &row, &row.token_timeline,
-										  &row.token_system_id);
-		row.holder = owner;
-		row.holder_role = st.caller_name;
-		row.acquired_at = now;
-		row.renewed_at = now;
-		row.expires_at = now + ttl;
-		row.transitions++;
-
-		/*
-		 * Periods past the retention are found first, so that the bound
-		 * they leave goes out with the grant's write (the lapsed period, if
-		 * any, is still open in the history then: the scan stops at it),
-		 * and deleted after it, under the row's lock.  Then the lapsed
-		 * period's end is folded in, unless it is gone already or was
-		 * never recorded (le_lease_plan_period_end).
-		 */
-		le_store_prune_plan(&st, row.lease_id, &row.history_min_ended_at, now);
-		lapsed_end = le_lease_plan_period_end(&st, &row, &old, now);
-
-		/*
-		 * The row changed since it was read: decide again on the version
-		 * then locked (the token drawn is skipped: tokens may have gaps,
-		 * never repeats).  New history rows are written only after the row.
-		 */
-		if (!le_rows_write(&st, &row))
-			goto retry;
+		if (!le_lease_grant(&st, &row, owner, ttl, now))
+			goto retry;			/* the row changed since it was read */
 		new_period = true;
-		le_lease_close_period(&st, &old, now, "expired", lapsed_end);
-		le_rows_history_open(&st, &row);
-		busy_end = le_rows_delete_due_history(&st);
-		if (busy_end != 0 && busy_end < row.history_min_ended_at)
-		{
-			/*
-			 * Rows another transaction is deleting: look again next time.
-			 * (A new command, so that this one sees the version it wrote.)
-			 */
-			row.history_min_ended_at = busy_end;
-			CommandCounterIncrement();
-			if (!le_rows_write(&st, &row))
-				elog(ERROR, "leader_election: lease row \"%s\" changed under its lock", key);
-		}
-		le_watch_notify(&st, "acquired", &row);
 	}
 
 	le_durable_commit();
