@@ -668,6 +668,74 @@ le_fence_check_lease(Oid nsp, const char *key, int64 token, bool strict)
 }
 
 /*
+ * The cache entry of key, made when there is none (with no hint yet); the
+ * caller has run le_fence_cache_prepare.  No lock.
+ */
+static LeaseIdEntry *
+le_fence_cache_entry(Oid nsp, const char *key)
+{
+	LeaseIdEntry *entry = cache_last_entry;
+	bool		found;
+
+	if (entry != NULL && strcmp(entry->key, key) == 0)
+		return entry;
+
+	/*
+	 * Bounded: a backend that checks ever new keys (or keys that do not
+	 * exist) starts the cache afresh at LE_FENCE_CACHE_MAX entries.
+	 */
+	if (hash_get_num_entries(cache_lease_ids) >= LE_FENCE_CACHE_MAX &&
+		hash_search(cache_lease_ids, key, HASH_FIND, NULL) == NULL)
+	{
+		cache_stale = true;
+		le_fence_cache_prepare(nsp);
+	}
+	entry = (LeaseIdEntry *) hash_search(cache_lease_ids, key, HASH_ENTER, &found);
+	if (!found)
+	{
+		ItemPointerSetInvalid(&entry->tid);
+		entry->recent = InvalidBuffer;
+		entry->stamp.lsn = InvalidXLogRecPtr;
+	}
+	cache_last_entry = entry;
+	return entry;
+}
+
+/*
+ * Raise the fence's error unless token is row's current token and the
+ * lease is held and unexpired at now: LE001 for a stale or never issued
+ * token, LE002 for a released or expired lease.
+ */
+static void
+le_fence_judge(const LeaseRow *row, const char *key, int64 token, TimestampTz now)
+{
+	if (row->fencing_token != token)
+		ereport(ERROR,
+				(errcode(ERRCODE_LE_STALE_FENCING_TOKEN),
+				 token < row->fencing_token ?
+				 errmsg("fencing token " INT64_FORMAT " of lease \"%s\" is stale", token, key) :
+				 errmsg("fencing token " INT64_FORMAT " of lease \"%s\" was never issued", token, key),
+				 errdetail("The current fencing token is " INT64_FORMAT ".", row->fencing_token),
+				 errhint("A leader whose token was superseded must stop working, not retry.")));
+
+	if (!le_store_lease_valid(row, now))
+	{
+		if (row->holder == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_LE_LEASE_NOT_HELD),
+					 errmsg("lease \"%s\" is not held", key),
+					 errdetail("Fencing token " INT64_FORMAT " is the current token, but the lease was released.", token),
+					 errhint("A leader whose lease ended must stop working; acquire the lease again for a new token.")));
+		ereport(ERROR,
+				(errcode(ERRCODE_LE_LEASE_NOT_HELD),
+				 errmsg("lease \"%s\" is not held", key),
+				 errdetail("Fencing token " INT64_FORMAT " is the current token, but the lease expired at %s.",
+						   token, timestamptz_to_str(row->expires_at)),
+				 errhint("A leader whose lease ended must stop working; acquire the lease again for a new token.")));
+	}
+}
+
+/*
  * le_fence_check_lease() for a trigger call too: origin is the trigger's
  * cached arguments (or NULL), so that the next row of the same trigger is
  * known to name the same lease without comparing the key (strcmp per row
@@ -707,28 +775,7 @@ le_fence_check_token(Oid nsp, const char *key, int64 token, bool strict, const v
 	verified.valid = false;
 	le_fence_cache_prepare(nsp);
 
-	entry = cache_last_entry;
-	if (entry == NULL || strcmp(entry->key, key) != 0)
-	{
-		/*
-		 * Bounded: a backend that checks ever new keys (or keys that do not
-		 * exist) starts the cache afresh at LE_FENCE_CACHE_MAX entries.
-		 */
-		if (hash_get_num_entries(cache_lease_ids) >= LE_FENCE_CACHE_MAX &&
-			hash_search(cache_lease_ids, key, HASH_FIND, NULL) == NULL)
-		{
-			cache_stale = true;
-			le_fence_cache_prepare(nsp);
-		}
-		entry = (LeaseIdEntry *) hash_search(cache_lease_ids, key, HASH_ENTER, &found);
-		if (!found)
-		{
-			ItemPointerSetInvalid(&entry->tid);
-			entry->recent = InvalidBuffer;
-			entry->stamp.lsn = InvalidXLogRecPtr;
-		}
-		cache_last_entry = entry;
-	}
+	entry = le_fence_cache_entry(nsp, key);
 
 	/*
 	 * The latest committed row (and this transaction's own changes): what
@@ -763,30 +810,7 @@ le_fence_check_token(Oid nsp, const char *key, int64 token, bool strict, const v
 	}
 	now = GetCurrentTimestamp();
 
-	if (row.fencing_token != token)
-		ereport(ERROR,
-				(errcode(ERRCODE_LE_STALE_FENCING_TOKEN),
-				 token < row.fencing_token ?
-				 errmsg("fencing token " INT64_FORMAT " of lease \"%s\" is stale", token, key) :
-				 errmsg("fencing token " INT64_FORMAT " of lease \"%s\" was never issued", token, key),
-				 errdetail("The current fencing token is " INT64_FORMAT ".", row.fencing_token),
-				 errhint("A leader whose token was superseded must stop working, not retry.")));
-
-	if (!le_store_lease_valid(&row, now))
-	{
-		if (row.holder == NULL)
-			ereport(ERROR,
-					(errcode(ERRCODE_LE_LEASE_NOT_HELD),
-					 errmsg("lease \"%s\" is not held", key),
-					 errdetail("Fencing token " INT64_FORMAT " is the current token, but the lease was released.", token),
-					 errhint("A leader whose lease ended must stop working; acquire the lease again for a new token.")));
-		ereport(ERROR,
-				(errcode(ERRCODE_LE_LEASE_NOT_HELD),
-				 errmsg("lease \"%s\" is not held", key),
-				 errdetail("Fencing token " INT64_FORMAT " is the current token, but the lease expired at %s.",
-						   token, timestamptz_to_str(row.expires_at)),
-				 errhint("A leader whose lease ended must stop working; acquire the lease again for a new token.")));
-	}
+	le_fence_judge(&row, key, token, now);
 
 	verified.strict_userid = InvalidOid;
 	if (strict)
