@@ -740,6 +740,10 @@ le_fence_judge(const LeaseRow *row, const char *key, int64 token, TimestampTz no
  * cached arguments (or NULL), so that the next row of the same trigger is
  * known to name the same lease without comparing the key (strcmp per row
  * was a quarter of the per-row shortcut, perf).
+ *
+ * Locks: none on the warm path; otherwise AccessShareLock on le_lease for
+ * the read (le_rows_read_latest).  Never the fence lock: that waits for
+ * the commit (le_fence_commit_check).
  */
 static void
 le_fence_check_token(Oid nsp, const char *key, int64 token, bool strict, const void *origin)

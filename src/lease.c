@@ -283,6 +283,12 @@ le_lease_grant(LeaseStoreState *st, LeaseRow *row, char *owner, int64 ttl,
  * higher token (new_period true); extends a lease this owner and role
  * validly hold, keeping their token (new_period false); otherwise reports
  * the current holder (new_period NULL).
+ *
+ * Locks: a refusal on the first read takes none.  Otherwise the fence lock
+ * in LE_FENCE_CHANGE_LOCKMODE when the lease may change hands, then the
+ * lease row, both to the end of the transaction; a fence lock needed only
+ * once the row is held is tried, never waited for (lock order), and one
+ * that served no change is given back at once.
  */
 Datum
 le_acquire(PG_FUNCTION_ARGS)
@@ -439,6 +445,9 @@ le_lease_renew_looks_ours(const LeaseRow *row, void *arg)
 /*
  * le_renew(lease_key, owner_id, fencing_token, ttl) -> new expiry, or NULL
  * when this owner, role and token do not hold a valid lease.
+ *
+ * Locks: the lease row to the end of the transaction, never the fence lock
+ * (the token does not change); a refusal leaves no lock behind.
  */
 Datum
 le_renew(PG_FUNCTION_ARGS)
@@ -511,6 +520,10 @@ le_lease_free_applies(const LeaseRow *row, void *arg)
 /*
  * Free a lease: the work shared by le_release (only for its holder, role and
  * token) and le_force_release (owner == NULL: whoever holds it).
+ *
+ * Locks: none when the first read shows nothing to free; else the fence
+ * lock in LE_FENCE_CHANGE_LOCKMODE, then the lease row, both to the end of
+ * the transaction (the fence lock only tried when the row is held first).
  */
 static bool
 le_lease_free(FunctionCallInfo fcinfo, const char *key, const char *owner,

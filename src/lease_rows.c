@@ -962,6 +962,10 @@ le_rows_end(LeaseStoreState *st)
  * le_rows_lock confirms before anything is written (or that only
  * refuses); false when the key has no row.  Writes nothing, takes no
  * transaction id.
+ *
+ * Locks: AccessShareLock on le_lease (and its key index while it is
+ * searched), given back by le_rows_let_go at the end of the call or before
+ * a wait; no row lock.
  */
 bool
 le_rows_peek(LeaseStoreState *st, const char *key, LeaseRow *row)
@@ -1014,6 +1018,13 @@ le_rows_serialization_failure(void)
  * takeover), saving a separate unlocked read for callers that only go on
  * when the row looks right.  The caller decides again on the version
  * locked, which at READ COMMITTED may be a later one.
+ *
+ * Locks: the lease row (unless the version is returned tentatively, for
+ * le_rows_write to lock by updating it) and RowExclusiveLock on le_lease,
+ * both to the end of the transaction; waits for them are bounded by the
+ * lock_timeout le_store_begin put in force.  Call without holding anything
+ * that a holder of the row may wait for, save the lease's fence lock
+ * (taken first: lock order fence lock, then row lock).
  */
 bool
 le_rows_lock(LeaseStoreState *st, const char *key, LeaseRow *row,
@@ -1231,6 +1242,9 @@ le_rows_name_datum(const char *s, bool *isnull)
  * nothing is written, false is returned, and the next le_rows_lock of the
  * call locks the row (waiting for whoever has it) for the caller to decide
  * again.
+ *
+ * Locks: never waits; on success the row is locked (by the update) to the
+ * end of the transaction, with RowExclusiveLock on le_lease.
  */
 bool
 le_rows_write(LeaseStoreState *st, const LeaseRow *row)
@@ -1437,6 +1451,9 @@ le_rows_period_recorded(LeaseStoreState *st, const LeaseRow *row)
 /*
  * Record the start of an ownership period in the history, unless
  * leader_election.history is off (then remember that it has no row).
+ *
+ * Locks: the caller holds the lease row (locked or written); the history
+ * row needs no lock of its own.  RowExclusiveLock on le_lease_history.
  */
 void
 le_rows_history_open(LeaseStoreState *st, const LeaseRow *row)
@@ -1523,6 +1540,9 @@ le_rows_history_scan_end(IndexScanDesc scan, Relation idx)
  * Record the end of the ownership period that had the given token; with
  * reason NULL, delete its row instead (a period that ends already past the
  * retention, see le_lease_plan_period_end in lease.c).
+ *
+ * Locks: as le_rows_history_open.  The period's row is open, and only the
+ * holder of the lease row changes an open period's row, so nothing waits.
  */
 void
 le_rows_history_close(LeaseStoreState *st, int64 lease_id, int64 token,
@@ -1829,6 +1849,10 @@ le_rows_create(LeaseStoreState *st, const char *key)
  * Delete the history rows of every lease whose period ended before cutoff
  * (le_prune_history()); returns how many went.  A row deleted or closed
  * meanwhile by a concurrent call is skipped.
+ *
+ * Locks: RowExclusiveLock on le_lease_history and the rows it deletes
+ * (waiting, within the bound le_store_begin put in force, for a concurrent
+ * deleter of the same row); no lease row.
  */
 int64
 le_rows_prune_all_history(LeaseStoreState *st, TimestampTz cutoff)

@@ -142,6 +142,9 @@ le_store_lock_bound_end(bool began)
  * Start working on the lease tables: switch to the extension owner, bound
  * lock waits.  fn_oid is the calling SQL function, whose schema
  * tells where the extension lives.
+ *
+ * Locks: none; from here to le_store_end every lock wait is bounded by
+ * leader_election.lock_timeout (or the caller's shorter lock_timeout).
  */
 void
 le_store_begin(LeaseStoreState *st, Oid fn_oid, const char *lease_key)
@@ -188,7 +191,11 @@ le_store_begin(LeaseStoreState *st, Oid fn_oid, const char *lease_key)
 	SetUserIdAndSecContext(owner, st->save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
 }
 
-/* Finish the work begun by le_store_begin. */
+/*
+ * Finish the work begun by le_store_begin.  Locks: gives back the table
+ * lock a plain read took on le_lease; the locks of a call that locked the
+ * lease row stay to the end of the transaction, under its holder deadline.
+ */
 void
 le_store_end(LeaseStoreState *st)
 {

@@ -139,6 +139,10 @@ le_token_seq_raise(Oid seqid, int64 floor, const char *key)
  * back by hand (setval, or a restore of an older sequence next to newer
  * rows) would make it lower, so then the sequence is first raised to the
  * last token's value.  Exhaustion (range or sequence) is an error.
+ *
+ * Locks: the caller holds the lease row and its fence lock in
+ * LE_FENCE_CHANGE_LOCKMODE; a raise of the sequence takes
+ * ShareRowExclusiveLock on le_token_seq to the end of the transaction.
  */
 int64
 le_token_next(LeaseStoreState *st, const LeaseRow *row, int32 *timeline, int64 *system_id)
