@@ -51,7 +51,7 @@
 #define LE_NOTIFY_CHANNEL		"leader_election"
 
 /*
- * A lease row as lease_store.c reads and writes it.  A free lease has
+ * A lease row as lease_rows.c reads and writes it.  A free lease has
  * holder == NULL; fencing_token is the last token issued (0: never).
  */
 typedef struct LeaseRow
@@ -104,8 +104,7 @@ extern void le_durable_locks_taken(void);
  * Access to the lease tables.  le_store_begin() switches to the extension
  * owner and bounds lock waits by leader_election.lock_timeout;
  * le_store_end() undoes both and releases what lease_rows.c kept for the
- * call.  Everything in
- * between may raise ERROR.
+ * call.  Everything in between may raise ERROR.
  */
 typedef struct LeaseStoreState
 {
@@ -142,34 +141,36 @@ typedef struct LeaseStoreState
 	ErrorContextCallback errcallback;
 } LeaseStoreState;
 
+/* The frame of a lease call and the plan of a grant's prune (lease_store.c). */
 extern void le_store_begin(LeaseStoreState *st, Oid fn_oid, const char *lease_key);
 extern void le_store_end(LeaseStoreState *st);
 extern bool le_store_lock_bound_begin(void);
 extern void le_store_lock_bound_end(bool began);
-/* The holder deadline (holder.c). */
-extern void le_holder_bound_idle(const char *key, int64 bound_us);
-
-extern void le_rows_create(LeaseStoreState *st, const char *key);
-extern int64 le_rows_prune_all_history(LeaseStoreState *st, TimestampTz cutoff);
+extern bool le_store_lease_valid(const LeaseRow *row, TimestampTz now);
 extern void le_store_prune_plan(LeaseStoreState *st, int64 lease_id, TimestampTz *min_ended_at,
 								TimestampTz now);
 extern bool le_store_history_due(TimestampTz ended_at, TimestampTz now);
 extern int64 le_store_prune_history(LeaseStoreState *st);
 
+/* The holder deadline (holder.c). */
+extern void le_holder_bound_idle(const char *key, int64 bound_us);
+
 /* Rows of le_lease and le_lease_history, by direct access (lease_rows.c). */
+extern void le_rows_create(LeaseStoreState *st, const char *key);
 extern bool le_rows_peek(LeaseStoreState *st, const char *key, LeaseRow *row);
 typedef bool (*LeaseRowCheck) (const LeaseRow *row, void *arg);
 extern bool le_rows_lock(LeaseStoreState *st, const char *key, LeaseRow *row,
-						  LeaseRowCheck check, void *arg);
+						 LeaseRowCheck check, void *arg);
 extern bool le_rows_write(LeaseStoreState *st, const LeaseRow *row);
 extern void le_rows_history_open(LeaseStoreState *st, const LeaseRow *row);
 extern bool le_rows_period_recorded(LeaseStoreState *st, const LeaseRow *row);
 extern void le_rows_history_close(LeaseStoreState *st, int64 lease_id, int64 token,
-								   TimestampTz ended_at, const char *reason);
+								  TimestampTz ended_at, const char *reason);
 extern TimestampTz le_rows_find_due_history(LeaseStoreState *st, int64 lease_id,
-											 TimestampTz cutoff, TimestampTz now);
+											TimestampTz cutoff, TimestampTz now);
 extern TimestampTz le_rows_delete_due_history(LeaseStoreState *st);
 extern void le_rows_forget_due_history(LeaseStoreState *st);
+extern int64 le_rows_prune_all_history(LeaseStoreState *st, TimestampTz cutoff);
 extern void le_rows_end(LeaseStoreState *st);
 extern void le_rows_let_go(LeaseStoreState *st);
 
@@ -185,15 +186,15 @@ extern void le_fence_lock_writer(int64 lease_id, const char *key);
 struct LOCKTAG;
 extern void le_fence_lock_tag(struct LOCKTAG *tag, int64 lease_id);
 
-extern bool le_store_lease_valid(const LeaseRow *row, TimestampTz now);
-
 /* Watches and their NOTIFY (watch.c). */
 extern void le_watch_notify(const LeaseStoreState *st, const char *event, const LeaseRow *row);
 extern bool le_watch_start(int64 lease_id);
 extern bool le_watch_stop(int64 lease_id);
 
-/* Direct reads for the fence (lease_rows.c). */
-/* The extension's relations, by their place in le_rows_lookup_relid's table. */
+/*
+ * The extension's relations (lease_rows.c), by their place in
+ * le_rows_lookup_relid's table, and the direct reads of the fence.
+ */
 typedef enum LeaseRel
 {
 	LE_REL_LEASE,
