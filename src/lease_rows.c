@@ -852,21 +852,20 @@ le_rows_page_unchanged(Oid lease_relid, const LeaseRowStamp *stamp, bool *unchan
 
 /*
  * Is the version that le_rows_read_latest returned with *stamp still the
- * latest, unchanged?  True when the page it is on has the same LSN as at
- * that read: every change of a version (an update, a delete, a row lock,
- * pruning or freezing) writes WAL and sets the page's LSN to the end of its
- * record, which lies after anything written before the read, so an equal
- * LSN means that nobody has changed anything on the page since.  The
- * caller still judges the expiry by the clock, and holds whatever makes
- * "since" matter (the fence lock: a token change that committed before it
- * was granted has changed the page).  Only pages of the same file are
- * compared: a rewrite of le_lease in between (VACUUM FULL, CLUSTER,
- * TRUNCATE, SET TABLESPACE) gives it a new one.  About half the cost of
- * reading the row again (callgrind).  This rests on two rules of
- * PostgreSQL 15, the version built for: every change of a heap page's contents is
- * WAL-logged and sets the page's LSN, and above wal_level = minimal a page
- * keeps its LSN only while its file is the same (ALTER TABLE ... SET
- * LOGGED/UNLOGGED rewrite the table into a new file).  A version that
+ * latest, unchanged?  True when the page it is on has the same LSN as at that
+ * read: every change of a version (an update, a delete, a row lock, pruning or
+ * freezing) writes WAL and sets the page's LSN to the end of its record, which
+ * lies after anything written before the read, so an equal LSN means that
+ * nobody has changed anything on the page since.  The caller still judges the
+ * expiry by the clock, and holds whatever makes "since" matter (the fence
+ * lock: a token change that committed before it was granted has changed the
+ * page).  Only pages of the same file are compared: a rewrite of le_lease in
+ * between (VACUUM FULL, CLUSTER, TRUNCATE, SET TABLESPACE) gives it a new one.
+ * About half the cost of reading the row again (callgrind).  This rests on two
+ * rules of PostgreSQL 15, the version built for: every change of a heap page's
+ * contents is WAL-logged and sets the page's LSN, and above wal_level =
+ * minimal a page keeps its LSN only while its file is the same (ALTER TABLE
+ * ... SET LOGGED/UNLOGGED rewrite the table into a new file).  A version that
  * changed either rule (a persistence change without a rewrite, a page copy
  * without WAL) would need this shortcut revisited.
  */
