@@ -8,88 +8,14 @@
  * the token equals the lease's current token and the lease is held and
  * unexpired by the server clock; otherwise it raises LE001 (stale or never
  * issued token) or LE002 (lease not held: released, expired or never
- * acquired), and the write is not done (or the transaction not committed).
+ * acquired).  Each write is checked without a lock, for an early rejection;
+ * the commit checks again every lease its writes recorded, under the fence
+ * lock (fence_lock.c).  src/README.md ("The fence") explains the two
+ * checks, what is judged, and the shortcuts that keep a fenced write cheap.
  *
- * Locking rules.  The check is made twice (issue 7, items 1 and 4):
- *	- at each write, without any lock, on the latest committed lease row
- *	  (le_store_read_latest takes its own snapshot, so REPEATABLE READ and
- *	  SERIALIZABLE writers see token changes too): an early rejection.  The
- *	  (lease row id, token) is recorded for the transaction;
- *	- at XACT_EVENT_PRE_COMMIT, for every recorded lease:
- *	  the fence lock of the recorded row id is taken in
- *	  LE_FENCE_WRITER_LOCKMODE (le_fence_lock_writer; the wait is bounded by
- *	  leader_election.lock_timeout, 55P03), the row is read again with a
- *	  snapshot taken after the lock was granted (or only its page's LSN
- *	  compared), with le_lease held in AccessShareLock from then to the end
- *	  of the commit (le_store_hold_lease_table: a TRUNCATE or rewrite of
- *	  le_lease has ended and its invalidations are read, and none starts
- *	  before our commit ends), and the commit fails
- *	  unless it is still the same row (the id locked is the id read), the
- *	  token is current and the lease unexpired.
- * Acquire, release and force-release take the lock in
- * LE_FENCE_CHANGE_LOCKMODE before they change the token or free the lease,
- * until their transaction ends.  So a takeover that committed before our
- * commit-time lock was granted is seen and our commit fails; one that starts
- * after it waits only until our commit has ended; one in progress makes our
- * commit wait (bounded), unless this transaction wrote the lease row itself
- * (renewed it): then its row lock keeps every token change out until it
- * ends, and waiting would deadlock with the taker, which holds the fence
- * lock and waits for the row.  The writer holds the lock only from
- * PRE_COMMIT to the end of the commit, so an idle or frozen writer never
- * blocks a takeover.  PREPARE TRANSACTION of a transaction that recorded a
- * lease is refused (0A000): it would keep the lock until COMMIT PREPARED and
- * could commit after the lease expired.
- * Renewals take no fence lock: they change only expires_at, never the token.
- *
- * Speed.  A fenced INSERT must cost little more than an unfenced one, so the
- * trigger uses no SPI, no user switch and no setting changes on its normal
- * path, and reads the lease row directly (le_store_read_latest: on its
- * page, from the hint, no slot, no snapshot built, no lseek).  In a warm
- * session it takes no lock on le_lease at all: it reuses what its last
- * read of the key's row found (lease id, token, expiry, holder role) while
- * that row's page keeps the LSN it had then (le_store_page_unchanged: the
- * page pinned by ReadRecentBuffer in the buffer it was read in; only for a
- * final version, see le_rows_read_in_place), else reads the row where it
- * found it last if that block is still in the same shared buffer
- * (le_store_read_unlocked, which says why no table lock is needed), and
- * only otherwise opens le_lease with AccessShareLock.  Per backend we cache
- * the oids of le_lease and its key index, and per key the heap TID where
- * the row was last found, a hint only (checked against the key and the
- * table's size when used; all hints are dropped on any relcache
- * invalidation of le_lease or its index, e.g. VACUUM FULL, CLUSTER,
- * TRUNCATE, DROP and CREATE EXTENSION).  What a read found is reused only
- * while the page's LSN vouches for it (above); otherwise every check reads
- * the row again.  Each trigger's parsed arguments
- * are cached by trigger oid until any relcache or pg_proc invalidation;
- * the last trigger's and the last key's entries are remembered, so a
- * statement of one row makes none of our hash lookups.  Within one command,
- * the rows after the first for the same lease and token only compare the
- * clock with the expiry read for the first, every LE_FENCE_CLOCK_EVERY rows;
- * the next command reads the row again (trigger calls only: le_fence_check
- * reads at every call, since read-only statements share a command id).
- *
- * What is judged.  The writer's token, never one it inherits: an UPDATE
- * that keeps the row's token needs it declared for the transaction
- * (le_fence_check_kept).  And the row stored: no BEFORE ROW trigger may
- * fire after the fence (le_fence_require_last, at every firing) and the
- * token column may not be generated (le_fence_validate).  A transaction
- * that released the lease itself commits the writes it made before
- * (le_fence_released_here).  The commit-time check reads once
- * per (lease, token) recorded, however many writes the transaction made,
- * and not even that when the page of the version the last write judged by
- * still has the LSN it had then (le_store_row_unchanged): that read
- * records the page and its LSN only for a version that is final (committed
- * by another transaction, nobody deleting, updating or locking it), and
- * any change of the page since, a token change that committed before our
- * fence lock was granted included, has moved the LSN.  The expiry is
- * compared with the clock either way.  (A version this transaction wrote,
- * say a renewal, is not final: a ROLLBACK TO SAVEPOINT undoes it without
- * touching the page.)  Subtransactions that roll back drop what they
- * recorded.
- *
- * Unknown lease keys: a fence on a key that has never been acquired rejects
- * every write (LE002), so protecting a table before its first leader exists
- * is safe.
+ * Invariant (G5 in doc/lease-guarantees.md): no protected write commits
+ * with a token older than its lease's current one, nor after the lease
+ * expired or was released by another transaction.
  *
  *-------------------------------------------------------------------------
  */
@@ -134,7 +60,7 @@ PG_FUNCTION_INFO_V1(le_unprotect);
  * shared buffer) the row was last found and what that read found.  The
  * fence judges a write by the row it reads, or by what the last read found
  * while the page's LSN shows that nothing on it changed since.  A hint is
- * only a place to look first (see le_store_read_latest); all hints are
+ * only a place to look first (see le_rows_read_latest); all hints are
  * dropped on any relcache
  * invalidation of le_lease or its index (VACUUM FULL, CLUSTER, TRUNCATE,
  * DROP and CREATE EXTENSION).
@@ -147,7 +73,7 @@ typedef struct LeaseIdEntry
 
 	/*
 	 * What the last read found, reused while the page still has the LSN it
-	 * had then (le_store_page_unchanged): only for a version that was final
+	 * had then (le_rows_page_unchanged): only for a version that was final
 	 * (stamp.lsn valid, see le_rows_read_in_place), whose every change
 	 * moves that LSN.
 	 */
@@ -208,8 +134,8 @@ static struct
  * The row an UPDATE of a fenced table last passed the fence with, in this
  * command: when that UPDATE moves the row to another partition, PostgreSQL
  * deletes it from the old partition, firing the DELETE trigger there for the
- * same tuple; that deletion is judged by the new row's token (item 10 of
- * issue 7).  Reset at the end of every transaction.
+ * same tuple; that deletion is judged by the new row's token
+ * (sql/fence_partition.sql).  Reset at the end of every transaction.
  */
 static struct
 {
@@ -333,7 +259,7 @@ le_fence_proc_callback(Datum arg, int cacheid, uint32 hashvalue)
 
 /*
  * The lease row as an earlier read judged it, for a check whose page shows
- * that nothing changed since (le_store_page_unchanged): holder is only
+ * that nothing changed since (le_rows_page_unchanged): holder is only
  * tested for NULL, so any non-NULL string stands for it.
  */
 static void
@@ -401,7 +327,7 @@ le_fence_note_release(int64 lease_id, int64 token, bool was_valid,
  * transaction passed the fence with, take its fence lock in
  * LE_FENCE_WRITER_LOCKMODE (the wait bounded by
  * leader_election.lock_timeout, 55P03); then hold le_lease
- * (le_store_hold_lease_table); then, for each, read the latest committed row
+ * (le_rows_hold_lease_table); then, for each, read the latest committed row
  * with a snapshot taken after the locks were granted, and require that it is
  * still the row the write was judged by, that the token is its current one
  * and that the lease is unexpired now.  Otherwise the commit fails with
@@ -420,10 +346,10 @@ le_fence_commit_check(void)
 
 	/*
 	 * Every fence lock first, then le_lease, then the checks: nothing waits
-	 * for a fence lock while holding le_lease, the order of the lease calls
-	 * (helper 41: a commit of writes under two leases held le_lease while it
-	 * waited for the second one's fence lock, a VACUUM FULL queued behind it
-	 * and the taker of that lease behind the VACUUM FULL).  A transaction
+	 * for a fence lock while holding le_lease, the order of the lease calls:
+	 * else a VACUUM FULL of le_lease would queue behind a commit waiting for
+	 * its second lease's fence lock, and the taker of that lease behind the
+	 * VACUUM FULL (fence_commit_lock_order.spec).  A transaction
 	 * that already holds le_lease (it renewed a lease, or read le_leases)
 	 * still waits with it held; PostgreSQL's deadlock detector then resolves
 	 * such a queue, as for the lease calls.
@@ -441,7 +367,7 @@ le_fence_commit_check(void)
 							   fl->token),
 					 errhint("Acquire the lease again for a new token.")));
 
-		fl->locked_at_once = le_fence_trylock(fl->lease_id, LE_FENCE_WRITER_LOCKMODE);
+		fl->locked_at_once = le_fence_lock_try(fl->lease_id, LE_FENCE_WRITER_LOCKMODE);
 		if (!fl->locked_at_once)
 		{
 			LeaseRow	row;
@@ -456,12 +382,12 @@ le_fence_commit_check(void)
 			 * it and waits for our row.  Otherwise wait (bounded); the row
 			 * is read again below, after the lock was granted.
 			 */
-			if (!le_store_read_latest(cache_lease_relid, cache_key_indexid, fl->key,
+			if (!le_rows_read_latest(cache_lease_relid, cache_key_indexid, fl->key,
 									  &fl->tid, &row, &ours, &stamp) || !ours)
 				le_fence_lock_writer(fl->lease_id, fl->key);
 		}
 	}
-	le_store_hold_lease_table(cache_lease_relid);
+	le_rows_hold_lease_table(cache_lease_relid);
 
 	foreach(lc, fenced_leases)
 	{
@@ -487,7 +413,7 @@ le_fence_commit_check(void)
 							   fl->token),
 					 errhint("Acquire the lease again for a new token.")));
 
-		if (fl->locked_at_once && le_store_row_unchanged(cache_lease_relid, &fl->stamp))
+		if (fl->locked_at_once && le_rows_row_unchanged(cache_lease_relid, &fl->stamp))
 		{
 			/*
 			 * Nothing on the row's page changed since the write's read
@@ -499,7 +425,7 @@ le_fence_commit_check(void)
 			found = true;
 		}
 		else
-			found = le_store_read_latest(cache_lease_relid, cache_key_indexid, fl->key,
+			found = le_rows_read_latest(cache_lease_relid, cache_key_indexid, fl->key,
 										 &fl->tid, &row, &ours, &stamp);
 		now = GetCurrentTimestamp();
 		if (!found || row.lease_id != fl->lease_id)
@@ -517,7 +443,7 @@ le_fence_commit_check(void)
 					 errdetail("The current fencing token is " INT64_FORMAT "; the transaction is rolled back.",
 							   row.fencing_token),
 					 errhint("A leader whose token was superseded must stop working, not retry.")));
-		if (!le_lease_is_valid(&row, now) &&
+		if (!le_store_lease_valid(&row, now) &&
 			!(ours && row.holder == NULL && le_fence_released_here(fl->lease_id, fl->token, now)))
 			ereport(ERROR,
 					(errcode(ERRCODE_LE_LEASE_NOT_HELD),
@@ -696,7 +622,7 @@ le_fence_cache_prepare(Oid nsp)
 	if (cache_nsp == nsp && !cache_stale && cache_lease_ids != NULL)
 		return;
 
-	le_store_relids(nsp, &lease_relid, &key_indexid);
+	le_rows_relids(nsp, &lease_relid, &key_indexid);
 	cache_stale = false;
 
 	if (cache_lease_ids != NULL)
@@ -743,10 +669,82 @@ le_fence_check_lease(Oid nsp, const char *key, int64 token, bool strict)
 }
 
 /*
+ * The cache entry of key, made when there is none (with no hint yet); the
+ * caller has run le_fence_cache_prepare.  No lock.
+ */
+static LeaseIdEntry *
+le_fence_cache_entry(Oid nsp, const char *key)
+{
+	LeaseIdEntry *entry = cache_last_entry;
+	bool		found;
+
+	if (entry != NULL && strcmp(entry->key, key) == 0)
+		return entry;
+
+	/*
+	 * Bounded: a backend that checks ever new keys (or keys that do not
+	 * exist) starts the cache afresh at LE_FENCE_CACHE_MAX entries.
+	 */
+	if (hash_get_num_entries(cache_lease_ids) >= LE_FENCE_CACHE_MAX &&
+		hash_search(cache_lease_ids, key, HASH_FIND, NULL) == NULL)
+	{
+		cache_stale = true;
+		le_fence_cache_prepare(nsp);
+	}
+	entry = (LeaseIdEntry *) hash_search(cache_lease_ids, key, HASH_ENTER, &found);
+	if (!found)
+	{
+		ItemPointerSetInvalid(&entry->tid);
+		entry->recent = InvalidBuffer;
+		entry->stamp.lsn = InvalidXLogRecPtr;
+	}
+	cache_last_entry = entry;
+	return entry;
+}
+
+/*
+ * Raise the fence's error unless token is row's current token and the
+ * lease is held and unexpired at now: LE001 for a stale or never issued
+ * token, LE002 for a released or expired lease.
+ */
+static void
+le_fence_judge(const LeaseRow *row, const char *key, int64 token, TimestampTz now)
+{
+	if (row->fencing_token != token)
+		ereport(ERROR,
+				(errcode(ERRCODE_LE_STALE_FENCING_TOKEN),
+				 token < row->fencing_token ?
+				 errmsg("fencing token " INT64_FORMAT " of lease \"%s\" is stale", token, key) :
+				 errmsg("fencing token " INT64_FORMAT " of lease \"%s\" was never issued", token, key),
+				 errdetail("The current fencing token is " INT64_FORMAT ".", row->fencing_token),
+				 errhint("A leader whose token was superseded must stop working, not retry.")));
+
+	if (!le_store_lease_valid(row, now))
+	{
+		if (row->holder == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_LE_LEASE_NOT_HELD),
+					 errmsg("lease \"%s\" is not held", key),
+					 errdetail("Fencing token " INT64_FORMAT " is the current token, but the lease was released.", token),
+					 errhint("A leader whose lease ended must stop working; acquire the lease again for a new token.")));
+		ereport(ERROR,
+				(errcode(ERRCODE_LE_LEASE_NOT_HELD),
+				 errmsg("lease \"%s\" is not held", key),
+				 errdetail("Fencing token " INT64_FORMAT " is the current token, but the lease expired at %s.",
+						   token, timestamptz_to_str(row->expires_at)),
+				 errhint("A leader whose lease ended must stop working; acquire the lease again for a new token.")));
+	}
+}
+
+/*
  * le_fence_check_lease() for a trigger call too: origin is the trigger's
  * cached arguments (or NULL), so that the next row of the same trigger is
  * known to name the same lease without comparing the key (strcmp per row
  * was a quarter of the per-row shortcut, perf).
+ *
+ * Locks: none on the warm path; otherwise AccessShareLock on le_lease for
+ * the read (le_rows_read_latest).  Never the fence lock: that waits for
+ * the commit (le_fence_commit_check).
  */
 static void
 le_fence_check_token(Oid nsp, const char *key, int64 token, bool strict, const void *origin)
@@ -782,28 +780,7 @@ le_fence_check_token(Oid nsp, const char *key, int64 token, bool strict, const v
 	verified.valid = false;
 	le_fence_cache_prepare(nsp);
 
-	entry = cache_last_entry;
-	if (entry == NULL || strcmp(entry->key, key) != 0)
-	{
-		/*
-		 * Bounded: a backend that checks ever new keys (or keys that do not
-		 * exist) starts the cache afresh at LE_FENCE_CACHE_MAX entries.
-		 */
-		if (hash_get_num_entries(cache_lease_ids) >= LE_FENCE_CACHE_MAX &&
-			hash_search(cache_lease_ids, key, HASH_FIND, NULL) == NULL)
-		{
-			cache_stale = true;
-			le_fence_cache_prepare(nsp);
-		}
-		entry = (LeaseIdEntry *) hash_search(cache_lease_ids, key, HASH_ENTER, &found);
-		if (!found)
-		{
-			ItemPointerSetInvalid(&entry->tid);
-			entry->recent = InvalidBuffer;
-			entry->stamp.lsn = InvalidXLogRecPtr;
-		}
-		cache_last_entry = entry;
-	}
+	entry = le_fence_cache_entry(nsp, key);
 
 	/*
 	 * The latest committed row (and this transaction's own changes): what
@@ -811,7 +788,7 @@ le_fence_check_token(Oid nsp, const char *key, int64 token, bool strict, const v
 	 * where it was found last time if its block is still in the same
 	 * buffer, without a lock on le_lease; else with one.
 	 */
-	if (le_store_page_unchanged(cache_lease_relid, &entry->stamp, &found) && found)
+	if (le_rows_page_unchanged(cache_lease_relid, &entry->stamp, &found) && found)
 	{
 		le_fence_judged_row(&row, entry->lease_id, entry->token, entry->expires_at,
 							entry->held ? entry->key : NULL,
@@ -821,8 +798,8 @@ le_fence_check_token(Oid nsp, const char *key, int64 token, bool strict, const v
 	else
 	{
 		entry->stamp.lsn = InvalidXLogRecPtr;
-		if (!le_store_read_unlocked(cache_lease_relid, key, &entry->tid, entry->recent, &row, &stamp) &&
-			!le_store_read_latest(cache_lease_relid, cache_key_indexid, key, &entry->tid, &row, NULL,
+		if (!le_rows_read_unlocked(cache_lease_relid, key, &entry->tid, entry->recent, &row, &stamp) &&
+			!le_rows_read_latest(cache_lease_relid, cache_key_indexid, key, &entry->tid, &row, NULL,
 								  &stamp))
 		{
 			entry->recent = InvalidBuffer;
@@ -838,30 +815,7 @@ le_fence_check_token(Oid nsp, const char *key, int64 token, bool strict, const v
 	}
 	now = GetCurrentTimestamp();
 
-	if (row.fencing_token != token)
-		ereport(ERROR,
-				(errcode(ERRCODE_LE_STALE_FENCING_TOKEN),
-				 token < row.fencing_token ?
-				 errmsg("fencing token " INT64_FORMAT " of lease \"%s\" is stale", token, key) :
-				 errmsg("fencing token " INT64_FORMAT " of lease \"%s\" was never issued", token, key),
-				 errdetail("The current fencing token is " INT64_FORMAT ".", row.fencing_token),
-				 errhint("A leader whose token was superseded must stop working, not retry.")));
-
-	if (!le_lease_is_valid(&row, now))
-	{
-		if (row.holder == NULL)
-			ereport(ERROR,
-					(errcode(ERRCODE_LE_LEASE_NOT_HELD),
-					 errmsg("lease \"%s\" is not held", key),
-					 errdetail("Fencing token " INT64_FORMAT " is the current token, but the lease was released.", token),
-					 errhint("A leader whose lease ended must stop working; acquire the lease again for a new token.")));
-		ereport(ERROR,
-				(errcode(ERRCODE_LE_LEASE_NOT_HELD),
-				 errmsg("lease \"%s\" is not held", key),
-				 errdetail("Fencing token " INT64_FORMAT " is the current token, but the lease expired at %s.",
-						   token, timestamptz_to_str(row.expires_at)),
-				 errhint("A leader whose lease ended must stop working; acquire the lease again for a new token.")));
-	}
+	le_fence_judge(&row, key, token, now);
 
 	verified.strict_userid = InvalidOid;
 	if (strict)
@@ -1574,7 +1528,7 @@ le_protect(PG_FUNCTION_ARGS)
 	else
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid fence mode \"%s\"", le_show_input(mode)),
+				 errmsg("invalid fence mode \"%s\"", le_check_show(mode)),
 				 errhint("Use 'lease', 'strict' or 'advance'.")));
 
 	rel = le_fence_open_target(relid);

@@ -5,7 +5,10 @@
  *
  * The module holds no shared memory and starts no background worker: all
  * state is in the extension's tables, so _PG_init only defines settings.
- * They are documented in README.md ("Settings").
+ * They are documented in doc/reference.md ("Settings").
+ *
+ * Invariant: nothing but per-backend caches lives outside the tables, so a
+ * crash or restart loses nothing that a lease depends on.
  *
  *-------------------------------------------------------------------------
  */

@@ -3,9 +3,10 @@
  * leader_election.h
  *		Declarations shared by the C files of the leader_election extension.
  *
- * lease_rows.c owns the lease row format, lease_store.c the token rules and
- * the fence lock; every other file goes through the functions declared here
- * instead of touching the tables or the lock tag itself.
+ * lease_rows.c owns the lease row format, token.c the token rule and
+ * fence_lock.c the fence lock; every other file goes through the functions
+ * declared here instead of touching the tables or the lock tag itself.
+ * src/README.md describes the design.
  *
  *-------------------------------------------------------------------------
  */
@@ -28,14 +29,14 @@
 
 /*
  * SQLSTATEs of our own, in class "LE" so they never collide with
- * PostgreSQL's.  Documented in README.md; never renumber one.
+ * PostgreSQL's.  Documented in doc/reference.md; never renumber one.
  */
 #define ERRCODE_LE_STALE_FENCING_TOKEN	MAKE_SQLSTATE('L','E','0','0','1')
 #define ERRCODE_LE_LEASE_NOT_HELD		MAKE_SQLSTATE('L','E','0','0','2')
 /* Raised by the (PL/pgSQL) job functions: the worker does not hold the claim. */
 #define ERRCODE_LE_JOB_NOT_CLAIMED		MAKE_SQLSTATE('L','E','0','0','3')
 
-/* Limits on user input, in bytes; documented in README.md. */
+/* Limits on user input, in bytes; documented in doc/reference.md. */
 #define LE_MAX_KEY_LEN			200
 #define LE_MAX_OWNER_LEN		200
 
@@ -50,7 +51,7 @@
 #define LE_NOTIFY_CHANNEL		"leader_election"
 
 /*
- * A lease row as lease_store.c reads and writes it.  A free lease has
+ * A lease row as lease_rows.c reads and writes it.  A free lease has
  * holder == NULL; fencing_token is the last token issued (0: never).
  */
 typedef struct LeaseRow
@@ -81,7 +82,7 @@ extern bool le_history_enabled;
 #define LE_NOTIFY_NONE			2	/* none */
 extern int	le_notify_events;
 
-/* Argument checks shared by every SQL-callable function (lease_store.c). */
+/* Argument checks shared by every SQL-callable function (check.c). */
 extern char *le_check_key(FunctionCallInfo fcinfo, int argno);
 extern char *le_check_owner(FunctionCallInfo fcinfo, int argno);
 extern int64 le_check_token(FunctionCallInfo fcinfo, int argno);
@@ -90,24 +91,26 @@ extern void le_check_writable(const char *action);
 
 /* Error messages quote at most this many characters of an input value. */
 #define LE_MAX_SHOWN_CHARS		64
-extern char *le_show_input(const char *value);
+extern char *le_check_show(const char *value);
 
-/* Commit of a lease change: flushed, and waited for by synchronous standbys. */
-extern void le_commit_durably(void);
-extern void le_lease_locks_taken(void);
+/*
+ * Commit of a lease change: flushed, waited for by synchronous standbys,
+ * never prepared (durable.c).
+ */
+extern void le_durable_commit(void);
+extern void le_durable_locks_taken(void);
 
 /*
  * Access to the lease tables.  le_store_begin() switches to the extension
  * owner and bounds lock waits by leader_election.lock_timeout;
  * le_store_end() undoes both and releases what lease_rows.c kept for the
- * call.  Everything in
- * between may raise ERROR.
+ * call.  Everything in between may raise ERROR.
  */
 typedef struct LeaseStoreState
 {
 	Oid			save_userid;
 	int			save_sec_context;
-	bool		lock_bounded;	/* le_lock_bound_begin put our lock_timeout in force */
+	bool		lock_bounded;	/* le_store_lock_bound_begin put our lock_timeout in force */
 	Oid			caller;
 	char	   *caller_name;
 	const char *lease_key;		/* for error context */
@@ -119,12 +122,12 @@ typedef struct LeaseStoreState
 	bool		keep_lease_lock;	/* keep lease_rel's lock to transaction end */
 	bool		lease_rowex;	/* this call took RowExclusiveLock on le_lease */
 	Snapshot	snap;			/* registered by the last peek or lock of this call */
-	HeapTuple	peeked_tuple;	/* copy of the version le_store_peek read, while usable */
+	HeapTuple	peeked_tuple;	/* copy of the version le_rows_peek read, while usable */
 	LeaseRow	peeked_row;		/* ... and what it said */
-	ItemPointerData tid;		/* lease row version that le_store_lock locked */
-	HeapTuple	locked_tuple;	/* copy of the version locked, for le_store_write */
+	ItemPointerData tid;		/* lease row version that le_rows_lock locked */
+	HeapTuple	locked_tuple;	/* copy of the version locked, for le_rows_write */
 	bool		locked;			/* this call locked the lease row (and maybe its fence) */
-	bool		tentative;		/* tid/locked_tuple were read, not locked (see le_store_lock) */
+	bool		tentative;		/* tid/locked_tuple were read, not locked (see le_rows_lock) */
 	bool		must_lock;		/* a tentative write lost a race: lock from now on */
 	int64		idle_bound_us;	/* the transaction's deadline for the lease, from now; 0: none */
 	/* a grant's prune: rows found due before the lease row was written */
@@ -138,46 +141,60 @@ typedef struct LeaseStoreState
 	ErrorContextCallback errcallback;
 } LeaseStoreState;
 
+/* The frame of a lease call and the plan of a grant's prune (lease_store.c). */
 extern void le_store_begin(LeaseStoreState *st, Oid fn_oid, const char *lease_key);
 extern void le_store_end(LeaseStoreState *st);
-extern void le_bound_idle_holder(const char *key, int64 bound_us);
-extern void le_store_create(LeaseStoreState *st, const char *key);
-extern int64 le_store_prune_all_history(LeaseStoreState *st, TimestampTz cutoff);
+extern bool le_store_lock_bound_begin(void);
+extern void le_store_lock_bound_end(bool began);
+extern bool le_store_lease_valid(const LeaseRow *row, TimestampTz now);
 extern void le_store_prune_plan(LeaseStoreState *st, int64 lease_id, TimestampTz *min_ended_at,
 								TimestampTz now);
 extern bool le_store_history_due(TimestampTz ended_at, TimestampTz now);
 extern int64 le_store_prune_history(LeaseStoreState *st);
 
+/* The holder deadline (holder.c). */
+extern void le_holder_bound_idle(const char *key, int64 bound_us);
+
 /* Rows of le_lease and le_lease_history, by direct access (lease_rows.c). */
-extern bool le_store_peek(LeaseStoreState *st, const char *key, LeaseRow *row);
+extern void le_rows_create(LeaseStoreState *st, const char *key);
+extern bool le_rows_peek(LeaseStoreState *st, const char *key, LeaseRow *row);
 typedef bool (*LeaseRowCheck) (const LeaseRow *row, void *arg);
-extern bool le_store_lock(LeaseStoreState *st, const char *key, LeaseRow *row,
-						  LeaseRowCheck check, void *arg);
-extern bool le_store_write(LeaseStoreState *st, const LeaseRow *row);
-extern void le_store_history_open(LeaseStoreState *st, const LeaseRow *row);
-extern bool le_store_period_recorded(LeaseStoreState *st, const LeaseRow *row);
-extern void le_store_history_close(LeaseStoreState *st, int64 lease_id, int64 token,
-								   TimestampTz ended_at, const char *reason);
-extern TimestampTz le_store_find_due_history(LeaseStoreState *st, int64 lease_id,
-											 TimestampTz cutoff, TimestampTz now);
-extern TimestampTz le_store_delete_due_history(LeaseStoreState *st);
-extern void le_store_forget_due_history(LeaseStoreState *st);
+extern bool le_rows_lock(LeaseStoreState *st, const char *key, LeaseRow *row,
+						 LeaseRowCheck check, void *arg);
+extern bool le_rows_write(LeaseStoreState *st, const LeaseRow *row);
+extern void le_rows_history_open(LeaseStoreState *st, const LeaseRow *row);
+extern bool le_rows_period_recorded(LeaseStoreState *st, const LeaseRow *row);
+extern void le_rows_history_close(LeaseStoreState *st, int64 lease_id, int64 token,
+								  TimestampTz ended_at, const char *reason);
+extern TimestampTz le_rows_find_due_history(LeaseStoreState *st, int64 lease_id,
+											TimestampTz cutoff, TimestampTz now);
+extern TimestampTz le_rows_delete_due_history(LeaseStoreState *st);
+extern void le_rows_forget_due_history(LeaseStoreState *st);
+extern int64 le_rows_prune_all_history(LeaseStoreState *st, TimestampTz cutoff);
 extern void le_rows_end(LeaseStoreState *st);
 extern void le_rows_let_go(LeaseStoreState *st);
 
-/* Token rule and fence lock (lease_store.c). */
-extern int64 le_next_token(LeaseStoreState *st, const LeaseRow *row, int32 *timeline,
+/* The token of a new ownership period (token.c). */
+extern int64 le_token_next(LeaseStoreState *st, const LeaseRow *row, int32 *timeline,
 						   int64 *system_id);
+
+/* The fence lock (fence_lock.c). */
 extern void le_fence_lock(LeaseStoreState *st, int64 lease_id, LOCKMODE mode);
-extern bool le_fence_trylock(int64 lease_id, LOCKMODE mode);
-extern void le_fence_unlock(int64 lease_id, LOCKMODE mode);
-extern bool le_lease_is_valid(const LeaseRow *row, TimestampTz now);
-extern void le_notify(const LeaseStoreState *st, const char *event, const LeaseRow *row);
+extern bool le_fence_lock_try(int64 lease_id, LOCKMODE mode);
+extern void le_fence_lock_release(int64 lease_id, LOCKMODE mode);
+extern void le_fence_lock_writer(int64 lease_id, const char *key);
+struct LOCKTAG;
+extern void le_fence_lock_tag(struct LOCKTAG *tag, int64 lease_id);
+
+/* Watches and their NOTIFY (watch.c). */
+extern void le_watch_notify(const LeaseStoreState *st, const char *event, const LeaseRow *row);
 extern bool le_watch_start(int64 lease_id);
 extern bool le_watch_stop(int64 lease_id);
 
-/* Direct reads for the fence (lease_rows.c) and its side of the fence lock (lease_store.c). */
-/* The extension's relations, by their place in le_store_relid's table. */
+/*
+ * The extension's relations (lease_rows.c), by their place in
+ * le_rows_lookup_relid's table, and the direct reads of the fence.
+ */
 typedef enum LeaseRel
 {
 	LE_REL_LEASE,
@@ -190,12 +207,12 @@ typedef enum LeaseRel
 	LE_NRELS
 } LeaseRel;
 
-extern Oid	le_store_relid(Oid nsp, LeaseRel which);
-extern Oid	le_store_owner(Oid nsp);
-extern void le_store_relids(Oid nsp, Oid *lease_relid, Oid *key_indexid);
+extern Oid	le_rows_lookup_relid(Oid nsp, LeaseRel which);
+extern Oid	le_rows_owner(Oid nsp);
+extern void le_rows_relids(Oid nsp, Oid *lease_relid, Oid *key_indexid);
 
 /*
- * Where le_store_read_latest found the version it returned: le_lease's file,
+ * Where le_rows_read_latest found the version it returned: le_lease's file,
  * the page, the shared buffer that held it and the page's LSN at the time of
  * the read.  buffer is invalid when the version was not read in place (by
  * the hint); lsn is invalid when the read cannot vouch for the version (see
@@ -209,15 +226,14 @@ typedef struct LeaseRowStamp
 	XLogRecPtr	lsn;
 } LeaseRowStamp;
 
-extern bool le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
+extern bool le_rows_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
 								 ItemPointer hint, LeaseRow *row, bool *written_by_us,
 								 LeaseRowStamp *stamp);
-extern bool le_store_read_unlocked(Oid lease_relid, const char *key, ItemPointer hint,
+extern bool le_rows_read_unlocked(Oid lease_relid, const char *key, ItemPointer hint,
 								   Buffer recent, LeaseRow *row, LeaseRowStamp *stamp);
-extern bool le_store_page_unchanged(Oid lease_relid, const LeaseRowStamp *stamp, bool *unchanged);
-extern void le_store_hold_lease_table(Oid lease_relid);
-extern bool le_store_row_unchanged(Oid lease_relid, const LeaseRowStamp *stamp);
-extern void le_fence_lock_writer(int64 lease_id, const char *key);
+extern bool le_rows_page_unchanged(Oid lease_relid, const LeaseRowStamp *stamp, bool *unchanged);
+extern void le_rows_hold_lease_table(Oid lease_relid);
+extern bool le_rows_row_unchanged(Oid lease_relid, const LeaseRowStamp *stamp);
 
 /* The fence (fence.c). */
 extern int64 le_fencing_token_setting;	/* leader_election.fencing_token, 0 when unset */

@@ -1,24 +1,20 @@
 /*-------------------------------------------------------------------------
  *
  * lease.c
- *		SQL-callable lease API: le_acquire, le_renew, le_release,
+ *		The SQL-callable lease calls: le_acquire, le_renew, le_release,
  *		le_force_release, le_prune_history, le_watch and le_unwatch.
  *
- * Every function judges expiry by the server clock at the moment of the
- * decision (GetCurrentTimestamp() after all lock waits, never the
- * transaction start time), and decides on the latest committed version of
- * the lease row, locked FOR UPDATE.  See lease_store.c for the locking rules
- * and the token rule.
+ * Every call judges expiry by the server clock at the moment of the
+ * decision (after all lock waits, never the transaction start time), and
+ * decides on the latest committed version of the lease row.  A refused
+ * acquire and a failed renew are answered from a plain read, leaving no
+ * lock, transaction id or WAL behind; every call that changes a lease
+ * commits durably (durable.c).  src/README.md describes the locks, the
+ * token rule and the cheap refusals.
  *
- * A refused acquire (the lease is validly held by someone else) is the bulk
- * of the traffic when followers poll, so it is answered from a plain read:
- * no row lock, no transaction id, no WAL, no commit flush.  So is a failed
- * renew (not the caller's lease, another token, lapsed): a lock it kept
- * until its transaction ends would block the holder and every takeover.
- * Every call that does change a lease forces a synchronous commit, because
- * an acknowledged grant or renewal that a crash loses lets a token be issued
- * twice or a new owner in while the old one still believes it holds the
- * lease.
+ * Invariant (G1, G3 and G4 in doc/lease-guarantees.md): at most one owner
+ * holds a valid lease on a key, each new ownership period gets a new, higher
+ * token, and only the holder renews or releases.
  *
  *-------------------------------------------------------------------------
  */
@@ -45,7 +41,7 @@ PG_FUNCTION_INFO_V1(le_unwatch);
 
 /* Does the row's current period belong to this owner id and role? */
 static bool
-le_is_ours(const LeaseRow *row, const char *owner, const LeaseStoreState *st)
+le_lease_is_ours(const LeaseRow *row, const char *owner, const LeaseStoreState *st)
 {
 	return row->holder != NULL &&
 		strcmp(row->holder, owner) == 0 &&
@@ -53,13 +49,13 @@ le_is_ours(const LeaseRow *row, const char *owner, const LeaseStoreState *st)
 		strcmp(row->holder_role, st->caller_name) == 0;
 }
 
-/* le_acquire's result type, see le_acquire_result. */
+/* le_acquire's result type, see le_lease_acquire_result. */
 static TupleDesc acquire_desc = NULL;
 static Oid	acquire_desc_fn = InvalidOid;
 static bool acquire_desc_callback = false;
 
 static void
-le_acquire_desc_reset(Datum arg, int cacheid, uint32 hashvalue)
+le_lease_acquire_desc_reset(Datum arg, int cacheid, uint32 hashvalue)
 {
 	acquire_desc_fn = InvalidOid;
 }
@@ -69,7 +65,7 @@ le_acquire_desc_reset(Datum arg, int cacheid, uint32 hashvalue)
  * started a new ownership period (ignored, and NULL, when not acquired).
  */
 static Datum
-le_acquire_result(FunctionCallInfo fcinfo, bool acquired, bool new_period,
+le_lease_acquire_result(FunctionCallInfo fcinfo, bool acquired, bool new_period,
 				  const LeaseRow *row)
 {
 	TupleDesc	tupdesc;
@@ -88,7 +84,7 @@ le_acquire_result(FunctionCallInfo fcinfo, bool acquired, bool new_period,
 
 		if (!acquire_desc_callback)
 		{
-			CacheRegisterSyscacheCallback(PROCOID, le_acquire_desc_reset, (Datum) 0);
+			CacheRegisterSyscacheCallback(PROCOID, le_lease_acquire_desc_reset, (Datum) 0);
 			acquire_desc_callback = true;
 		}
 		if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
@@ -124,7 +120,7 @@ le_acquire_result(FunctionCallInfo fcinfo, bool acquired, bool new_period,
  * it lapsed before (it is then recorded as expired).
  */
 static TimestampTz
-le_period_end(const LeaseRow *old, TimestampTz now)
+le_lease_period_end(const LeaseRow *old, TimestampTz now)
 {
 	return old->expires_at <= now ? old->expires_at : now;
 }
@@ -137,15 +133,15 @@ le_period_end(const LeaseRow *old, TimestampTz now)
  * unknown; 'infinity' (none ended) becomes this end.
  */
 static void
-le_note_period_end(LeaseRow *row, const LeaseRow *old, TimestampTz now)
+le_lease_note_period_end(LeaseRow *row, const LeaseRow *old, TimestampTz now)
 {
-	TimestampTz ended_at = le_period_end(old, now);
+	TimestampTz ended_at = le_lease_period_end(old, now);
 
 	if (row->history_min_ended_at != 0 && ended_at < row->history_min_ended_at)
 		row->history_min_ended_at = ended_at;
 }
 
-/* What the end of a period does to its history row (le_plan_period_end). */
+/* What the end of a period does to its history row (le_lease_plan_period_end). */
 typedef enum PeriodEnd
 {
 	LE_PERIOD_UNRECORDED,		/* none to end: the lease was free, or the
@@ -158,34 +154,34 @@ typedef enum PeriodEnd
  * Plan the end of old's period, ended now, before row (the version of the
  * lease row about to be written) is written.  A free lease (no holder) has
  * no open period; a period this backend granted with
- * leader_election.history off has no row (le_store_period_recorded).
+ * leader_election.history off has no row (le_rows_period_recorded).
  * One that lapsed longer ago than the retention has its row deleted
  * instead of closed, and its end is not folded into the bound; any other
- * folds its end into row's bound (le_note_period_end).  Decided once per
+ * folds its end into row's bound (le_lease_note_period_end).  Decided once per
  * call, for both.
  */
 static PeriodEnd
-le_plan_period_end(LeaseStoreState *st, LeaseRow *row, const LeaseRow *old, TimestampTz now)
+le_lease_plan_period_end(LeaseStoreState *st, LeaseRow *row, const LeaseRow *old, TimestampTz now)
 {
-	if (old->holder == NULL || !le_store_period_recorded(st, old))
+	if (old->holder == NULL || !le_rows_period_recorded(st, old))
 		return LE_PERIOD_UNRECORDED;
-	if (le_store_history_due(le_period_end(old, now), now))
+	if (le_store_history_due(le_lease_period_end(old, now), now))
 		return LE_PERIOD_DELETE;
-	le_note_period_end(row, old, now);
+	le_lease_note_period_end(row, old, now);
 	return LE_PERIOD_CLOSE;
 }
 
 /*
  * End the current ownership period of old in the history, now, as planned
- * by le_plan_period_end.
+ * by le_lease_plan_period_end.
  */
 static void
-le_close_period(LeaseStoreState *st, const LeaseRow *old, TimestampTz now,
+le_lease_close_period(LeaseStoreState *st, const LeaseRow *old, TimestampTz now,
 				const char *reason, PeriodEnd plan)
 {
 	if (plan == LE_PERIOD_UNRECORDED)
 		return;
-	le_store_history_close(st, old->lease_id, old->fencing_token, le_period_end(old, now),
+	le_rows_history_close(st, old->lease_id, old->fencing_token, le_lease_period_end(old, now),
 						   plan == LE_PERIOD_DELETE ? NULL :
 						   old->expires_at <= now ? "expired" : reason);
 }
@@ -196,10 +192,10 @@ le_close_period(LeaseStoreState *st, const LeaseRow *old, TimestampTz now,
  * its transaction ends, blocking the holder's renewals and fenced commits:
  * inside a transaction block, give the lease a deadline of
  * leader_election.lock_timeout from now, past which a session waiting for
- * its client is ended (see le_bound_idle_holder).
+ * its client is ended (see le_holder_bound_idle).
  */
 static void
-le_bound_refusal(LeaseStoreState *st)
+le_lease_bound_refusal(LeaseStoreState *st)
 {
 	st->idle_bound_us = (int64) le_lock_timeout_ms * 1000;
 }
@@ -214,12 +210,71 @@ typedef struct AcquireCheck
 
 /* Is the row not validly held by someone else (worth locking)? */
 static bool
-le_acquire_not_lost(const LeaseRow *row, void *arg)
+le_lease_acquire_not_lost(const LeaseRow *row, void *arg)
 {
 	AcquireCheck *ac = (AcquireCheck *) arg;
 
-	ac->lost = le_lease_is_valid(row, GetCurrentTimestamp()) && !le_is_ours(row, ac->owner, ac->st);
+	ac->lost = le_store_lease_valid(row, GetCurrentTimestamp()) && !le_lease_is_ours(row, ac->owner, ac->st);
 	return !ac->lost;
+}
+
+/*
+ * Grant the lease of *row, which this call locked (or read tentatively),
+ * to owner from now for ttl: a new token, the lapsed period closed, a new
+ * one opened, history past the retention pruned.  The caller holds the
+ * lease's fence lock in LE_FENCE_CHANGE_LOCKMODE.  false when the row
+ * changed since it was read: nothing was written, the caller decides again
+ * (the token drawn is skipped: tokens may have gaps, never repeats).
+ */
+static bool
+le_lease_grant(LeaseStoreState *st, LeaseRow *row, char *owner, int64 ttl,
+			   TimestampTz now)
+{
+	LeaseRow	old;
+	PeriodEnd	lapsed_end;
+	TimestampTz busy_end;
+
+	old = *row;
+	row->fencing_token = le_token_next(st, row, &row->token_timeline,
+									   &row->token_system_id);
+	row->holder = owner;
+	row->holder_role = st->caller_name;
+	row->acquired_at = now;
+	row->renewed_at = now;
+	row->expires_at = now + ttl;
+	row->transitions++;
+
+	/*
+	 * Periods past the retention are found first, so that the bound
+	 * they leave goes out with the grant's write (the lapsed period, if
+	 * any, is still open in the history then: the scan stops at it),
+	 * and deleted after it, under the row's lock.  Then the lapsed
+	 * period's end is folded in, unless it is gone already or was
+	 * never recorded (le_lease_plan_period_end).
+	 */
+	le_store_prune_plan(st, row->lease_id, &row->history_min_ended_at, now);
+	lapsed_end = le_lease_plan_period_end(st, row, &old, now);
+
+	/* New history rows are written only after the lease row. */
+	if (!le_rows_write(st, row))
+		return false;
+	le_lease_close_period(st, &old, now, "expired", lapsed_end);
+	le_rows_history_open(st, row);
+	busy_end = le_rows_delete_due_history(st);
+	if (busy_end != 0 && busy_end < row->history_min_ended_at)
+	{
+		/*
+		 * Rows another transaction is deleting: look again next time.
+		 * (A new command, so that this one sees the version it wrote.)
+		 */
+		row->history_min_ended_at = busy_end;
+		CommandCounterIncrement();
+		if (!le_rows_write(st, row))
+			elog(ERROR, "leader_election: lease row \"%s\" changed under its lock",
+				 row->lease_key);
+	}
+	le_watch_notify(st, "acquired", row);
+	return true;
 }
 
 /*
@@ -228,6 +283,12 @@ le_acquire_not_lost(const LeaseRow *row, void *arg)
  * higher token (new_period true); extends a lease this owner and role
  * validly hold, keeping their token (new_period false); otherwise reports
  * the current holder (new_period NULL).
+ *
+ * Locks: a refusal on the first read takes none.  Otherwise the fence lock
+ * in LE_FENCE_CHANGE_LOCKMODE when the lease may change hands, then the
+ * lease row, both to the end of the transaction; a fence lock needed only
+ * once the row is held is tried, never waited for (lock order), and one
+ * that served no change is given back at once.
  */
 Datum
 le_acquire(PG_FUNCTION_ARGS)
@@ -238,32 +299,29 @@ le_acquire(PG_FUNCTION_ARGS)
 	LeaseStoreState st;
 	LeaseRow	row;
 	TimestampTz now;
-	TimestampTz busy_end;
-	PeriodEnd	lapsed_end;
 	bool		found;
 	bool		fenced = false;
 	bool		new_period = false;
 	int64		fenced_id = 0;
 	AcquireCheck ac;
-	LeaseRow	old;
-	int64		tried_fence_id = 0; /* fence lock taken by le_fence_trylock */
+	int64		tried_fence_id = 0; /* fence lock taken by le_fence_lock_try */
 
 	le_check_writable("acquire");
 	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
 
 	/* Fast path: refusals only read. */
-	found = le_store_peek(&st, key, &row);
-	if (found && le_lease_is_valid(&row, GetCurrentTimestamp()) &&
-		!le_is_ours(&row, owner, &st))
+	found = le_rows_peek(&st, key, &row);
+	if (found && le_store_lease_valid(&row, GetCurrentTimestamp()) &&
+		!le_lease_is_ours(&row, owner, &st))
 	{
 		le_store_end(&st);
-		PG_RETURN_DATUM(le_acquire_result(fcinfo, false, false, &row));
+		PG_RETURN_DATUM(le_lease_acquire_result(fcinfo, false, false, &row));
 	}
 
 	if (!found)
-		le_store_create(&st, key);
-	else if (!le_is_ours(&row, owner, &st) ||
-			 !le_lease_is_valid(&row, GetCurrentTimestamp()))
+		le_rows_create(&st, key);
+	else if (!le_lease_is_ours(&row, owner, &st) ||
+			 !le_store_lease_valid(&row, GetCurrentTimestamp()))
 	{
 		/*
 		 * Likely a new period, also for a holder whose lease lapsed: fence
@@ -285,13 +343,13 @@ le_acquire(PG_FUNCTION_ARGS)
 	ac.st = &st;
 retry:
 	ac.lost = false;
-	if (!le_store_lock(&st, key, &row, fenced ? le_acquire_not_lost : NULL, &ac))
+	if (!le_rows_lock(&st, key, &row, fenced ? le_lease_acquire_not_lost : NULL, &ac))
 	{
 		if (!ac.lost)
 			elog(ERROR, "leader_election: lease row \"%s\" vanished", key);
-		le_fence_unlock(fenced_id, LE_FENCE_CHANGE_LOCKMODE);
+		le_fence_lock_release(fenced_id, LE_FENCE_CHANGE_LOCKMODE);
 		le_store_end(&st);
-		PG_RETURN_DATUM(le_acquire_result(fcinfo, false, false, &row));
+		PG_RETURN_DATUM(le_lease_acquire_result(fcinfo, false, false, &row));
 	}
 	now = GetCurrentTimestamp();
 
@@ -303,9 +361,9 @@ retry:
 	if (fenced && row.lease_id != fenced_id)
 		fenced = false;
 
-	if (le_lease_is_valid(&row, now))
+	if (le_store_lease_valid(&row, now))
 	{
-		if (!le_is_ours(&row, owner, &st))
+		if (!le_lease_is_ours(&row, owner, &st))
 		{
 			/*
 			 * Lost a race to another candidate; a fence lock this call
@@ -313,15 +371,15 @@ retry:
 			 * changed under it).
 			 */
 			if (tried_fence_id != 0)
-				le_fence_unlock(tried_fence_id, LE_FENCE_CHANGE_LOCKMODE);
-			le_bound_refusal(&st);
+				le_fence_lock_release(tried_fence_id, LE_FENCE_CHANGE_LOCKMODE);
+			le_lease_bound_refusal(&st);
 			le_store_end(&st);
-			PG_RETURN_DATUM(le_acquire_result(fcinfo, false, false, &row));
+			PG_RETURN_DATUM(le_lease_acquire_result(fcinfo, false, false, &row));
 		}
 		/* The valid holder again (e.g. a retry after a lost reply). */
 		row.renewed_at = now;
 		row.expires_at = now + ttl;
-		if (!le_store_write(&st, &row))
+		if (!le_rows_write(&st, &row))
 			goto retry;			/* the row changed since it was read */
 	}
 	else
@@ -339,72 +397,31 @@ retry:
 			 * that competitor (or a writer with the old token) came first:
 			 * refuse, like a lost race.
 			 */
-			if (!le_fence_trylock(row.lease_id, LE_FENCE_CHANGE_LOCKMODE))
+			if (!le_fence_lock_try(row.lease_id, LE_FENCE_CHANGE_LOCKMODE))
 			{
-				le_bound_refusal(&st);
+				le_lease_bound_refusal(&st);
 				le_store_end(&st);
-				PG_RETURN_DATUM(le_acquire_result(fcinfo, false, false, &row));
+				PG_RETURN_DATUM(le_lease_acquire_result(fcinfo, false, false, &row));
 			}
 			tried_fence_id = row.lease_id;
 			now = GetCurrentTimestamp();
 		}
 
-		old = row;
-		row.fencing_token = le_next_token(&st, &row, &row.token_timeline,
-										  &row.token_system_id);
-		row.holder = owner;
-		row.holder_role = st.caller_name;
-		row.acquired_at = now;
-		row.renewed_at = now;
-		row.expires_at = now + ttl;
-		row.transitions++;
-
-		/*
-		 * Periods past the retention are found first, so that the bound
-		 * they leave goes out with the grant's write (the lapsed period, if
-		 * any, is still open in the history then: the scan stops at it),
-		 * and deleted after it, under the row's lock.  Then the lapsed
-		 * period's end is folded in, unless it is gone already or was
-		 * never recorded (le_plan_period_end).
-		 */
-		le_store_prune_plan(&st, row.lease_id, &row.history_min_ended_at, now);
-		lapsed_end = le_plan_period_end(&st, &row, &old, now);
-
-		/*
-		 * The row changed since it was read: decide again on the version
-		 * then locked (the token drawn is skipped: tokens may have gaps,
-		 * never repeats).  New history rows are written only after the row.
-		 */
-		if (!le_store_write(&st, &row))
-			goto retry;
+		if (!le_lease_grant(&st, &row, owner, ttl, now))
+			goto retry;			/* the row changed since it was read */
 		new_period = true;
-		le_close_period(&st, &old, now, "expired", lapsed_end);
-		le_store_history_open(&st, &row);
-		busy_end = le_store_delete_due_history(&st);
-		if (busy_end != 0 && busy_end < row.history_min_ended_at)
-		{
-			/*
-			 * Rows another transaction is deleting: look again next time.
-			 * (A new command, so that this one sees the version it wrote.)
-			 */
-			row.history_min_ended_at = busy_end;
-			CommandCounterIncrement();
-			if (!le_store_write(&st, &row))
-				elog(ERROR, "leader_election: lease row \"%s\" changed under its lock", key);
-		}
-		le_notify(&st, "acquired", &row);
 	}
 
-	le_commit_durably();
+	le_durable_commit();
 	st.idle_bound_us = ttl;
 	le_store_end(&st);
 
 	/*
 	 * Built in the caller's memory context, after le_store_end: the strings
 	 * of row are the caller's (owner, st.caller_name) or were copied into
-	 * the caller's context by le_store_lock.
+	 * the caller's context by le_rows_lock.
 	 */
-	PG_RETURN_DATUM(le_acquire_result(fcinfo, true, new_period, &row));
+	PG_RETURN_DATUM(le_lease_acquire_result(fcinfo, true, new_period, &row));
 }
 
 /* What le_renew asks of the lease row before it locks it. */
@@ -417,17 +434,20 @@ typedef struct RenewCheck
 
 /* Does the row look like the caller's valid lease with its token? */
 static bool
-le_renew_looks_ours(const LeaseRow *row, void *arg)
+le_lease_renew_looks_ours(const LeaseRow *row, void *arg)
 {
 	const RenewCheck *rc = (const RenewCheck *) arg;
 
-	return le_is_ours(row, rc->owner, rc->st) && row->fencing_token == rc->token &&
-		le_lease_is_valid(row, GetCurrentTimestamp());
+	return le_lease_is_ours(row, rc->owner, rc->st) && row->fencing_token == rc->token &&
+		le_store_lease_valid(row, GetCurrentTimestamp());
 }
 
 /*
  * le_renew(lease_key, owner_id, fencing_token, ttl) -> new expiry, or NULL
  * when this owner, role and token do not hold a valid lease.
+ *
+ * Locks: the lease row to the end of the transaction, never the fence lock
+ * (the token does not change); a refusal leaves no lock behind.
  */
 Datum
 le_renew(PG_FUNCTION_ARGS)
@@ -455,31 +475,31 @@ le_renew(PG_FUNCTION_ARGS)
 	 * again on what the row holds now.
 	 */
 retry:
-	if (!le_store_lock(&st, key, &row, le_renew_looks_ours, &rc))
+	if (!le_rows_lock(&st, key, &row, le_lease_renew_looks_ours, &rc))
 	{
 		le_store_end(&st);
 		PG_RETURN_NULL();
 	}
 	now = GetCurrentTimestamp();
-	if (!le_is_ours(&row, owner, &st) || row.fencing_token != token ||
-		!le_lease_is_valid(&row, now))
+	if (!le_lease_is_ours(&row, owner, &st) || row.fencing_token != token ||
+		!le_store_lease_valid(&row, now))
 	{
-		le_bound_refusal(&st);
+		le_lease_bound_refusal(&st);
 		le_store_end(&st);
 		PG_RETURN_NULL();
 	}
 
 	row.renewed_at = now;
 	row.expires_at = now + ttl;
-	if (!le_store_write(&st, &row))
+	if (!le_rows_write(&st, &row))
 		goto retry;				/* the row changed since it was read */
-	le_commit_durably();
+	le_durable_commit();
 	st.idle_bound_us = ttl;
 	le_store_end(&st);
 	PG_RETURN_TIMESTAMPTZ(row.expires_at);
 }
 
-/* What le_free_lease asks of the lease row. */
+/* What le_lease_free asks of the lease row. */
 typedef struct FreeCheck
 {
 	const char *owner;			/* NULL: whoever holds it */
@@ -489,20 +509,24 @@ typedef struct FreeCheck
 
 /* Is the row held, and by this owner and token when one is given? */
 static bool
-le_free_applies(const LeaseRow *row, void *arg)
+le_lease_free_applies(const LeaseRow *row, void *arg)
 {
 	const FreeCheck *fc = (const FreeCheck *) arg;
 
 	return row->holder != NULL &&
-		(fc->owner == NULL || (le_is_ours(row, fc->owner, fc->st) && row->fencing_token == fc->token));
+		(fc->owner == NULL || (le_lease_is_ours(row, fc->owner, fc->st) && row->fencing_token == fc->token));
 }
 
 /*
  * Free a lease: the work shared by le_release (only for its holder, role and
  * token) and le_force_release (owner == NULL: whoever holds it).
+ *
+ * Locks: none when the first read shows nothing to free; else the fence
+ * lock in LE_FENCE_CHANGE_LOCKMODE, then the lease row, both to the end of
+ * the transaction (the fence lock only tried when the row is held first).
  */
 static bool
-le_free_lease(FunctionCallInfo fcinfo, const char *key, const char *owner,
+le_lease_free(FunctionCallInfo fcinfo, const char *key, const char *owner,
 			  int64 token, const char *reason)
 {
 	LeaseStoreState st;
@@ -519,7 +543,7 @@ le_free_lease(FunctionCallInfo fcinfo, const char *key, const char *owner,
 	fc.st = &st;
 
 	/* Not ours (or nothing to free): answer from a plain read. */
-	if (!le_store_peek(&st, key, &row) || !le_free_applies(&row, &fc))
+	if (!le_rows_peek(&st, key, &row) || !le_lease_free_applies(&row, &fc))
 	{
 		le_store_end(&st);
 		return false;
@@ -533,16 +557,16 @@ le_free_lease(FunctionCallInfo fcinfo, const char *key, const char *owner,
 	locked_id = row.lease_id;
 	le_fence_lock(&st, locked_id, LE_FENCE_CHANGE_LOCKMODE);
 retry:
-	if (!le_store_lock(&st, key, &row, le_free_applies, &fc))
+	if (!le_rows_lock(&st, key, &row, le_lease_free_applies, &fc))
 	{
 		if (!st.locked)
-			le_fence_unlock(locked_id, LE_FENCE_CHANGE_LOCKMODE);
+			le_fence_lock_release(locked_id, LE_FENCE_CHANGE_LOCKMODE);
 		le_store_end(&st);
 		return false;
 	}
-	if (!le_free_applies(&row, &fc))
+	if (!le_lease_free_applies(&row, &fc))
 	{
-		le_bound_refusal(&st);
+		le_lease_bound_refusal(&st);
 		le_store_end(&st);
 		return false;
 	}
@@ -552,7 +576,7 @@ retry:
 	 * we must not wait for its fence lock (lock order).
 	 */
 	if (row.lease_id != locked_id &&
-		!le_fence_trylock(row.lease_id, LE_FENCE_CHANGE_LOCKMODE))
+		!le_fence_lock_try(row.lease_id, LE_FENCE_CHANGE_LOCKMODE))
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 				 errmsg("lease \"%s\" changed while it was being released", key),
@@ -564,15 +588,15 @@ retry:
 	row.holder = NULL;
 	row.holder_role = NULL;
 	row.expires_at = 0;
-	end = le_plan_period_end(&st, &row, &old, now);
-	if (!le_store_write(&st, &row))
+	end = le_lease_plan_period_end(&st, &row, &old, now);
+	if (!le_rows_write(&st, &row))
 		goto retry;				/* the row changed since it was read */
 	if (owner != NULL)
-		le_fence_note_release(old.lease_id, old.fencing_token, le_lease_is_valid(&old, now),
+		le_fence_note_release(old.lease_id, old.fencing_token, le_store_lease_valid(&old, now),
 							  old.expires_at);
-	le_close_period(&st, &old, now, reason, end);
-	le_notify(&st, reason, &row);
-	le_commit_durably();
+	le_lease_close_period(&st, &old, now, reason, end);
+	le_watch_notify(&st, reason, &row);
+	le_durable_commit();
 	le_store_end(&st);
 	return true;
 }
@@ -589,7 +613,7 @@ le_release(PG_FUNCTION_ARGS)
 	int64		token = le_check_token(fcinfo, 2);
 
 	le_check_writable("release");
-	PG_RETURN_BOOL(le_free_lease(fcinfo, key, owner, token, "released"));
+	PG_RETURN_BOOL(le_lease_free(fcinfo, key, owner, token, "released"));
 }
 
 /*
@@ -602,7 +626,7 @@ le_force_release(PG_FUNCTION_ARGS)
 	char	   *key = le_check_key(fcinfo, 0);
 
 	le_check_writable("release");
-	PG_RETURN_BOOL(le_free_lease(fcinfo, key, NULL, 0, "force_released"));
+	PG_RETURN_BOOL(le_lease_free(fcinfo, key, NULL, 0, "force_released"));
 }
 
 /* le_prune_history() -> number of history rows past the retention deleted. */
@@ -636,18 +660,18 @@ le_watch(PG_FUNCTION_ARGS)
 
 	le_check_writable("watch");
 	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
-	if (!le_store_peek(&st, key, &row))
+	if (!le_rows_peek(&st, key, &row))
 	{
 		/*
 		 * The new row stays uncommitted, and every candidate for the key
 		 * waits for it, until this transaction ends: refuse PREPARE and
 		 * bound its idle time, as after a grant.
 		 */
-		le_store_create(&st, key);
-		le_lease_locks_taken();
+		le_rows_create(&st, key);
+		le_durable_locks_taken();
 		st.locked = true;
-		le_bound_refusal(&st);
-		if (!le_store_peek(&st, key, &row))
+		le_lease_bound_refusal(&st);
+		if (!le_rows_peek(&st, key, &row))
 			elog(ERROR, "leader_election: lease row \"%s\" vanished", key);
 	}
 	le_rows_let_go(&st);		/* no table lock of ours while we wait */
@@ -666,7 +690,7 @@ le_unwatch(PG_FUNCTION_ARGS)
 	bool		stopped = false;
 
 	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
-	if (le_store_peek(&st, key, &row))
+	if (le_rows_peek(&st, key, &row))
 		stopped = le_watch_stop(row.lease_id);
 	le_store_end(&st);
 	PG_RETURN_BOOL(stopped);

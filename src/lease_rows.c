@@ -5,52 +5,16 @@
  *		lock and update a lease row, open, close and prune its periods.
  *
  * Every grant, renewal and release goes through here, so these paths use
- * the table and index access methods directly instead of SQL through SPI
- * (perf put SPI's plan checks, executor start-up and CHECK constraint
- * parsing at half of a full ownership period's backend time).  What the
- * executor would add and we do not need: no triggers fire on the
- * extension's tables (nobody may create them: the tables belong to the
- * extension), and the CHECK constraints of le_lease are verified here in
- * C (le_rows_check) instead of by evaluating their expressions.
+ * the table and index access methods directly instead of SQL through SPI,
+ * and check le_lease's CHECK constraints in C (le_rows_check).  A write is
+ * first tried as a compare-and-set on the version the caller decided on
+ * (the tentative write), and only when that loses a race is the row locked
+ * as SELECT ... FOR UPDATE would; src/README.md ("Visibility and the
+ * tentative write") gives the rules.
  *
- * Visibility and locking.  Each operation first makes this transaction's
- * earlier changes visible (CommandCounterIncrement, as SPI does before
- * every statement), then:
- *	- le_store_peek reads without any lock: at READ COMMITTED the latest
- *	  committed version, at REPEATABLE READ and SERIALIZABLE the version of
- *	  the transaction snapshot (what the caller is told agrees with its
- *	  snapshot);
- *	- le_store_lock starts from the version the call's peek read when
- *	  nothing was waited for since; otherwise (after a wait for the fence
- *	  lock, or on a second try) it finds the row with a new snapshot, by the
- *	  backend's hint of where the key's row is (le_rows_hint; a version found
- *	  there counts only if it is of this key and the snapshot sees it, since
- *	  a wait in between may see that TID given to another row) or else by
- *	  index.  First it
- *	  returns that version without locking it ("tentative"): the caller
- *	  decides on it, and le_store_write updates it only if it is still the
- *	  latest and nobody locks or modifies it (heap_update without waiting),
- *	  so the update itself is the row lock, a compare-and-set on the
- *	  version decided on, with no separate row-lock WAL record.  When that
- *	  fails (someone changed or locked the row since, or holds it now),
- *	  nothing is written and the caller asks again: then le_store_lock
- *	  locks the row as SELECT ... FOR UPDATE does, with the same command id;
- *	  at READ COMMITTED it follows the update chain to the latest version
- *	  (waiting for an updater in progress), at the stricter levels a row
- *	  updated since the snapshot is a serialization failure (40001);
- *	- le_store_write updates exactly the version le_store_lock returned.
- * The snapshot of the read stays registered until the write, so the
- * version's TID cannot be pruned and reused in between.  Lock waits are
- * bounded by the lock_timeout le_store_begin put in force.  History rows
- * of a lease are written only by whoever holds that lease's row (locked,
- * or updated by this transaction), after the lease row, so they need no
- * row locks of their own; a concurrent le_prune_history() may delete the
- * same ended rows, which we then skip.
- *
- * Index entries are made only when an update is not HOT (le_lease: no
- * indexed column ever changes, fillfactor 50; le_lease_history: closing a
- * period changes no indexed column, fillfactor 80) and for history inserts,
- * through the executor's index insertion (unique checks included).
+ * Invariant: a lease row is written only in the version the caller read
+ * and decided on, by a transaction that holds it (locked or updated) from
+ * then on; history rows are written only by the holder of their lease row.
  *
  *-------------------------------------------------------------------------
  */
@@ -158,19 +122,19 @@ static const char *const le_rel_names[LE_NRELS] = {
 	"le_lease", "le_lease_key_unique", "le_lease_history", "le_lease_history_pkey",
 	"le_lease_history_id_seq", "le_lease_id_seq", "le_token_seq"
 };
-static Oid	le_rels_nsp = InvalidOid;	/* schema of le_rels; invalid: none kept */
-static Oid	le_rels[LE_NRELS];
-static Oid	le_rels_owner;		/* owner of le_rels[LE_REL_LEASE], when valid */
+static Oid	le_rows_rels_nsp = InvalidOid;	/* schema of le_rows_rels; invalid: none kept */
+static Oid	le_rows_rels[LE_NRELS];
+static Oid	le_rows_rels_owner;		/* owner of le_rows_rels[LE_REL_LEASE], when valid */
 
 static void
-le_rels_forget(Datum arg, int cacheid, uint32 hashvalue)
+le_rows_rels_forget(Datum arg, int cacheid, uint32 hashvalue)
 {
-	le_rels_nsp = InvalidOid;
+	le_rows_rels_nsp = InvalidOid;
 }
 
 /*
  * le_lease's current file as this backend last saw it, with the shared
- * invalidations read up to then: the only file le_store_page_unchanged
+ * invalidations read up to then: the only file le_rows_page_unchanged
  * trusts a page of.  Forgotten at any relcache invalidation of that table
  * (a rewrite or truncation gives it a new file and sends one before it
  * releases its lock; one made by this transaction is read at its next
@@ -203,58 +167,58 @@ le_rows_file_seen(Relation rel)
 
 /* Keep relids for schema nsp from now on (forgetting those of another). */
 static void
-le_rels_for(Oid nsp)
+le_rows_rels_for(Oid nsp)
 {
 	static bool registered = false;
 
 	if (!registered)
 	{
-		CacheRegisterSyscacheCallback(RELNAMENSP, le_rels_forget, (Datum) 0);
+		CacheRegisterSyscacheCallback(RELNAMENSP, le_rows_rels_forget, (Datum) 0);
 		registered = true;
 	}
-	if (le_rels_nsp != nsp)
+	if (le_rows_rels_nsp != nsp)
 	{
-		memset(le_rels, 0, sizeof(le_rels));
-		le_rels_owner = InvalidOid;
-		le_rels_nsp = nsp;
+		memset(le_rows_rels, 0, sizeof(le_rows_rels));
+		le_rows_rels_owner = InvalidOid;
+		le_rows_rels_nsp = nsp;
 	}
 }
 
 /* The oid of one of our relations in schema nsp; InvalidOid when missing. */
 Oid
-le_store_relid(Oid nsp, LeaseRel which)
+le_rows_lookup_relid(Oid nsp, LeaseRel which)
 {
-	le_rels_for(nsp);
-	if (!OidIsValid(le_rels[which]))
-		le_rels[which] = get_relname_relid(le_rel_names[which], nsp);
-	return le_rels[which];
+	le_rows_rels_for(nsp);
+	if (!OidIsValid(le_rows_rels[which]))
+		le_rows_rels[which] = get_relname_relid(le_rel_names[which], nsp);
+	return le_rows_rels[which];
 }
 
 static Oid le_rows_relid(Oid nsp, LeaseRel which);
 
 /* The owner of le_lease in schema nsp (the extension owner). */
 Oid
-le_store_owner(Oid nsp)
+le_rows_owner(Oid nsp)
 {
 	Oid			relid = le_rows_relid(nsp, LE_REL_LEASE);
 
-	if (!OidIsValid(le_rels_owner))
+	if (!OidIsValid(le_rows_rels_owner))
 	{
 		HeapTuple	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
 
 		if (!HeapTupleIsValid(tup))
 			elog(ERROR, "cache lookup failed for relation %u", relid);
-		le_rels_owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
+		le_rows_rels_owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
 		ReleaseSysCache(tup);
 	}
-	return le_rels_owner;
+	return le_rows_rels_owner;
 }
 
 /* The oid of one of our relations in schema nsp, or an error naming it. */
 static Oid
 le_rows_relid(Oid nsp, LeaseRel which)
 {
-	Oid			relid = le_store_relid(nsp, which);
+	Oid			relid = le_rows_lookup_relid(nsp, which);
 
 	if (!OidIsValid(relid))
 		le_rows_missing(le_rel_names[which]);
@@ -280,7 +244,7 @@ le_rows_open_index(Oid indexid, LOCKMODE mode)
  * extension schema nsp; raises an error when the extension is broken.
  */
 void
-le_store_relids(Oid nsp, Oid *lease_relid, Oid *key_indexid)
+le_rows_relids(Oid nsp, Oid *lease_relid, Oid *key_indexid)
 {
 	*lease_relid = le_rows_relid(nsp, LE_REL_LEASE);
 	*key_indexid = le_rows_relid(nsp, LE_REL_LEASE_KEY);
@@ -335,7 +299,7 @@ le_rows_time(const Datum *values, const bool *isnull, int attnum)
 }
 
 /*
- * What le_store_read_unlocked gives the fence: the lease id, token, expiry
+ * What le_rows_read_unlocked gives the fence: the lease id, token, expiry
  * and holder role, without copying the key and holder (text, so detoasting
  * and a copy each; the fence knows the key and only asks whether there is a
  * holder): lease_key is NULL, holder is le_rows_held (not a name) when the
@@ -483,7 +447,7 @@ le_rows_read_in_place(Relation rel, const char *key, ItemPointer hint, Buffer re
 
 	if (BufferIsValid(recent))
 	{
-		/* without a lock on rel: only a block still in that buffer (see le_store_read_unlocked) */
+		/* without a lock on rel: only a block still in that buffer (see le_rows_read_unlocked) */
 		if (hint == NULL || !ItemPointerIsValid(hint) ||
 			!ReadRecentBuffer(rel->rd_node, MAIN_FORKNUM, ItemPointerGetBlockNumber(hint), recent))
 			return false;
@@ -696,7 +660,7 @@ le_rows_key_hint(Oid relid, const char *key)
  * own transaction snapshot or isolation level.  hint: see le_rows_find.
  */
 bool
-le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
+le_rows_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
 					 ItemPointer hint, LeaseRow *row, bool *written_by_us,
 					 LeaseRowStamp *stamp)
 {
@@ -767,19 +731,19 @@ le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
 }
 
 /*
- * le_store_read_latest without taking a lock on le_lease, for the fence's
+ * le_rows_read_latest without taking a lock on le_lease, for the fence's
  * early check of each write: the version of key's row that SnapshotSelf
  * sees on the HOT chain whose root is *hint, read only if the hint's block
  * is still in shared buffer recent (the buffer an earlier read found it
  * in; ReadRecentBuffer never reads a block from disk).  false otherwise
  * (no hint or buffer, the block left that buffer, nothing visible there or
  * a row of another key, le_lease gone or of another layout): the caller
- * then reads with le_store_read_latest.  *stamp as there; *row has the
+ * then reads with le_rows_read_latest.  *stamp as there; *row has the
  * lease id, token, expiry and holder role, and holder is NULL or not as
  * the row's, but neither it nor the key is copied (le_rows_values_brief).
  * The lock's
  * acquisition and release were two thirds of the cost of a fenced write's
- * read (callgrind, issue 9).
+ * read (callgrind).
  *
  * Why no lock is needed.  Row changes (takeovers, renewals, releases) are
  * judged on the page under the buffer's share lock, as the locked read
@@ -799,10 +763,10 @@ le_store_read_latest(Oid lease_relid, Oid key_indexid, const char *key,
  * and may accept a write that the takeover made stale.  That is why this
  * check only decides whether to reject early: the commit-time check
  * decides, under the fence lock and with the invalidations read after it
- * was granted (le_store_page_unchanged, or a read with the table lock).
+ * was granted (le_rows_page_unchanged, or a read with the table lock).
  */
 bool
-le_store_read_unlocked(Oid lease_relid, const char *key, ItemPointer hint, Buffer recent,
+le_rows_read_unlocked(Oid lease_relid, const char *key, ItemPointer hint, Buffer recent,
 					   LeaseRow *row, LeaseRowStamp *stamp)
 {
 	Relation	rel;
@@ -834,21 +798,22 @@ le_store_read_unlocked(Oid lease_relid, const char *key, ItemPointer hint, Buffe
  * as committed before it sends them (AtEOXact_Inval runs after
  * ProcArrayEndTransaction), and when it also made the key's row anew
  * (TRUNCATE le_lease and a grant: a new lease id, whose fence lock is not
- * the one we hold), nothing else makes us wait for it (helper 40: the stale
- * write committed).  Held to the end, the lock also keeps such a
- * transaction from starting between the check and our commit record.  It
- * is taken after the fence lock, the order of the lease calls (fence lock,
- * then le_lease), and held only while the transaction commits, as the
- * fence lock is, so no idle writer holds it.
+ * the one we hold), nothing else makes us wait for it, and a stale write
+ * would commit (035_fence_rewrite_race.pl, the TRUNCATE).  Held to the
+ * end, the lock also keeps such a transaction from starting between the
+ * check and our commit record.  It is taken after the fence lock, the
+ * order of the lease calls (fence lock, then le_lease), and held only while
+ * the transaction commits, as the fence lock is, so no idle writer holds
+ * it.
  */
 void
-le_store_hold_lease_table(Oid lease_relid)
+le_rows_hold_lease_table(Oid lease_relid)
 {
 	LockRelationOid(lease_relid, AccessShareLock);
 }
 
 /*
- * le_store_row_unchanged without opening le_lease: when the page is of the
+ * le_rows_row_unchanged without opening le_lease: when the page is of the
  * table's current file and still in the shared buffer it was read from,
  * set *unchanged (its LSN is the one in *stamp) and return true; false when
  * that cannot be told this way (no stamp, another file, or the block left
@@ -860,18 +825,18 @@ le_store_hold_lease_table(Oid lease_relid)
  * buffers only after (smgrDoPendingDeletes runs after the locks are
  * released), and not at all until its own transaction ends, so a page still
  * found in its buffer can belong to a file that the table has left
- * (helper 38: a release after a CLUSTER in the writer's own transaction, and
- * a takeover after another session's CLUSTER, committed).  At the
+ * (a release after a CLUSTER in the writer's own transaction, or a takeover
+ * after another session's CLUSTER: 035_fence_rewrite_race.pl).  At the
  * commit-time check, the fence lock and then a lock on le_lease were
  * granted before we read the invalidations: a token change of the lease
  * row we judged that committed before that took its locks after the
  * rewrite had queued its invalidation, and a rewrite or truncation holding
  * le_lease (which may have made the key's row anew) has ended, so we read
- * them here (le_store_hold_lease_table).  Used without those locks, by the
+ * them here (le_rows_hold_lease_table).  Used without those locks, by the
  * write-time check, it only decides whether to reject early.
  */
 bool
-le_store_page_unchanged(Oid lease_relid, const LeaseRowStamp *stamp, bool *unchanged)
+le_rows_page_unchanged(Oid lease_relid, const LeaseRowStamp *stamp, bool *unchanged)
 {
 	if (XLogRecPtrIsInvalid(stamp->lsn) || !BufferIsValid(stamp->buffer))
 		return false;
@@ -886,27 +851,26 @@ le_store_page_unchanged(Oid lease_relid, const LeaseRowStamp *stamp, bool *uncha
 }
 
 /*
- * Is the version that le_store_read_latest returned with *stamp still the
- * latest, unchanged?  True when the page it is on has the same LSN as at
- * that read: every change of a version (an update, a delete, a row lock,
- * pruning or freezing) writes WAL and sets the page's LSN to the end of its
- * record, which lies after anything written before the read, so an equal
- * LSN means that nobody has changed anything on the page since.  The
- * caller still judges the expiry by the clock, and holds whatever makes
- * "since" matter (the fence lock: a token change that committed before it
- * was granted has changed the page).  Only pages of the same file are
- * compared: a rewrite of le_lease in between (VACUUM FULL, CLUSTER,
- * TRUNCATE, SET TABLESPACE) gives it a new one.  About half the cost of
- * reading the row again (callgrind).  This rests on two rules of
- * PostgreSQL 15, the version built for: every change of a heap page's contents is
- * WAL-logged and sets the page's LSN, and above wal_level = minimal a page
- * keeps its LSN only while its file is the same (ALTER TABLE ... SET
- * LOGGED/UNLOGGED rewrite the table into a new file).  A version that
+ * Is the version that le_rows_read_latest returned with *stamp still the
+ * latest, unchanged?  True when the page it is on has the same LSN as at that
+ * read: every change of a version (an update, a delete, a row lock, pruning or
+ * freezing) writes WAL and sets the page's LSN to the end of its record, which
+ * lies after anything written before the read, so an equal LSN means that
+ * nobody has changed anything on the page since.  The caller still judges the
+ * expiry by the clock, and holds whatever makes "since" matter (the fence
+ * lock: a token change that committed before it was granted has changed the
+ * page).  Only pages of the same file are compared: a rewrite of le_lease in
+ * between (VACUUM FULL, CLUSTER, TRUNCATE, SET TABLESPACE) gives it a new one.
+ * About half the cost of reading the row again (callgrind).  This rests on two
+ * rules of PostgreSQL 15, the version built for: every change of a heap page's
+ * contents is WAL-logged and sets the page's LSN, and above wal_level =
+ * minimal a page keeps its LSN only while its file is the same (ALTER TABLE
+ * ... SET LOGGED/UNLOGGED rewrite the table into a new file).  A version that
  * changed either rule (a persistence change without a rewrite, a page copy
- * without WAL) would need this shortcut revisited (review, issue 9).
+ * without WAL) would need this shortcut revisited.
  */
 bool
-le_store_row_unchanged(Oid lease_relid, const LeaseRowStamp *stamp)
+le_rows_row_unchanged(Oid lease_relid, const LeaseRowStamp *stamp)
 {
 	Relation	rel;
 	bool		unchanged = false;
@@ -914,8 +878,8 @@ le_store_row_unchanged(Oid lease_relid, const LeaseRowStamp *stamp)
 	if (XLogRecPtrIsInvalid(stamp->lsn))
 		return false;
 
-	/* the caller holds le_lease (le_store_hold_lease_table) */
-	if (le_store_page_unchanged(lease_relid, stamp, &unchanged))
+	/* the caller holds le_lease (le_rows_hold_lease_table) */
+	if (le_rows_page_unchanged(lease_relid, stamp, &unchanged))
 		return unchanged;
 	rel = le_rows_open(lease_relid, AccessShareLock, le_lease_types, Natts_le_lease);
 	if (RelFileNodeEquals(rel->rd_node, stamp->node) && RelationNeedsWAL(rel) &&
@@ -952,7 +916,7 @@ le_rows_new_snapshot(LeaseStoreState *st)
  * le_lease, opened once per call by its first peek or lock and kept open to
  * the call's end (opening a relation, with its lock, is about 1,500
  * instructions).  Its AccessShareLock is given back by le_rows_let_go unless
- * a row version was read for writing or written (see le_store_lock).
+ * a row version was read for writing or written (see le_rows_lock).
  */
 static Relation
 le_rows_lease(LeaseStoreState *st)
@@ -977,7 +941,7 @@ le_rows_let_go(LeaseStoreState *st)
 	st->peeked_tuple = NULL;	/* its TID is only safe under our table lock */
 }
 
-/* Release what le_store_peek and le_store_lock kept for the rest of the call. */
+/* Release what le_rows_peek and le_rows_lock kept for the rest of the call. */
 void
 le_rows_end(LeaseStoreState *st)
 {
@@ -985,7 +949,7 @@ le_rows_end(LeaseStoreState *st)
 	if (st->snap != NULL)
 		UnregisterSnapshot(st->snap);
 	st->snap = NULL;
-	le_store_forget_due_history(st);
+	le_rows_forget_due_history(st);
 	ItemPointerSetInvalid(&st->tid);
 	st->locked_tuple = NULL;
 	st->peeked_tuple = NULL;
@@ -994,12 +958,16 @@ le_rows_end(LeaseStoreState *st)
 
 /*
  * Read the row of a lease into *row without locking it, for a decision that
- * le_store_lock confirms before anything is written (or that only
+ * le_rows_lock confirms before anything is written (or that only
  * refuses); false when the key has no row.  Writes nothing, takes no
  * transaction id.
+ *
+ * Locks: AccessShareLock on le_lease (and its key index while it is
+ * searched), given back by le_rows_let_go at the end of the call or before
+ * a wait; no row lock.
  */
 bool
-le_store_peek(LeaseStoreState *st, const char *key, LeaseRow *row)
+le_rows_peek(LeaseStoreState *st, const char *key, LeaseRow *row)
 {
 	Relation	rel;
 	TupleTableSlot *slot;
@@ -1021,7 +989,10 @@ le_store_peek(LeaseStoreState *st, const char *key, LeaseRow *row)
 		MemoryContextSwitchTo(old);
 	}
 	ExecDropSingleTupleTableSlot(slot);
-	/* A refusal leaves no lock behind (sql/lease_cheap.sql): le_rows_let_go. */
+	/*
+	 * A refusal leaves no lock behind: le_rows_let_go
+	 * (sql/lease_cheap_refusals_hot_renewals.sql).
+	 */
 	return found;
 }
 
@@ -1046,9 +1017,16 @@ le_rows_serialization_failure(void)
  * takeover), saving a separate unlocked read for callers that only go on
  * when the row looks right.  The caller decides again on the version
  * locked, which at READ COMMITTED may be a later one.
+ *
+ * Locks: the lease row (unless the version is returned tentatively, for
+ * le_rows_write to lock by updating it) and RowExclusiveLock on le_lease,
+ * both to the end of the transaction; waits for them are bounded by the
+ * lock_timeout le_store_begin put in force.  Call without holding anything
+ * that a holder of the row may wait for, save the lease's fence lock
+ * (taken first: lock order fence lock, then row lock).
  */
 bool
-le_store_lock(LeaseStoreState *st, const char *key, LeaseRow *row,
+le_rows_lock(LeaseStoreState *st, const char *key, LeaseRow *row,
 			  LeaseRowCheck check, void *arg)
 {
 	Relation	rel;
@@ -1117,7 +1095,7 @@ le_store_lock(LeaseStoreState *st, const char *key, LeaseRow *row,
 		{
 			/*
 			 * Tentative: the version found is what the caller decides on and
-			 * what le_store_write updates, if it is still the latest then
+			 * what le_rows_write updates, if it is still the latest then
 			 * (no row-lock WAL record, no second lookup); otherwise the
 			 * write fails and the caller decides again on a locked version.
 			 */
@@ -1133,7 +1111,7 @@ le_store_lock(LeaseStoreState *st, const char *key, LeaseRow *row,
 				LockRelationOid(st->lease_relid, RowExclusiveLock);
 			st->lease_rowex = true;
 			st->keep_lease_lock = true;
-			le_lease_locks_taken();
+			le_durable_locks_taken();
 			writing = true;
 		}
 		tid = slot->tts_tid;
@@ -1176,7 +1154,7 @@ le_store_lock(LeaseStoreState *st, const char *key, LeaseRow *row,
 	/*
 	 * Nothing locked: leave no table lock behind either (le_rows_let_go).
 	 * A tentative version keeps its table lock to the end of the
-	 * transaction: its TID must still name that version when le_store_write
+	 * transaction: its TID must still name that version when le_rows_write
 	 * updates it, which a rewrite in between (VACUUM FULL, CLUSTER,
 	 * TRUNCATE: all need ACCESS EXCLUSIVE) would break.
 	 */
@@ -1255,17 +1233,20 @@ le_rows_name_datum(const char *s, bool *isnull)
 }
 
 /*
- * Write every mutable column of the lease row that le_store_lock returned
+ * Write every mutable column of the lease row that le_rows_lock returned
  * in this call (its id and key must be the row's); true when written.  A
  * version it locked is always written.  A tentative one is written only if
  * nobody changed or locked it since it was read: then the update itself
  * is the row lock, held to the end of the transaction like one; else
- * nothing is written, false is returned, and the next le_store_lock of the
+ * nothing is written, false is returned, and the next le_rows_lock of the
  * call locks the row (waiting for whoever has it) for the caller to decide
  * again.
+ *
+ * Locks: never waits; on success the row is locked (by the update) to the
+ * end of the transaction, with RowExclusiveLock on le_lease.
  */
 bool
-le_store_write(LeaseStoreState *st, const LeaseRow *row)
+le_rows_write(LeaseStoreState *st, const LeaseRow *row)
 {
 	Datum		values[Natts_le_lease];
 	bool		nulls[Natts_le_lease];
@@ -1327,7 +1308,7 @@ le_store_write(LeaseStoreState *st, const LeaseRow *row)
 		}
 		if (!HeapTupleIsHeapOnly(newtup))
 			le_rows_index_tuple(rel, newtup);
-		le_lease_locks_taken();
+		le_durable_locks_taken();
 		st->locked = true;
 	}
 	else
@@ -1367,9 +1348,9 @@ le_rows_period_hint(Relation rel, int64 lease_id, int64 token)
  * by history table, lease id, token and start (acquired_at), all compared
  * with the lease row as read when the period ends.  An entry is kept only
  * while the grant's (sub)transaction may still commit, and for good once it
- * did (le_unrecorded_xact_callback): the token of a grant that rolled back
+ * did (le_rows_unrecorded_xact_callback): the token of a grant that rolled back
  * can be drawn again after le_token_seq is set back by hand (the raise in
- * le_next_token goes only above the key's last committed token), and that
+ * le_token_next goes only above the key's last committed token), and that
  * new period may be recorded.  A committed grant's token is the key's last
  * committed one, which no later grant of the key draws again; after DROP
  * and CREATE EXTENSION lease ids and tokens start again, but the table's
@@ -1389,10 +1370,10 @@ typedef struct UnrecordedPeriod
 								 * commits; then InvalidSubTransactionId */
 } UnrecordedPeriod;
 
-static UnrecordedPeriod le_unrecorded[LE_UNRECORDED_MAX];
-static int	le_unrecorded_next = 0;
-static bool le_unrecorded_used = false; /* any entry made yet */
-static bool le_unrecorded_pending = false;	/* entries of the current transaction */
+static UnrecordedPeriod le_rows_unrecorded[LE_UNRECORDED_MAX];
+static int	le_rows_unrecorded_next = 0;
+static bool le_rows_unrecorded_used = false; /* any entry made yet */
+static bool le_rows_unrecorded_pending = false;	/* entries of the current transaction */
 
 /*
  * At commit the current transaction's entries become permanent; at abort
@@ -1401,13 +1382,13 @@ static bool le_unrecorded_pending = false;	/* entries of the current transaction
  * all at least its own.
  */
 static void
-le_unrecorded_forget(SubTransactionId from, bool keep)
+le_rows_unrecorded_forget(SubTransactionId from, bool keep)
 {
 	int			i;
 
 	for (i = 0; i < LE_UNRECORDED_MAX; i++)
 	{
-		UnrecordedPeriod *p = &le_unrecorded[i];
+		UnrecordedPeriod *p = &le_rows_unrecorded[i];
 
 		if (p->relid == InvalidOid || p->subid == InvalidSubTransactionId || p->subid < from)
 			continue;
@@ -1419,45 +1400,45 @@ le_unrecorded_forget(SubTransactionId from, bool keep)
 }
 
 static void
-le_unrecorded_xact_callback(XactEvent event, void *arg)
+le_rows_unrecorded_xact_callback(XactEvent event, void *arg)
 {
-	if (!le_unrecorded_pending)
+	if (!le_rows_unrecorded_pending)
 		return;
 	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT)
-		le_unrecorded_forget(TopSubTransactionId, true);
+		le_rows_unrecorded_forget(TopSubTransactionId, true);
 	else if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
 			 event == XACT_EVENT_PREPARE)
-		le_unrecorded_forget(TopSubTransactionId, false);
+		le_rows_unrecorded_forget(TopSubTransactionId, false);
 	else
 		return;
-	le_unrecorded_pending = false;
+	le_rows_unrecorded_pending = false;
 }
 
 static void
-le_unrecorded_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+le_rows_unrecorded_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 							   SubTransactionId parentSubid, void *arg)
 {
-	if (le_unrecorded_pending && event == SUBXACT_EVENT_ABORT_SUB)
-		le_unrecorded_forget(mySubid, false);
+	if (le_rows_unrecorded_pending && event == SUBXACT_EVENT_ABORT_SUB)
+		le_rows_unrecorded_forget(mySubid, false);
 }
 
 /*
  * Can the current period of row (as read from le_lease) have a history
  * row?  false only for one this backend granted with the history off (see
- * le_unrecorded).
+ * le_rows_unrecorded).
  */
 bool
-le_store_period_recorded(LeaseStoreState *st, const LeaseRow *row)
+le_rows_period_recorded(LeaseStoreState *st, const LeaseRow *row)
 {
 	Oid			relid;
 	int			i;
 
-	if (!le_unrecorded_used)	/* the history was never off here */
+	if (!le_rows_unrecorded_used)	/* the history was never off here */
 		return true;
 	relid = le_rows_relid(st->nsp, LE_REL_HISTORY);
 	for (i = 0; i < LE_UNRECORDED_MAX; i++)
 	{
-		const UnrecordedPeriod *p = &le_unrecorded[i];
+		const UnrecordedPeriod *p = &le_rows_unrecorded[i];
 
 		if (p->relid == relid && p->lease_id == row->lease_id &&
 			p->token == row->fencing_token && p->acquired_at == row->acquired_at)
@@ -1469,9 +1450,12 @@ le_store_period_recorded(LeaseStoreState *st, const LeaseRow *row)
 /*
  * Record the start of an ownership period in the history, unless
  * leader_election.history is off (then remember that it has no row).
+ *
+ * Locks: the caller holds the lease row (locked or written); the history
+ * row needs no lock of its own.  RowExclusiveLock on le_lease_history.
  */
 void
-le_store_history_open(LeaseStoreState *st, const LeaseRow *row)
+le_rows_history_open(LeaseStoreState *st, const LeaseRow *row)
 {
 	Datum		values[Natts_le_history];
 	bool		nulls[Natts_le_history];
@@ -1481,12 +1465,12 @@ le_store_history_open(LeaseStoreState *st, const LeaseRow *row)
 	if (!le_history_enabled)
 	{
 		static bool registered = false;
-		UnrecordedPeriod *p = &le_unrecorded[le_unrecorded_next];
+		UnrecordedPeriod *p = &le_rows_unrecorded[le_rows_unrecorded_next];
 
 		if (!registered)
 		{
-			RegisterXactCallback(le_unrecorded_xact_callback, NULL);
-			RegisterSubXactCallback(le_unrecorded_subxact_callback, NULL);
+			RegisterXactCallback(le_rows_unrecorded_xact_callback, NULL);
+			RegisterSubXactCallback(le_rows_unrecorded_subxact_callback, NULL);
 			registered = true;
 		}
 		p->relid = le_rows_relid(st->nsp, LE_REL_HISTORY);
@@ -1494,9 +1478,9 @@ le_store_history_open(LeaseStoreState *st, const LeaseRow *row)
 		p->token = row->fencing_token;
 		p->acquired_at = row->acquired_at;
 		p->subid = GetCurrentSubTransactionId();
-		le_unrecorded_pending = true;
-		le_unrecorded_used = true;
-		le_unrecorded_next = (le_unrecorded_next + 1) % LE_UNRECORDED_MAX;
+		le_rows_unrecorded_pending = true;
+		le_rows_unrecorded_used = true;
+		le_rows_unrecorded_next = (le_rows_unrecorded_next + 1) % LE_UNRECORDED_MAX;
 		return;
 	}
 
@@ -1554,10 +1538,13 @@ le_rows_history_scan_end(IndexScanDesc scan, Relation idx)
 /*
  * Record the end of the ownership period that had the given token; with
  * reason NULL, delete its row instead (a period that ends already past the
- * retention, see le_plan_period_end in lease.c).
+ * retention, see le_lease_plan_period_end in lease.c).
+ *
+ * Locks: as le_rows_history_open.  The period's row is open, and only the
+ * holder of the lease row changes an open period's row, so nothing waits.
  */
 void
-le_store_history_close(LeaseStoreState *st, int64 lease_id, int64 token,
+le_rows_history_close(LeaseStoreState *st, int64 lease_id, int64 token,
 					   TimestampTz ended_at, const char *reason)
 {
 	Relation	rel;
@@ -1625,9 +1612,9 @@ le_store_history_close(LeaseStoreState *st, int64 lease_id, int64 token,
 	table_close(rel, NoLock);
 }
 
-/* Drop what le_store_find_due_history found (its snapshot, its arrays). */
+/* Drop what le_rows_find_due_history found (its snapshot, its arrays). */
 void
-le_store_forget_due_history(LeaseStoreState *st)
+le_rows_forget_due_history(LeaseStoreState *st)
 {
 	if (st->prune_snap != NULL)
 		UnregisterSnapshot(st->prune_snap);
@@ -1651,23 +1638,22 @@ le_store_forget_due_history(LeaseStoreState *st)
 
 /*
  * Find the history rows of one lease whose period ended before cutoff, for
- * le_store_delete_due_history to delete once the grant has written the
- * lease row (and so holds its lock: a grant whose write failed then waits
- * for the row without holding any deletion, which a holder's open
- * transaction pruning too would otherwise wait for: a deadlock, review of
- * 9b8b139).  Reads only.  Periods of a lease follow each other, so in token
- * order the ended_at of its rows rise: the scan stops at the first row
- * that is open or young enough, having read only the rows due and one
- * more.  (A server clock set back can leave a few rows for
- * le_prune_history() to take.)  Returns the history_min_ended_at
- * the lease will have once the rows collected are gone: the ended_at of
- * the first row kept (now if it lies ahead or the row is open), 'infinity'
- * when none is left.  The snapshot that found them stays registered until
- * they are deleted, and le_lease_history locked, so that none of their line
- * pointers can be pruned and given to another row meanwhile.
+ * le_rows_delete_due_history to delete once the grant has written the lease
+ * row (and so holds its lock: a grant whose write failed then waits for the
+ * row without holding any deletion, which a holder's open transaction pruning
+ * too would otherwise wait for: a deadlock, history_prune_tentative.spec).
+ * Reads only.  Periods of a lease follow each other, so in token order the
+ * ended_at of its rows rise: the scan stops at the first row that is open or
+ * young enough, having read only the rows due and one more.  (A server clock
+ * set back can leave a few rows for le_prune_history() to take.)  Returns the
+ * history_min_ended_at the lease will have once the rows collected are gone:
+ * the ended_at of the first row kept (now if it lies ahead or the row is
+ * open), 'infinity' when none is left.  The snapshot that found them stays
+ * registered until they are deleted, and le_lease_history locked, so that none
+ * of their line pointers can be pruned and given to another row meanwhile.
  */
 TimestampTz
-le_store_find_due_history(LeaseStoreState *st, int64 lease_id, TimestampTz cutoff,
+le_rows_find_due_history(LeaseStoreState *st, int64 lease_id, TimestampTz cutoff,
 						  TimestampTz now)
 {
 	Relation	rel;
@@ -1677,7 +1663,7 @@ le_store_find_due_history(LeaseStoreState *st, int64 lease_id, TimestampTz cutof
 	TimestampTz earliest = DT_NOEND;
 	int			size = 0;
 
-	le_store_forget_due_history(st);
+	le_rows_forget_due_history(st);
 	CommandCounterIncrement();
 	rel = le_rows_open_history(st);
 	st->prune_snap = RegisterSnapshot(GetLatestSnapshot());
@@ -1727,17 +1713,17 @@ le_store_find_due_history(LeaseStoreState *st, int64 lease_id, TimestampTz cutof
 }
 
 /*
- * Delete the rows le_store_find_due_history found; the caller holds the
+ * Delete the rows le_rows_find_due_history found; the caller holds the
  * lease row's lock.  A row that another transaction is deleting (an open
  * le_prune_history()) is not waited for: a grant must not wait for an idle
- * administrator's transaction (invariant 5).  Returns the lowest ended_at
+ * administrator's transaction (G9).  Returns the lowest ended_at
  * of the rows that did not go (0: none), which the caller folds back into
  * the lease's history_min_ended_at (should that transaction roll back, or a
  * row have been changed meanwhile, the next grant looks again); a row that
  * a committed transaction deleted meanwhile is gone, as wanted.
  */
 TimestampTz
-le_store_delete_due_history(LeaseStoreState *st)
+le_rows_delete_due_history(LeaseStoreState *st)
 {
 	Relation	rel;
 	TimestampTz kept = 0;
@@ -1758,17 +1744,17 @@ le_store_delete_due_history(LeaseStoreState *st)
 			kept = st->prune_ends[i];
 	}
 	table_close(rel, NoLock);
-	le_store_forget_due_history(st);
+	le_rows_forget_due_history(st);
 	return kept;
 }
 
 /*
- * A grant's tentative write failed after le_store_find_due_history: forget
+ * A grant's tentative write failed after le_rows_find_due_history: forget
  * what the find found and give back the locks it took on le_lease_history
  * and its index (only its own hold: one the transaction took before
  * stays), so that the call's coming wait for the row lock holds nothing of
  * the history, on which a VACUUM FULL, and every lease call behind it,
- * would otherwise queue (review of the two-phase prune).  By the oids the
+ * would otherwise queue (history_prune_tentative.spec).  By the oids the
  * find opened, not looked up again by name (a rename in between must not
  * make us give back another relation's lock).
  */
@@ -1777,7 +1763,7 @@ le_rows_release_due_history(LeaseStoreState *st)
 {
 	if (!st->prune_locked)
 		return;
-	le_store_forget_due_history(st);
+	le_rows_forget_due_history(st);
 	UnlockRelationOid(st->prune_indexid, AccessShareLock);
 	UnlockRelationOid(st->prune_relid, RowExclusiveLock);
 	st->prune_locked = false;
@@ -1794,7 +1780,7 @@ le_rows_release_due_history(LeaseStoreState *st)
  * Any other error is raised again.  Rare: once per key.
  */
 void
-le_store_create(LeaseStoreState *st, const char *key)
+le_rows_create(LeaseStoreState *st, const char *key)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
@@ -1862,9 +1848,13 @@ le_store_create(LeaseStoreState *st, const char *key)
  * Delete the history rows of every lease whose period ended before cutoff
  * (le_prune_history()); returns how many went.  A row deleted or closed
  * meanwhile by a concurrent call is skipped.
+ *
+ * Locks: RowExclusiveLock on le_lease_history and the rows it deletes
+ * (waiting, within the bound le_store_begin put in force, for a concurrent
+ * deleter of the same row); no lease row.
  */
 int64
-le_store_prune_all_history(LeaseStoreState *st, TimestampTz cutoff)
+le_rows_prune_all_history(LeaseStoreState *st, TimestampTz cutoff)
 {
 	Relation	rel;
 	Snapshot	snap;

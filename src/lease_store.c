@@ -1,116 +1,30 @@
 /*-------------------------------------------------------------------------
  *
  * lease_store.c
- *		The token rules, the fence lock, durability and notifications of
- *		the leader_election extension, and the frame of every lease call
- *		(le_store_begin/le_store_end).
+ *		The frame of every lease call (le_store_begin/le_store_end), the
+ *		bound of its lock waits, and the plan of a grant's history prune.
  *
- * State lives in ordinary tables (le_lease, le_lease_history) so that it is
- * WAL-logged, replicated, dumped and restored with the data it protects.
- * Callers reach the tables only through the le_store_* functions, run as
- * the extension owner: ordinary roles have no privileges on the tables, and
- * the caller's role is recorded in the row instead.  The rows are read and
- * written by direct access (lease_rows.c), by oid: no SQL runs, so no name
- * is resolved while we act as the extension owner (a kept SPI plan that
- * named the schema would be re-analysed after ALTER SCHEMA ... RENAME and
- * could then reach another role's table and its triggers).
+ * Between le_store_begin and le_store_end a lease call runs as the
+ * extension owner, with its lock waits bounded by
+ * leader_election.lock_timeout, and reaches the tables only through
+ * lease_rows.c, by OID.  src/README.md ("State and who may touch it",
+ * "Locks", "History") says why.
  *
- * Locking rules.  Two locks protect a lease:
- *
- *	- the row lock of its le_lease row (as SELECT ... FOR UPDATE), taken by
- *	  every call that writes the row (acquire, renew, release), so that the
- *	  decision "free / expired / ours" and the write based on it are atomic
- *	  and judged on the latest committed version of the row;
- *
- *	- the fence lock, a transaction-scoped heavyweight lock whose tag is
- *	  built from the lease's surrogate id (never a hash of the key).  Code
- *	  that changes the token or frees the lease takes it in
- *	  LE_FENCE_CHANGE_LOCKMODE; a transaction that wrote protected data takes
- *	  it in LE_FENCE_WRITER_LOCKMODE only at commit (fence.c), then reads the
- *	  token again.  So a write accepted with token T cannot commit after a later
- *	  token was granted, and an idle writer blocks nobody.  Renewals neither change
- *	  the token nor take the fence lock.  Whoever locks the fence of an id
- *	  read earlier checks, after its locked read, that the row still has
- *	  that id.
- *
- * Lock order: the fence lock before the row lock.  A call that already
- * holds the row lock when it finds it needs the fence lock only tries it.
- * (A transaction that renewed the lease, so holds its row lock, and then
- * commits fenced writes does not wait for the fence lock at all: its row
- * lock already keeps token changes out, see fence.c.)  Every wait is bounded by
- * leader_election.lock_timeout (applied as lock_timeout for the duration of
- * our work), so a row locked by a stuck or prepared transaction produces a
- * clear error instead of a hang.
- *
- * Token rule (le_next_token): a token is (range << 40) + a value of the
- * sequence le_token_seq.  The sequence is non-transactional, so a value that
- * reached anyone, even from a grant that rolled back, is never drawn again;
- * its WAL is flushed before a token is returned, so a crash cannot set it
- * back.  The range stays the old token's, except: when the server writes
- * WAL on a newer timeline than the one that issued the old token (after a
- * standby promotion or a point-in-time recovery), it jumps to at least
- * timeline - 1, above anything an older timeline can have issued,
- * acknowledged or not.  Timelines of another cluster (a row restored by
- * pg_dump, or after pg_upgrade: the row's token_system_id is not ours) say
- * nothing about ours, so such a row's next grant jumps by the current
- * timeline's number of 2^40 ranges above its token: a primary and a standby
- * promoted later, both starting from the restored row, then land in
- * different ranges, the later timeline higher.  Per key, the new token must
- * also exceed the row's last one; a sequence found behind it (set back by
- * hand) is raised first, under a lock that excludes every nextval().
- *
- * Durability (le_commit_durably): a lease change is flushed at commit and,
- * when synchronous standbys are configured, waited for by them, even if the
- * caller runs with synchronous_commit off or local.
+ * Invariant: no SQL and no user code runs while the frame is open, so
+ * neither the owner's rights nor our lock_timeout ever reach the caller's
+ * code; le_store_end, or the abort of the (sub)transaction, restores both.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
-#include "access/genam.h"
-#include "access/htup_details.h"
-#include "access/skey.h"
-#include "access/stratnum.h"
-#include "access/table.h"
-#include "access/tableam.h"
 #include "access/xact.h"
-#include "catalog/pg_class.h"
-#include "catalog/pg_type.h"
-#include "access/xlog.h"
-#include "commands/async.h"
-#include "commands/sequence.h"
-#include "common/hashfn.h"
-#include "common/int.h"
-#include "lib/stringinfo.h"
-#include "mb/pg_wchar.h"
 #include "miscadmin.h"
-#include "storage/bufmgr.h"
-#include "storage/lmgr.h"
-#include "storage/lock.h"
 #include "storage/proc.h"
-#include "utils/builtins.h"
-#include "utils/datetime.h"
-#include "utils/fmgroids.h"
-#include "utils/fmgrprotos.h"
-#include "utils/guc.h"
-#include "utils/json.h"
 #include "utils/lsyscache.h"
-#include "utils/memutils.h"
-#include "utils/rel.h"
-#include "utils/snapmgr.h"
-#include "utils/syscache.h"
-#include "utils/timeout.h"
 #include "utils/timestamp.h"
-#include "utils/wait_event.h"
 
-#include "compat.h"
 #include "leader_election.h"
-
-/* Class field of our fence lock tags, so they never equal a user's advisory lock. */
-#define LE_LOCKTAG_CLASS		0x4C45
-
-/* Bits below the timeline in a token: 2^40 grants per key per timeline. */
-#define LE_TIMELINE_SHIFT		40
 
 /* Reports which lease we were working on when an error escapes. */
 static void
@@ -123,314 +37,83 @@ le_store_error_context(void *arg)
 				   st->lease_key, le_lock_timeout_ms);
 }
 
-/* Raise the standard NULL-argument error for argument argno. */
-static void
-le_check_not_null(FunctionCallInfo fcinfo, int argno, const char *name)
-{
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s must not be NULL", name)));
-}
-
-/* Validate a text identifier argument (lease key or owner id). */
-static char *
-le_check_identifier(FunctionCallInfo fcinfo, int argno, const char *name, int maxlen)
-{
-	char	   *value;
-	size_t		len;
-
-	le_check_not_null(fcinfo, argno, name);
-	value = text_to_cstring(PG_GETARG_TEXT_PP(argno));
-	len = strlen(value);
-	if (len == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must not be empty", name)));
-	if (len > (size_t) maxlen)
-		ereport(ERROR,
-				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
-				 errmsg("%s is too long", name),
-				 errdetail("The value is %zu bytes long; the limit is %d bytes.", len, maxlen)));
-	return value;
-}
-
-/*
- * An input value as error messages quote it: whole when it has at most
- * LE_MAX_SHOWN_CHARS characters, else its first LE_MAX_SHOWN_CHARS
- * characters followed by "... (N bytes)", so that a message never repeats
- * megabytes of input.  The same rule as _le_show() in the install script.
- */
-char *
-le_show_input(const char *value)
-{
-	size_t		len = strlen(value);
-	int			clip = pg_mbcharcliplen(value, (int) len, LE_MAX_SHOWN_CHARS);
-
-	if ((size_t) clip >= len)
-		return pstrdup(value);
-	return psprintf("%.*s... (%zu bytes)", clip, value, len);
-}
-
-/* Validate the lease key argument. */
-char *
-le_check_key(FunctionCallInfo fcinfo, int argno)
-{
-	return le_check_identifier(fcinfo, argno, "lease_key", LE_MAX_KEY_LEN);
-}
-
-/* Validate the owner id argument. */
-char *
-le_check_owner(FunctionCallInfo fcinfo, int argno)
-{
-	return le_check_identifier(fcinfo, argno, "owner_id", LE_MAX_OWNER_LEN);
-}
-
-/* Validate a fencing token argument: tokens are positive. */
-int64
-le_check_token(FunctionCallInfo fcinfo, int argno)
-{
-	int64		token;
-
-	le_check_not_null(fcinfo, argno, "fencing_token");
-	token = PG_GETARG_INT64(argno);
-	if (token <= 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("fencing_token must be positive, got " INT64_FORMAT, token),
-				 errhint("Use the token returned by le_acquire().")));
-	return token;
-}
-
-/*
- * Validate a ttl argument and return it in microseconds of elapsed time
- * (a day counts as 24 hours, a month as 30 days).
- */
-int64
-le_check_ttl(FunctionCallInfo fcinfo, int argno)
-{
-	Interval   *ttl;
-	int64		usecs;
-	int64		days;
-	int64		part;
-	int64		max_usecs = (int64) le_max_ttl_s * USECS_PER_SEC;
-
-	le_check_not_null(fcinfo, argno, "ttl");
-	ttl = PG_GETARG_INTERVAL_P(argno);
-	if (!le_interval_is_finite(ttl))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("ttl must be finite")));
-
-	/*
-	 * On overflow the sign comes from the operands, never from the wrapped
-	 * product (which can have either sign).
-	 */
-	days = (int64) ttl->month * DAYS_PER_MONTH + ttl->day;
-	if (pg_mul_s64_overflow(days, USECS_PER_DAY, &part))
-		usecs = (days > 0) ? PG_INT64_MAX : PG_INT64_MIN;
-	else if (pg_add_s64_overflow(part, ttl->time, &usecs))
-		usecs = (ttl->time > 0) ? PG_INT64_MAX : PG_INT64_MIN;
-
-	if (usecs <= 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("ttl must be positive"),
-				 errhint("A lease lasts for ttl after each acquire or renew; use e.g. '15 seconds'.")));
-	if (usecs > max_usecs)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("ttl exceeds leader_election.max_ttl"),
-				 errdetail("The limit is %d seconds.", le_max_ttl_s),
-				 errhint("Use a shorter ttl and renew more often, or have a superuser raise leader_election.max_ttl.")));
-	return usecs;
-}
-
-/* Refuse any lease change on a hot standby, with a message that says why. */
-void
-le_check_writable(const char *action)
-{
-	if (RecoveryInProgress())
-		ereport(ERROR,
-				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
-				 errmsg("cannot %s a lease while the server is in recovery", action),
-				 errdetail("Leases change only on the primary server; this one is a standby."),
-				 errhint("Connect to the primary. Reading le_leases works here but may lag behind it.")));
-}
-
-/* Set by le_commit_durably: this transaction changed a lease. */
-static bool le_durable_pending = false;
-
-/*
- * Set by le_lease_locks_taken: this transaction locked a lease row or took a
- * fence lock to change a lease, whether or not it then changed it.
- */
-static bool le_lease_locked = false;
-
-/*
- * Before commit of a transaction that changed a lease, raise
- * synchronous_commit to on if the caller runs with less (checked then, so a
- * SET LOCAL after the lease call cannot lower it again).  The commit then
- * waits for the synchronous standbys when synchronous_standby_names names
- * any (and is a plain local flush otherwise), so an acknowledged grant,
- * renewal or release survives a failover to such a standby.  The setting is
- * transaction-local: the caller's own value is back once the commit is done.
- * Such a transaction cannot be prepared (0A000).
- */
-static void
-le_durable_xact_callback(XactEvent event, void *arg)
-{
-	switch (event)
-	{
-		case XACT_EVENT_PRE_PREPARE:
-
-			/*
-			 * A prepared lease change would keep the lease row locked until
-			 * COMMIT PREPARED, blocking the holder's renewals and every
-			 * takeover.
-			 */
-			if (le_durable_pending || le_lease_locked)
-				ereport(ERROR,
-						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						 errmsg("cannot PREPARE a transaction that changed or locked a lease"),
-						 errdetail("A prepared transaction would keep the lease row or its fence lock locked until COMMIT PREPARED; the transaction is rolled back."),
-						 errhint("Call le_renew(), le_acquire() and le_release() in transactions committed without two-phase commit.")));
-			break;
-		case XACT_EVENT_PRE_COMMIT:
-			if (le_durable_pending && synchronous_commit < SYNCHRONOUS_COMMIT_ON)
-				(void) set_config_option("synchronous_commit", "on",
-										 PGC_USERSET, PGC_S_SESSION,
-										 GUC_ACTION_LOCAL, true, ERROR, false);
-			break;
-		case XACT_EVENT_PARALLEL_PRE_COMMIT:
-			break;
-		default:
-			le_durable_pending = false;
-			le_lease_locked = false;
-			break;
-	}
-}
-
-/* Register le_durable_xact_callback once per backend. */
-static void
-le_register_durable_callback(void)
-{
-	static bool registered = false;
-
-	if (!registered)
-	{
-		RegisterXactCallback(le_durable_xact_callback, NULL);
-		registered = true;
-	}
-}
-
-/*
- * Note that the current transaction holds a lease's row lock or its fence
- * lock in the mode that changes it: such a transaction cannot be prepared
- * (0A000), even when the call then changed nothing (an acquire that lost the
- * race after it waited for the locks keeps them): prepared, it would block
- * the holder's renewals and every takeover until COMMIT PREPARED.
- */
-void
-le_lease_locks_taken(void)
-{
-	le_register_durable_callback();
-	le_lease_locked = true;
-}
-
-/*
- * Make the commit of the current transaction, which changes a lease, durable
- * locally and on the synchronous standbys, whatever the caller's
- * synchronous_commit (see le_durable_xact_callback).
- */
-void
-le_commit_durably(void)
-{
-	ForceSyncCommit();
-	le_register_durable_callback();
-	le_durable_pending = true;
-}
-
 /*
  * Bounding lock waits.  Every lease call bounds its lock waits by
  * leader_election.lock_timeout, keeping the caller's lock_timeout when that
- * is shorter.  The bound is put in force by assigning the variable behind
- * lock_timeout (LockTimeout: read when a lock wait begins, no assign hook)
- * for the duration of the call, not by set_config_option in a new GUC nest
- * level: leaving a nest level after a change walks every setting of the
- * server (AtEOXact_GUC; with set_config_option about 5,000 instructions per
- * call, 4 % of an acquire + release cycle).  No SQL and no user code runs
- * while our value is in force, so nobody sees or changes it.
- * le_lock_bound_end puts the caller's value back; when an error escapes
- * first, the abort of the (sub)transaction that was current when our value
- * was set does (lease_stuck.spec shows lock_timeout after calls that timed
- * out, at top level and in a subtransaction).
+ * is shorter, by assigning LockTimeout for the duration of the call (not by
+ * set_config_option, whose GUC nest level costs a walk of every setting:
+ * src/README.md, "Locks").  le_store_lock_bound_end puts the caller's value
+ * back; when an error escapes first, the abort of the (sub)transaction that
+ * was current when our value was set does (lease_stuck.spec).
  */
-static int	le_lock_bound_saved = -1;	/* caller's LockTimeout while ours is in force */
-static SubTransactionId le_lock_bound_subid = InvalidSubTransactionId;
+static int	le_store_lock_bound_saved = -1;	/* caller's LockTimeout while ours is in force */
+static SubTransactionId le_store_lock_bound_subid = InvalidSubTransactionId;
 
 static void
-le_lock_bound_restore(void)
+le_store_lock_bound_restore(void)
 {
-	if (le_lock_bound_saved >= 0)
-		LockTimeout = le_lock_bound_saved;
-	le_lock_bound_saved = -1;
-	le_lock_bound_subid = InvalidSubTransactionId;
+	if (le_store_lock_bound_saved >= 0)
+		LockTimeout = le_store_lock_bound_saved;
+	le_store_lock_bound_saved = -1;
+	le_store_lock_bound_subid = InvalidSubTransactionId;
 }
 
 static void
-le_lock_bound_xact_callback(XactEvent event, void *arg)
+le_store_lock_bound_xact_callback(XactEvent event, void *arg)
 {
 	if (event != XACT_EVENT_PRE_COMMIT && event != XACT_EVENT_PARALLEL_PRE_COMMIT &&
 		event != XACT_EVENT_PRE_PREPARE)
-		le_lock_bound_restore();
+		le_store_lock_bound_restore();
 }
 
 static void
-le_lock_bound_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+le_store_lock_bound_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 							   SubTransactionId parentSubid, void *arg)
 {
-	if (event == SUBXACT_EVENT_ABORT_SUB && mySubid == le_lock_bound_subid)
-		le_lock_bound_restore();
+	if (event == SUBXACT_EVENT_ABORT_SUB && mySubid == le_store_lock_bound_subid)
+		le_store_lock_bound_restore();
 }
 
 /*
  * Put our bound on lock waits in force; returns whether it did (false: the
  * caller's lock_timeout is as short, or a bound is in force already), to
- * be passed to le_lock_bound_end.
+ * be passed to le_store_lock_bound_end.
  */
-static bool
-le_lock_bound_begin(void)
+bool
+le_store_lock_bound_begin(void)
 {
 	static bool registered = false;
 
-	if (le_lock_bound_saved >= 0 ||
+	if (le_store_lock_bound_saved >= 0 ||
 		(LockTimeout != 0 && LockTimeout <= le_lock_timeout_ms))
 		return false;
 	if (!registered)
 	{
-		RegisterXactCallback(le_lock_bound_xact_callback, NULL);
-		RegisterSubXactCallback(le_lock_bound_subxact_callback, NULL);
+		RegisterXactCallback(le_store_lock_bound_xact_callback, NULL);
+		RegisterSubXactCallback(le_store_lock_bound_subxact_callback, NULL);
 		registered = true;
 	}
-	le_lock_bound_saved = LockTimeout;
-	le_lock_bound_subid = GetCurrentSubTransactionId();
+	le_store_lock_bound_saved = LockTimeout;
+	le_store_lock_bound_subid = GetCurrentSubTransactionId();
 	LockTimeout = le_lock_timeout_ms;
 	return true;
 }
 
-/* Give the caller's lock_timeout back, if le_lock_bound_begin replaced it. */
-static void
-le_lock_bound_end(bool began)
+/* Give the caller's lock_timeout back, if le_store_lock_bound_begin replaced it. */
+void
+le_store_lock_bound_end(bool began)
 {
 	if (began)
-		le_lock_bound_restore();
+		le_store_lock_bound_restore();
 }
 
 /*
  * Start working on the lease tables: switch to the extension owner, bound
  * lock waits.  fn_oid is the calling SQL function, whose schema
  * tells where the extension lives.
+ *
+ * Locks: none; from here to le_store_end every lock wait is bounded by
+ * leader_election.lock_timeout (or the caller's shorter lock_timeout).
  */
 void
 le_store_begin(LeaseStoreState *st, Oid fn_oid, const char *lease_key)
@@ -461,8 +144,8 @@ le_store_begin(LeaseStoreState *st, Oid fn_oid, const char *lease_key)
 	ItemPointerSetInvalid(&st->tid);
 	st->locked_tuple = NULL;
 
-	le_store_relids(nsp, &st->lease_relid, &st->key_indexid);
-	owner = le_store_owner(nsp);
+	le_rows_relids(nsp, &st->lease_relid, &st->key_indexid);
+	owner = le_rows_owner(nsp);
 
 	st->errcallback.callback = le_store_error_context;
 	st->errcallback.arg = st;
@@ -470,418 +153,32 @@ le_store_begin(LeaseStoreState *st, Oid fn_oid, const char *lease_key)
 	error_context_stack = &st->errcallback;
 
 	/* Bound every lock wait (undone by le_store_end, or by abort on error). */
-	st->lock_bounded = le_lock_bound_begin();
+	st->lock_bounded = le_store_lock_bound_begin();
 
 	/* Abort restores the user id too, should anything below fail. */
 	GetUserIdAndSecContext(&st->save_userid, &st->save_sec_context);
 	SetUserIdAndSecContext(owner, st->save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
 }
 
-/* Finish the work begun by le_store_begin. */
+/*
+ * Finish the work begun by le_store_begin.  Locks: gives back the table
+ * lock a plain read took on le_lease; the locks of a call that locked the
+ * lease row stay to the end of the transaction, under its holder deadline.
+ */
 void
 le_store_end(LeaseStoreState *st)
 {
 	le_rows_end(st);
 	SetUserIdAndSecContext(st->save_userid, st->save_sec_context);
-	le_lock_bound_end(st->lock_bounded);
+	le_store_lock_bound_end(st->lock_bounded);
 	error_context_stack = st->errcallback.previous;
 	if (st->locked && st->idle_bound_us > 0 && st->lease_key != NULL)
-		le_bound_idle_holder(st->lease_key, st->idle_bound_us);
-}
-
-/*
- * Bounding the holder's wait for its client.  A lease call that locked the
- * lease row (and, to change the token or free the lease, its fence lock)
- * inside a transaction block keeps those locks until the transaction ends.
- * A client that then stalls (paused process, dead host, forgotten COMMIT,
- * a pipeline that never sends its Sync, a result it never reads) would keep
- * every other candidate out for as long as it stays stalled, whatever the
- * lease's expiry says.  So every such call sets a deadline for its lease:
- * the end of the call plus the ttl it granted or renewed (plus
- * leader_election.lock_timeout for a call that locked and then changed
- * nothing).  A later call on the same lease in the same transaction
- * replaces that lease's deadline; the transaction's deadline is the
- * earliest over its leases.  From that deadline on, a timeout of our own
- * (not a setting: nothing the session sets, resets or a pooler does undoes
- * it) checks every LE_HOLDER_BOUND_POLL_MS whether the backend is waiting
- * for its client (wait event ClientRead or ClientWrite: idle in the
- * transaction, or stalled mid-pipeline, mid-COPY or mid-result); if it is,
- * the session is ended as pg_terminate_backend() would end it, and
- * le_holder_bound_emit_log rewords the FATAL to name the lease (25P03).  A
- * backend busy running statements is left alone at that check and checked
- * again at the next one.  Its uncommitted grant or renewal has run out by
- * then, so nothing usable is lost; tokens it was shown are never issued
- * again.  The deadline ends with the transaction (XactCallback); entries
- * set only inside a subtransaction that rolls back go with it.
- *
- * Async-signal safety: the timeout handler runs in the SIGALRM handler.  It
- * only reads the wait event (a plain word), sets flags and the latch.
- */
-#define LE_HOLDER_BOUND_POLL_MS		50
-
-/*
- * The deadlines of the transaction, in the order the calls set them.  A
- * call on a lease that already has an entry from the same subtransaction
- * replaces its deadline; from another one, it adds an entry that hides the
- * earlier one (superseded) until its subtransaction rolls back.  Entries
- * set in a subtransaction (or its children) are thus the last ones in the
- * array while it is open.
- */
-typedef struct HolderDeadline
-{
-	char	   *key;			/* in TopTransactionContext */
-	TimestampTz deadline;
-	SubTransactionId subid;		/* subtransaction of the call that set it */
-	int			hides;			/* index of the entry it supersedes, or -1 */
-	bool		superseded;		/* a later entry for the same key counts */
-	uint64		gen;			/* changes with deadline and superseded */
-} HolderDeadline;
-
-/* key -> index of its last entry, in TopTransactionContext */
-typedef struct HolderKeyEntry
-{
-	const char *key;			/* the entries' copy */
-	int			idx;
-} HolderKeyEntry;
-
-/*
- * A min-heap of deadlines, so that a transaction calling on tens of
- * thousands of leases costs O(log n) per call: a node counts while its
- * entry exists, has the same gen and is not superseded; others are dropped
- * when they come to the top, and the heap is rebuilt when mostly stale.
- */
-typedef struct HolderHeapNode
-{
-	TimestampTz deadline;
-	int			idx;
-	uint64		gen;
-} HolderHeapNode;
-
-static TimeoutId le_holder_timeout = MAX_TIMEOUTS;	/* not registered yet */
-static HolderDeadline *le_holder_deadlines = NULL;	/* of this transaction */
-static int	le_holder_n = 0;
-static int	le_holder_size = 0;
-static HTAB *le_holder_keys = NULL;
-static HolderHeapNode *le_holder_heap = NULL;
-static int	le_holder_heap_n = 0;
-static int	le_holder_heap_size = 0;
-static uint64 le_holder_gen = 0;
-static bool le_holder_armed = false;
-
-static void le_holder_bound_rearm(void);
-
-/* le_holder_keys is keyed by a pointer to the key's text. */
-static uint32
-le_holder_key_hash(const void *key, Size keysize)
-{
-	return string_hash(*(const char *const *) key, LE_MAX_KEY_LEN + 1);
-}
-
-static int
-le_holder_key_match(const void *key1, const void *key2, Size keysize)
-{
-	return strcmp(*(const char *const *) key1, *(const char *const *) key2);
-}
-
-/* Set by the handler; read by le_holder_bound_emit_log. */
-static volatile sig_atomic_t le_holder_fired = false;
-
-/* What the FATAL names: the lease whose deadline is armed, and when. */
-static char le_holder_key[NAMEDATALEN * 2];
-static TimestampTz le_holder_when = 0;
-static emit_log_hook_type le_prev_emit_log_hook = NULL;
-
-/* SIGALRM context: end the session only while it waits for its client. */
-static void
-le_holder_bound_handler(void)
-{
-	uint32		wait = *(volatile uint32 *) my_wait_event_info;
-
-	if (wait == WAIT_EVENT_CLIENT_READ || wait == WAIT_EVENT_CLIENT_WRITE)
-	{
-		le_holder_fired = true;
-		ProcDiePending = true;
-		InterruptPending = true;
-	}
-	SetLatch(MyLatch);
-}
-
-/*
- * The FATAL that ProcessInterrupts raises for ProcDiePending says
- * "administrator command": when our timeout set it, say what happened.
- */
-static void
-le_holder_bound_emit_log(ErrorData *edata)
-{
-	if (le_holder_fired && edata->elevel == FATAL &&
-		edata->sqlerrcode == ERRCODE_ADMIN_SHUTDOWN)
-	{
-		edata->sqlerrcode = ERRCODE_IDLE_IN_TRANSACTION_SESSION_TIMEOUT;
-		edata->message = psprintf("terminating connection because its transaction kept lease \"%s\" locked past %s while waiting for the client",
-								  le_holder_key, timestamptz_to_str(le_holder_when));
-		edata->detail = pstrdup("A transaction that granted, renewed, released or locked a lease ends by the ttl the call granted (leader_election.lock_timeout after a call that changed nothing) once it waits for its client; other candidates wait for the locks it holds.");
-		edata->hint = pstrdup("Commit right after le_acquire(), le_renew() or le_release(), or call them in autocommit mode.");
-	}
-	/*
-	 * PostgresMain cancels every timeout before it reports an error and
-	 * aborts: when the error leaves the transaction's locks in place (a
-	 * subtransaction aborts, or the transaction block is already in its
-	 * aborted state), put our timeout back.  The transaction's abort, if
-	 * it comes next, disarms it again.
-	 */
-	if (edata->elevel == ERROR && le_holder_n > 0)
-		le_holder_bound_rearm();
-	if (le_prev_emit_log_hook)
-		le_prev_emit_log_hook(edata);
-}
-
-static bool
-le_holder_node_counts(const HolderHeapNode *node)
-{
-	return node->idx < le_holder_n &&
-		le_holder_deadlines[node->idx].gen == node->gen &&
-		!le_holder_deadlines[node->idx].superseded;
-}
-
-/* Add entry idx, with its current deadline, to the heap. */
-static void
-le_holder_heap_push(int idx)
-{
-	HolderHeapNode node;
-	int			i;
-
-	if (le_holder_heap_n == le_holder_heap_size)
-	{
-		int			size = le_holder_heap_size == 0 ? 8 : le_holder_heap_size * 2;
-
-		le_holder_heap = le_holder_heap == NULL ?
-			MemoryContextAlloc(TopTransactionContext, size * sizeof(HolderHeapNode)) :
-			repalloc(le_holder_heap, size * sizeof(HolderHeapNode));
-		le_holder_heap_size = size;
-	}
-	node.deadline = le_holder_deadlines[idx].deadline;
-	node.idx = idx;
-	node.gen = le_holder_deadlines[idx].gen;
-	for (i = le_holder_heap_n++; i > 0; i = (i - 1) / 2)
-	{
-		if (le_holder_heap[(i - 1) / 2].deadline <= node.deadline)
-			break;
-		le_holder_heap[i] = le_holder_heap[(i - 1) / 2];
-	}
-	le_holder_heap[i] = node;
-}
-
-/* Drop the heap's top. */
-static void
-le_holder_heap_pop(void)
-{
-	HolderHeapNode last = le_holder_heap[--le_holder_heap_n];
-	int			i = 0;
-
-	for (;;)
-	{
-		int			c = 2 * i + 1;
-
-		if (c >= le_holder_heap_n)
-			break;
-		if (c + 1 < le_holder_heap_n &&
-			le_holder_heap[c + 1].deadline < le_holder_heap[c].deadline)
-			c++;
-		if (last.deadline <= le_holder_heap[c].deadline)
-			break;
-		le_holder_heap[i] = le_holder_heap[c];
-		i = c;
-	}
-	if (le_holder_heap_n > 0)
-		le_holder_heap[i] = last;
-}
-
-/* Give entry idx a new deadline (or none, superseded) and heap it. */
-static void
-le_holder_set(int idx, TimestampTz deadline, bool superseded)
-{
-	le_holder_deadlines[idx].deadline = deadline;
-	le_holder_deadlines[idx].superseded = superseded;
-	le_holder_deadlines[idx].gen = ++le_holder_gen;
-	if (!superseded)
-		le_holder_heap_push(idx);
-}
-
-/*
- * Arm our timeout at the earliest deadline of the transaction, or disarm
- * it.  Also after something cancelled it (PostgresMain does all timeouts
- * before it reports an error).
- */
-static void
-le_holder_bound_rearm(void)
-{
-	const HolderDeadline *min;
-
-	if (le_holder_heap_n > 2 * le_holder_n + 64)
-	{
-		le_holder_heap_n = 0;
-		for (int i = 0; i < le_holder_n; i++)
-			if (!le_holder_deadlines[i].superseded)
-				le_holder_heap_push(i);
-	}
-	while (le_holder_heap_n > 0 && !le_holder_node_counts(&le_holder_heap[0]))
-		le_holder_heap_pop();
-	if (le_holder_heap_n == 0)
-	{
-		if (le_holder_armed)
-			disable_timeout(le_holder_timeout, false);
-		le_holder_armed = false;
-		return;
-	}
-	min = &le_holder_deadlines[le_holder_heap[0].idx];
-	strlcpy(le_holder_key, min->key, sizeof(le_holder_key));
-	if (le_holder_armed && le_holder_when == min->deadline &&
-		get_timeout_active(le_holder_timeout))
-		return;
-	le_holder_when = min->deadline;
-	enable_timeout_every(le_holder_timeout, le_holder_when, LE_HOLDER_BOUND_POLL_MS);
-	le_holder_armed = true;
-}
-
-/* The transaction ended: so did its locks and its deadlines. */
-static void
-le_holder_bound_xact_callback(XactEvent event, void *arg)
-{
-	switch (event)
-	{
-		case XACT_EVENT_COMMIT:
-		case XACT_EVENT_ABORT:
-		case XACT_EVENT_PREPARE:
-		case XACT_EVENT_PARALLEL_COMMIT:
-		case XACT_EVENT_PARALLEL_ABORT:
-			if (le_holder_armed)
-				disable_timeout(le_holder_timeout, false);
-			le_holder_armed = false;
-			le_holder_deadlines = NULL; /* TopTransactionContext goes */
-			le_holder_n = le_holder_size = 0;
-			le_holder_keys = NULL;
-			le_holder_heap = NULL;
-			le_holder_heap_n = le_holder_heap_size = 0;
-			break;
-		default:
-			break;
-	}
-}
-
-/*
- * A subtransaction rolled back: so did the locks of the lease calls made
- * only inside it (subtransaction ids of this one and of its children are
- * at least its own).
- */
-static void
-le_holder_bound_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
-								 SubTransactionId parentSubid, void *arg)
-{
-	if (event != SUBXACT_EVENT_ABORT_SUB || le_holder_n == 0)
-		return;
-	/* its entries are the last ones; those they hid count again */
-	while (le_holder_n > 0 && le_holder_deadlines[le_holder_n - 1].subid >= mySubid)
-	{
-		HolderDeadline *gone = &le_holder_deadlines[--le_holder_n];
-		HolderKeyEntry *ke;
-
-		if (gone->hides >= 0)
-		{
-			ke = hash_search(le_holder_keys, &gone->key, HASH_FIND, NULL);
-			Assert(ke != NULL);
-			ke->idx = gone->hides;
-			le_holder_set(gone->hides, le_holder_deadlines[gone->hides].deadline, false);
-		}
-		else
-			(void) hash_search(le_holder_keys, &gone->key, HASH_REMOVE, NULL);
-	}
-	/* also when nothing went: an error on the way here cancelled timeouts */
-	le_holder_bound_rearm();
-}
-
-/*
- * Set the deadline of the lease key, locked by the current transaction, to
- * now + bound_us (see above).  Also outside transaction blocks: a client
- * using the extended protocol keeps its implicit transaction open until it
- * sends Sync (a pipeline that stops before it holds the locks while the
- * backend waits for it), and a statement that returns a result the client
- * does not read waits for it in ClientWrite.  A statement that commits at
- * once disarms at its commit.
- */
-void
-le_bound_idle_holder(const char *key, int64 bound_us)
-{
-	TimestampTz deadline;
-	SubTransactionId subid;
-	HolderKeyEntry *ke;
-	int			i;
-
-	if (!IsTransactionState())
-		return;
-	if (le_holder_timeout == MAX_TIMEOUTS)
-	{
-		le_holder_timeout = RegisterTimeout(USER_TIMEOUT, le_holder_bound_handler);
-		RegisterXactCallback(le_holder_bound_xact_callback, NULL);
-		RegisterSubXactCallback(le_holder_bound_subxact_callback, NULL);
-		le_prev_emit_log_hook = emit_log_hook;
-		emit_log_hook = le_holder_bound_emit_log;
-	}
-	deadline = GetCurrentTimestamp() + bound_us;
-	subid = GetCurrentSubTransactionId();
-
-	if (le_holder_keys == NULL)
-	{
-		HASHCTL		ctl;
-
-		ctl.keysize = sizeof(const char *);
-		ctl.entrysize = sizeof(HolderKeyEntry);
-		ctl.hash = le_holder_key_hash;
-		ctl.match = le_holder_key_match;
-		ctl.hcxt = TopTransactionContext;
-		le_holder_keys = hash_create("leader_election holder deadlines", 16, &ctl,
-									 HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
-	}
-
-	/* The lease's entry that counts is its last one. */
-	ke = hash_search(le_holder_keys, &key, HASH_FIND, NULL);
-	i = ke != NULL ? ke->idx : -1;
-	if (i < 0 || le_holder_deadlines[i].subid != subid)
-	{
-		int			hides = i;
-
-		if (le_holder_n == le_holder_size)
-		{
-			int			size = le_holder_size == 0 ? 4 : le_holder_size * 2;
-
-			le_holder_deadlines = le_holder_deadlines == NULL ?
-				MemoryContextAlloc(TopTransactionContext, size * sizeof(HolderDeadline)) :
-				repalloc(le_holder_deadlines, size * sizeof(HolderDeadline));
-			le_holder_size = size;
-		}
-		i = le_holder_n++;
-		le_holder_deadlines[i].key = hides >= 0 ? le_holder_deadlines[hides].key :
-			MemoryContextStrdup(TopTransactionContext, key);
-		le_holder_deadlines[i].subid = subid;
-		le_holder_deadlines[i].hides = hides;
-		if (hides >= 0)
-			le_holder_set(hides, le_holder_deadlines[hides].deadline, true);
-		else
-			ke = hash_search(le_holder_keys, &le_holder_deadlines[i].key, HASH_ENTER, NULL);
-		ke->idx = i;
-	}
-
-	/*
-	 * A later call replaces the lease's deadline, until the subtransaction
-	 * it was made in rolls back: then the earlier call's deadline counts
-	 * again (its locks are the ones left).
-	 */
-	le_holder_set(i, deadline, false);
-	le_holder_bound_rearm();
+		le_holder_bound_idle(st->lease_key, st->idle_bound_us);
 }
 
 /* Periods that ended before this are past the retention. */
 static TimestampTz
-le_history_cutoff(TimestampTz now)
+le_store_history_cutoff(TimestampTz now)
 {
 	return now - (int64) le_history_retention_s * USECS_PER_SEC;
 }
@@ -889,39 +186,29 @@ le_history_cutoff(TimestampTz now)
 /*
  * A grant's prune of its lease's history, first half: before the grant
  * writes the lease row, find the history rows past the retention (read
- * only; le_store_delete_due_history deletes them once the row is written)
+ * only; le_rows_delete_due_history deletes them once the row is written)
  * and set *min_ended_at to the bound the row must then carry.
  *
  * *min_ended_at is the history_min_ended_at of the lease row as read (0:
- * NULL, unknown; 'infinity': no ended period).  Periods are added and
- * ended only by the lease calls, under the row's lock, and each folds the
- * end it records into that column of the same row version
- * (le_note_period_end in lease.c), so a rollback undoes both; deleting
- * rows (a grant, or le_prune_history(), which leaves the column alone)
- * only raises the true minimum.  So while the bound is not older than the
- * retention nothing can be due, and the index scan is skipped: a grant of
- * a lease with nothing to prune reads none of its history, in a new backend
- * too (the scan was 13,700 instructions with a few periods per lease,
- * 20,700 with tens: callgrind, issue 9).  NULL, from a row written before
- * the column existed (restored from such a dump), makes the grant scan.
- * Periods follow each other, so their ended_at rise with the token; only a
- * server clock that went back can end a later period before an earlier
- * one, and such a row then waits until the row the scan stopped at is due
- * itself (or for le_prune_history()).  now is the grant's time.
+ * NULL, unknown; 'infinity': no ended period), a lower bound of its
+ * periods' ends kept under the row's lock (src/README.md, "History"): while
+ * it is not older than the retention nothing can be due, and the index scan
+ * is skipped.  now is the grant's time.  The caller holds the lease row
+ * (locked or tentatively read, see le_rows_lock).
  */
 void
 le_store_prune_plan(LeaseStoreState *st, int64 lease_id, TimestampTz *min_ended_at,
 					TimestampTz now)
 {
-	TimestampTz cutoff = le_history_cutoff(now);
+	TimestampTz cutoff = le_store_history_cutoff(now);
 
 	if (*min_ended_at != 0 && cutoff <= *min_ended_at)
 	{
 		/* Nothing due; forget what an earlier try of this call found. */
-		le_store_forget_due_history(st);
+		le_rows_forget_due_history(st);
 		return;
 	}
-	*min_ended_at = le_store_find_due_history(st, lease_id, cutoff, now);
+	*min_ended_at = le_rows_find_due_history(st, lease_id, cutoff, now);
 }
 
 /*
@@ -934,7 +221,7 @@ le_store_prune_plan(LeaseStoreState *st, int64 lease_id, TimestampTz *min_ended_
 bool
 le_store_history_due(TimestampTz ended_at, TimestampTz now)
 {
-	return ended_at < le_history_cutoff(now);
+	return ended_at < le_store_history_cutoff(now);
 }
 
 /*
@@ -944,406 +231,12 @@ le_store_history_due(TimestampTz ended_at, TimestampTz now)
 int64
 le_store_prune_history(LeaseStoreState *st)
 {
-	return le_store_prune_all_history(st, le_history_cutoff(GetCurrentTimestamp()));
-}
-
-/* The oid of le_token_seq, the source of new tokens. */
-static Oid
-le_token_seq_oid(LeaseStoreState *st)
-{
-	Oid			seqid = le_store_relid(st->nsp, LE_REL_TOKEN_SEQ);
-
-	if (!OidIsValid(seqid))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("sequence le_token_seq of extension leader_election is missing from schema \"%s\"",
-						get_namespace_name(st->nsp)),
-				 errhint("Reinstall the extension with DROP EXTENSION and CREATE EXTENSION.")));
-	return seqid;
-}
-
-/*
- * The next value of le_token_seq, the source of the low bits of every new
- * token.  A sequence is never rolled back, so a value handed out by a grant
- * that later rolls back (or whose savepoint does) is never drawn again.
- * nextval() WAL-logs the sequence only every few values, and the WAL of a
- * transaction that rolls back is not flushed: when this call wrote WAL, it
- * is flushed here, before the token can reach anyone, so that no crash can
- * bring the sequence back below a value already returned.  The test is on
- * this backend's own last record, so the flush is skipped (and costs
- * nothing) for the values that nextval() did not log.
- */
-static int64
-le_token_seq_next(Oid seqid)
-{
-	XLogRecPtr	before = XactLastRecEnd;
-	MemoryContext cxt = CurrentMemoryContext;
-	int64		value = 0;
-
-	/*
-	 * We run as the extension owner, who owns the sequence.  Its MAXVALUE
-	 * is the last low-bits value a token can take: reaching it is the
-	 * documented exhaustion (22003), not nextval's own 2200H.  The error is
-	 * only replaced, never swallowed: the transaction still aborts.
-	 */
-	PG_TRY();
-	{
-		value = nextval_internal(seqid, true);
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		if (edata->sqlerrcode != ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED)
-			PG_RE_THROW();
-		FlushErrorState();
-		ereport(ERROR,
-				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-				 errmsg("sequence le_token_seq is exhausted"),
-				 errdetail("%s", edata->message),
-				 errhint("Tokens take values from 1 to " INT64_FORMAT " in each range; a new range starts only with a new timeline.",
-						 (INT64CONST(1) << LE_TIMELINE_SHIFT) - 1)));
-	}
-	PG_END_TRY();
-	if (XactLastRecEnd != before)
-		XLogFlush(XactLastRecEnd);
-	return value;
-}
-
-/*
- * A value of le_token_seq above floor, raising the sequence when it is not
- * (it was set back by hand, or restored older than the lease rows).  The
- * sequence is locked against every nextval() until the end of the
- * transaction first, so that the raise can never set it below a value that
- * another grant drew in the meantime; the wait is bounded by
- * leader_election.lock_timeout.
- */
-static int64
-le_token_seq_raise(Oid seqid, int64 floor, const char *key)
-{
-	int64		value;
-
-	LockRelationOid(seqid, ShareRowExclusiveLock);
-	value = le_token_seq_next(seqid);
-	if (value <= floor)
-	{
-		ereport(LOG,
-				(errmsg("leader_election: sequence le_token_seq was behind the last token of lease \"%s\", raised from " INT64_FORMAT " to " INT64_FORMAT,
-						key, value, floor)));
-		(void) DirectFunctionCall2(setval_oid, ObjectIdGetDatum(seqid), Int64GetDatum(floor));
-		value = le_token_seq_next(seqid);
-	}
-	return value;
-}
-
-/*
- * The token of the next ownership period of a lease, and the timeline and
- * system identifier to record with it.
- *
- * A token is (range << LE_TIMELINE_SHIFT) + a fresh value of le_token_seq.
- * The range is the last token's range; on a newer WAL timeline than the one
- * that issued the last token, at least timeline - 1 and as many ranges above
- * the last token's as timelines passed; for a token another cluster issued,
- * the current timeline's number of ranges above the last token's.  So a
- * primary and its later-promoted standby, starting from the same row, issue
- * tokens in different ranges, the later timeline's higher; and within a
- * range no two grants ever share a sequence value, acknowledged or rolled
- * back.  The result must still exceed the row's last token: a sequence set
- * back by hand (setval, or a restore of an older sequence next to newer
- * rows) would make it lower, so then the sequence is first raised to the
- * last token's value.  Exhaustion (range or sequence) is an error.
- */
-int64
-le_next_token(LeaseStoreState *st, const LeaseRow *row, int32 *timeline, int64 *system_id)
-{
-	TimeLineID	tli = le_current_timeline();
-	int64		sysid = (int64) GetSystemIdentifier();
-	int64		last_range = row->fencing_token >> LE_TIMELINE_SHIFT;
-	int64		low_mask = (INT64CONST(1) << LE_TIMELINE_SHIFT) - 1;
-	int64		range;
-	Oid			seqid;
-	int64		seq;
-	int64		next;
-
-	if ((int64) (tli - 1) > (PG_INT64_MAX >> LE_TIMELINE_SHIFT))
-		ereport(ERROR,
-				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-				 errmsg("WAL timeline %u is too high for fencing tokens", tli)));
-
-	if (row->fencing_token == 0)
-		range = (int64) tli - 1;	/* never granted */
-	else if (row->token_system_id != sysid)
-		range = last_range + (int64) tli;	/* issued by another cluster */
-	else if ((int64) tli > (int64) row->token_timeline)
-		range = Max((int64) tli - 1, last_range + (int64) tli - row->token_timeline);
-	else
-		range = last_range;
-
-	/* A range whose last value was issued cannot take another token. */
-	if (range > (PG_INT64_MAX >> LE_TIMELINE_SHIFT) ||
-		(range == last_range && (row->fencing_token & low_mask) == low_mask))
-		ereport(ERROR,
-				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-				 errmsg("fencing token of lease \"%s\" is exhausted", row->lease_key),
-				 errdetail("The last token issued was " INT64_FORMAT ".", row->fencing_token),
-				 errhint("Use a new lease key.")));
-
-	seqid = le_token_seq_oid(st);
-	seq = le_token_seq_next(seqid);
-	if (range == last_range && seq <= (row->fencing_token & low_mask))
-		seq = le_token_seq_raise(seqid, row->fencing_token & low_mask, row->lease_key);
-	if (seq <= 0 || seq > low_mask)
-		ereport(ERROR,
-				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-				 errmsg("sequence le_token_seq is exhausted"),
-				 errdetail("It gave " INT64_FORMAT "; tokens take values from 1 to " INT64_FORMAT ".",
-						   seq, low_mask)));
-	next = (range << LE_TIMELINE_SHIFT) + seq;
-	if (next <= row->fencing_token)
-		elog(ERROR, "leader_election: new token " INT64_FORMAT " of lease \"%s\" is not above the last one, " INT64_FORMAT,
-			 next, row->lease_key, row->fencing_token);
-
-	*timeline = (int32) tli;
-	*system_id = sysid;
-	return next;
-}
-
-/*
- * The lock tag of one of a lease's locks: advisory lock method, the lease
- * id in the two key fields, and a class of ours in the last (user advisory
- * locks use 1 and 2 there, so they never collide with ours).
- */
-static void
-le_lease_locktag(LOCKTAG *tag, int64 lease_id, uint16 class)
-{
-	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId,
-						 (uint32) ((uint64) lease_id >> 32),
-						 (uint32) lease_id,
-						 class);
-}
-
-/* The lock tag of a lease's fence lock. */
-static void
-le_fence_locktag(LOCKTAG *tag, int64 lease_id)
-{
-	le_lease_locktag(tag, lease_id, LE_LOCKTAG_CLASS);
-}
-
-/*
- * Take the fence lock of a lease in the given mode until the end of the
- * transaction.  Waits are bounded by the lock_timeout in force; before one,
- * the call lets go of le_lease (le_rows_let_go: the table lock a plain read
- * took is given back, as it would be without the wait).
- */
-void
-le_fence_lock(LeaseStoreState *st, int64 lease_id, LOCKMODE mode)
-{
-	LOCKTAG		tag;
-
-	le_fence_locktag(&tag, lease_id);
-	if (LockAcquire(&tag, mode, false, true) == LOCKACQUIRE_NOT_AVAIL)
-	{
-		le_rows_let_go(st);
-		(void) LockAcquire(&tag, mode, false, false);
-	}
-	if (mode == LE_FENCE_CHANGE_LOCKMODE)
-		le_lease_locks_taken();
-}
-
-/*
- * Take the fence lock of a lease in the given mode until the end of the
- * transaction if that needs no wait; false when someone else holds it.  For
- * callers that already hold the lease's row lock, and so must not wait for
- * the fence lock (lock order: fence lock, then row lock).
- */
-bool
-le_fence_trylock(int64 lease_id, LOCKMODE mode)
-{
-	LOCKTAG		tag;
-
-	le_fence_locktag(&tag, lease_id);
-	if (LockAcquire(&tag, mode, false, true) == LOCKACQUIRE_NOT_AVAIL)
-		return false;
-	if (mode == LE_FENCE_CHANGE_LOCKMODE)
-		le_lease_locks_taken();
-	return true;
-}
-
-/*
- * Give back a fence lock taken by le_fence_lock in this call before the
- * transaction ends: only for a call that then changed nothing (an acquire
- * that lost the race while it waited).  A lock the transaction took before
- * stays held.
- */
-void
-le_fence_unlock(int64 lease_id, LOCKMODE mode)
-{
-	LOCKTAG		tag;
-
-	le_fence_locktag(&tag, lease_id);
-	(void) LockRelease(&tag, mode, false);
+	return le_rows_prune_all_history(st, le_store_history_cutoff(GetCurrentTimestamp()));
 }
 
 /* Is the lease held and unexpired at server time now? */
 bool
-le_lease_is_valid(const LeaseRow *row, TimestampTz now)
+le_store_lease_valid(const LeaseRow *row, TimestampTz now)
 {
 	return row->holder != NULL && row->expires_at > now;
-}
-
-/*
- * Watchers.  A session that wants to hear of a lease's changes calls
- * le_watch(key) after its LISTEN: it then holds the lease's fence lock in
- * LE_WATCH_LOCKMODE (AccessShareLock) at session level until le_unwatch()
- * or the end of the session.  That mode conflicts with no mode the fence
- * uses (writers' ShareLock, changes' ExclusiveLock), so a watcher blocks
- * nobody.  A change that would notify holds the fence lock in
- * LE_FENCE_CHANGE_LOCKMODE already and asks for it in
- * LE_WATCH_CHANGE_LOCKMODE (AccessExclusiveLock) as well, without waiting,
- * for the rest of its transaction: that fails exactly when another session
- * watches (or, rarely, when someone queues for the lock: then a NOTIFY too
- * many goes out), and the NOTIFY is sent; when it succeeds nobody watches
- * and no NOTIFY is queued, so the commit does not take the notification
- * queue's lock, which PostgreSQL holds from pre-commit through the commit
- * flush (notifying commits run one at a time cluster-wide: 16 clients
- * cycling leases ran at 1,424 tps notifying and 3,392 without, same run).
- * Asking for another mode of a lock the transaction holds only updates its
- * entry in the lock table (a lock of its own, as earlier versions took, was
- * a new shared lock-table entry per release: 8 % of the 16-client cycle).
- * A watcher that arrives meanwhile waits for that transaction to end, so
- * its next le_acquire sees the change: no release goes unheard between a
- * watcher's LISTEN and its next attempt (lease_watch.spec).  A session's
- * own watch does not count (a lock never conflicts with its holder's).
- * Watches of an extension dropped and created again (lease ids start at 1
- * again) make the new lease of that id notify too, never the reverse.
- */
-#define LE_WATCH_LOCKMODE		AccessShareLock
-#define LE_WATCH_CHANGE_LOCKMODE AccessExclusiveLock
-
-/*
- * Start watching a lease for this session; false when it already did.
- * Waits (bounded by the lock_timeout in force) for a change in progress.
- */
-bool
-le_watch_start(int64 lease_id)
-{
-	LOCKTAG		tag;
-
-	le_fence_locktag(&tag, lease_id);
-	if (LockHeldByMe(&tag, LE_WATCH_LOCKMODE))
-		return false;
-	(void) LockAcquire(&tag, LE_WATCH_LOCKMODE, true, false);
-	return true;
-}
-
-/* Stop watching a lease; false when this session did not watch it. */
-bool
-le_watch_stop(int64 lease_id)
-{
-	LOCKTAG		tag;
-
-	le_fence_locktag(&tag, lease_id);
-	if (!LockHeldByMe(&tag, LE_WATCH_LOCKMODE))
-		return false;
-	return LockRelease(&tag, LE_WATCH_LOCKMODE, true);
-}
-
-/*
- * Does another session watch the lease?  The caller holds its fence lock in
- * LE_FENCE_CHANGE_LOCKMODE; when nobody watches, LE_WATCH_CHANGE_LOCKMODE
- * is kept too until this transaction ends (see above).
- */
-static bool
-le_watched(int64 lease_id)
-{
-	LOCKTAG		tag;
-
-	le_fence_locktag(&tag, lease_id);
-	return LockAcquire(&tag, LE_WATCH_CHANGE_LOCKMODE, false, true) == LOCKACQUIRE_NOT_AVAIL;
-}
-
-/*
- * Announce a change of a lease on LE_NOTIFY_CHANNEL, delivered at commit,
- * unless leader_election.notify leaves this event out or no other session
- * watches the lease (le_watch):
- * {"event": ..., "lease_key": ..., "holder": ..., "fencing_token": N,
- * "expires_at": ISO 8601 or null}.
- */
-void
-le_notify(const LeaseStoreState *st, const char *event, const LeaseRow *row)
-{
-	StringInfoData buf;
-	char		ts[MAXDATELEN + 1];
-
-	/*
-	 * A NOTIFY makes the commit take the notification queue's lock and hold
-	 * it through the commit flush, so notifying commits run one at a time
-	 * cluster-wide: leader_election.notify can spare grants (followers need
-	 * only releases to campaign at once) or everything.
-	 */
-	if (le_notify_events == LE_NOTIFY_NONE ||
-		(le_notify_events == LE_NOTIFY_RELEASES && strcmp(event, "acquired") == 0) ||
-		!le_watched(row->lease_id))
-		return;
-
-	initStringInfo(&buf);
-	appendStringInfoString(&buf, "{\"event\":");
-	escape_json(&buf, event);
-	appendStringInfoString(&buf, ",\"lease_key\":");
-	escape_json(&buf, row->lease_key);
-	appendStringInfoString(&buf, ",\"holder\":");
-	if (row->holder)
-		escape_json(&buf, row->holder);
-	else
-		appendStringInfoString(&buf, "null");
-	appendStringInfo(&buf, ",\"fencing_token\":" INT64_FORMAT ",\"expires_at\":",
-					 row->fencing_token);
-	if (row->holder)
-	{
-		JsonEncodeDateTime(ts, TimestampTzGetDatum(row->expires_at), TIMESTAMPTZOID, NULL);
-		appendStringInfo(&buf, "\"%s\"", ts);
-	}
-	else
-		appendStringInfoString(&buf, "null");
-	appendStringInfoChar(&buf, '}');
-	Async_Notify(LE_NOTIFY_CHANNEL, buf.data);
-	pfree(buf.data);
-}
-
-/* Names the lease whose fence lock a writer is waiting for. */
-static void
-le_fence_wait_context(void *arg)
-{
-	errcontext("leader_election: waiting for the fence lock of lease \"%s\" (bounded by leader_election.lock_timeout = %d ms)",
-			   (const char *) arg, le_lock_timeout_ms);
-}
-
-/*
- * Take the fence lock of a lease in LE_FENCE_WRITER_LOCKMODE until the end
- * of the transaction; the fence does so only at commit (and PREPARE), see
- * fence.c.  The uncontended path touches no setting; a wait (for a takeover
- * or a release in progress) is bounded by leader_election.lock_timeout, or
- * by the caller's lock_timeout when that is shorter, and fails with 55P03.
- */
-void
-le_fence_lock_writer(int64 lease_id, const char *key)
-{
-	LOCKTAG		tag;
-	ErrorContextCallback errcallback;
-	bool		bounded;
-
-	le_fence_locktag(&tag, lease_id);
-	if (LockAcquire(&tag, LE_FENCE_WRITER_LOCKMODE, false, true) != LOCKACQUIRE_NOT_AVAIL)
-		return;
-
-	errcallback.callback = le_fence_wait_context;
-	errcallback.arg = (void *) key;
-	errcallback.previous = error_context_stack;
-	error_context_stack = &errcallback;
-	bounded = le_lock_bound_begin();
-	(void) LockAcquire(&tag, LE_FENCE_WRITER_LOCKMODE, false, false);
-	le_lock_bound_end(bounded);
-	error_context_stack = errcallback.previous;
 }

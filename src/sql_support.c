@@ -2,47 +2,18 @@
  *
  * sql_support.c
  *		C support for the PL/pgSQL parts of the install script
- *		(src/sql/20_fence.sql, 30_jobs.sql): the bound of their lock waits,
- *		and the calling role of le_fence_advance().
+ *		(src/sql/20_fence.sql, 30_jobs.sql): the entry points that run
+ *		their bodies, the bound of their lock waits, and the calling role
+ *		of le_fence_advance().
  *
- * Locking rules.  Nothing here takes a lock.  _le_lock_wait_bound() only
- * computes the lock_timeout that a PL/pgSQL function applies (SET LOCAL,
- * restored after the statement that may wait) around its statements that
- * can wait for another transaction: leader_election.lock_timeout, or the
- * caller's own lock_timeout when that is shorter.  Being C, calling it also
- * loads the library, so leader_election.lock_timeout has its real value
- * (with its unit) even in a backend that used no other C function yet.
+ * Every PL/pgSQL and SQL body of the extension is entered through a C
+ * function here, which runs it with the search path pinned by OID to
+ * pg_catalog and the extension's schema.  Nothing here takes a lock.
+ * src/README.md ("SQL bodies and the search path pinned by OID") explains.
  *
- * le_fence_advance() is the SQL entry point of the "highest accepted token"
- * fence.  Its work is done by the SECURITY DEFINER PL/pgSQL function
- * _le_fence_advance(), which must know who is calling to enforce the
- * resource's owner role; inside a SECURITY DEFINER function the current
- * user is the definer, so this wrapper, which runs as the caller, reads
- * GetUserId() and passes it on.  _le_fence_advance() is not executable by
- * PUBLIC (whoever may execute it could name any role); the wrapper calls it
- * through fmgr, which does not check EXECUTE, the way the trigger machinery
- * calls a trigger function.
- *
- * le_fence_advance_trigger() is the trigger of le_protect(..., 'advance').
- * Its work is done by the PL/pgSQL trigger _le_fence_advance_trigger();
- * this C wrapper only makes a call outside a trigger fail the way
- * le_fence() does (39P01, trigger protocol violated), where PL/pgSQL itself
- * would raise 0A000 before the function's body runs, and hands the trigger
- * call on unchanged.
- *
- * The search path of the SQL bodies.  Every PL/pgSQL and SQL body of the
- * extension names its own objects unqualified, and is entered only through
- * a C function here, which runs it with the search path pinned by OID to
- * pg_catalog and the schema of the C function (an override search path, not
- * the search_path setting): no name in a body is ever looked up through a
- * schema *name*, so after ALTER SCHEMA ... RENAME of the extension's schema
- * a schema that takes the old name (or the caller's temporary schema, which
- * the pinned path leaves out) cannot redirect a body to objects of another
- * role.  The workers are not executable by PUBLIC; fmgr calls them without
- * an EXECUTE check, the way the trigger machinery calls a trigger function.
- * Called directly (by a superuser), a worker runs with its own SET
- * search_path = pg_catalog, pg_temp and finds none of the extension's
- * objects: it fails, it never runs another role's code.
+ * Invariant: no name in a body is ever resolved through a schema name, so
+ * renaming the extension's schema cannot redirect a body to another role's
+ * objects.
  *
  *-------------------------------------------------------------------------
  */
@@ -81,7 +52,7 @@ typedef struct LeWorker
  * kept in fn_extra for the life of the call site's FmgrInfo (one query).
  */
 static LeWorker *
-le_worker(FunctionCallInfo fcinfo, const char *name, int nargs, Oid *argtypes)
+le_sql_worker(FunctionCallInfo fcinfo, const char *name, int nargs, Oid *argtypes)
 {
 	LeWorker   *worker = (LeWorker *) fcinfo->flinfo->fn_extra;
 
@@ -119,7 +90,7 @@ le_worker(FunctionCallInfo fcinfo, const char *name, int nargs, Oid *argtypes)
  * the (sub)transaction's abort pops the search path.
  */
 static Datum
-le_run_worker(FunctionCallInfo fcinfo, LeWorker *worker, int nargs, NullableDatum *args)
+le_sql_run_worker(FunctionCallInfo fcinfo, LeWorker *worker, int nargs, NullableDatum *args)
 {
 	FunctionCallInfo inner = palloc(SizeForFunctionCallInfo(nargs));
 	Datum		result;
@@ -153,8 +124,11 @@ le_lock_wait_bound(PG_FUNCTION_ARGS)
 }
 
 /*
- * le_fence_advance(resource, fencing_token): call _le_fence_advance() of
- * the same schema with the calling role.  The worker's FmgrInfo is kept in
+ * le_fence_advance(resource, fencing_token): call _le_fence_advance() of the
+ * same schema with the calling role, which the SECURITY DEFINER worker cannot
+ * see itself (its current user is the definer) and needs to enforce the
+ * resource's owner role.  _le_fence_advance() is not executable by PUBLIC: fmgr
+ * calls it without an EXECUTE check.  The worker's FmgrInfo is kept in
  * fn_extra, i.e. for the life of this call site's FmgrInfo (one query).
  */
 Datum
@@ -169,16 +143,17 @@ le_fence_advance(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("resource and fencing_token must not be NULL")));
 
-	worker = le_worker(fcinfo, "_le_fence_advance", 3, argtypes);
+	worker = le_sql_worker(fcinfo, "_le_fence_advance", 3, argtypes);
 	args[0] = fcinfo->args[0];
 	args[1] = fcinfo->args[1];
 	args[2].value = ObjectIdGetDatum(GetUserId());
 	args[2].isnull = false;
-	return le_run_worker(fcinfo, worker, 3, args);
+	return le_sql_run_worker(fcinfo, worker, 3, args);
 }
 
 /*
- * le_fence_advance_trigger(): refuse a call outside a trigger (39P01), else
+ * le_fence_advance_trigger(): refuse a call outside a trigger (39P01, as
+ * le_fence() does; PL/pgSQL would raise 0A000 before the body ran), else
  * run _le_fence_advance_trigger() of the same schema with the same trigger
  * data and return what it returns.
  */
@@ -194,8 +169,8 @@ le_fence_advance_trigger(PG_FUNCTION_ARGS)
 				 errhint("Use le_fence_advance() to advance a resource without a trigger.")));
 
 	le_fence_advance_guard((TriggerData *) fcinfo->context);
-	worker = le_worker(fcinfo, "_le_fence_advance_trigger", 0, NULL);
-	return le_run_worker(fcinfo, worker, 0, NULL);
+	worker = le_sql_worker(fcinfo, "_le_fence_advance_trigger", 0, NULL);
+	return le_sql_run_worker(fcinfo, worker, 0, NULL);
 }
 
 /*
@@ -221,8 +196,8 @@ le_call_worker(PG_FUNCTION_ARGS)
 			elog(ERROR, "cache lookup failed for function %u", fcinfo->flinfo->fn_oid);
 		proc = (Form_pg_proc) GETSTRUCT(tup);
 		name = psprintf("_%s", NameStr(proc->proname));
-		worker = le_worker(fcinfo, name, proc->pronargs, proc->proargtypes.values);
+		worker = le_sql_worker(fcinfo, name, proc->pronargs, proc->proargtypes.values);
 		ReleaseSysCache(tup);
 	}
-	return le_run_worker(fcinfo, worker, fcinfo->nargs, fcinfo->args);
+	return le_sql_run_worker(fcinfo, worker, fcinfo->nargs, fcinfo->args);
 }

@@ -1,15 +1,15 @@
 -- ---------------------------------------------------------------------------
 -- Leases: state, history, the lease API and the le_leases view.
--- The row format and the token rules are owned by src/lease_store.c; the C
--- functions below are the only writers of these tables.
+-- The row format is owned by src/lease_rows.c, the token rule by
+-- src/token.c; the C functions below are the only writers of these tables.
 -- ---------------------------------------------------------------------------
 
 CREATE SEQUENCE @extschema@.le_lease_id_seq AS bigint;
 COMMENT ON SEQUENCE @extschema@.le_lease_id_seq IS
     'surrogate ids of lease rows; also the collision-free lock tag of each lease''s fence lock';
 
--- The low bits of every fencing token (see le_next_token in
--- src/lease_store.c): a sequence is never rolled back, so a token that a
+-- The low bits of every fencing token (see le_token_next in
+-- src/token.c): a sequence is never rolled back, so a token that a
 -- rolled-back grant returned is never issued again.  Tokens are 1 to 2^40 - 1
 -- within a range of 2^40.
 CREATE SEQUENCE @extschema@.le_token_seq AS bigint MAXVALUE 1099511627775 NO CYCLE;

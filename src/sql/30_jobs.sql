@@ -149,8 +149,8 @@ REVOKE ALL ON FUNCTION @extschema@.le_schedule_job(text, bigint, text, text, tim
 
 -- An input value as error messages quote it: whole up to 64 characters,
 -- else its first 64 characters followed by "... (N bytes)", so that no
--- message repeats megabytes of input.  The same rule as le_show_input() in
--- C (src/lease_store.c).
+-- message repeats megabytes of input.  The same rule as le_check_show() in
+-- C (src/check.c).
 CREATE FUNCTION @extschema@._le_show(value text)
 RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE

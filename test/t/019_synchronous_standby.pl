@@ -8,7 +8,7 @@
 # With the standby stopped, each lease change must wait (wait_event SyncRep,
 # or a lock held by such a waiter) and return only after the standby is back; a plain insert under
 # synchronous_commit = local returns at once (the setting is in effect, only
-# lease changes are raised).  Without le_commit_durably() the lease calls
+# lease changes are raised).  Without le_durable_commit() the lease calls
 # return at once too and this test fails.
 use strict;
 use warnings;

@@ -1,5 +1,5 @@
 # G5 and the fence's commit-time shortcut (src/lease_rows.c,
-# le_store_row_unchanged): at COMMIT, once the fence lock is granted, the
+# le_rows_row_unchanged): at COMMIT, once the fence lock is granted, the
 # fence trusts the row version its write read when that version's page still
 # has the LSN it had then.  With wal_level = minimal a relation whose file was
 # created in the same transaction is changed without WAL, so its pages keep

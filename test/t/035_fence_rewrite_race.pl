@@ -1,5 +1,5 @@
 # G5 and the fence's look at a page by its shared buffer (src/lease_rows.c,
-# le_store_page_unchanged): a rewrite of le_lease (here CLUSTER) releases its
+# le_rows_page_unchanged): a rewrite of le_lease (here CLUSTER) releases its
 # locks before it drops the old file's buffers, so a takeover can commit in
 # the new file while the old file's page, unchanged, is still in its buffer.
 # A warm writer that wrote with the old token before must still fail at

@@ -1,0 +1,134 @@
+/*-------------------------------------------------------------------------
+ *
+ * fence_lock.c
+ *		The fence lock of a lease.
+ *
+ * Every lease has a transaction-scoped heavyweight lock whose tag is built
+ * from the lease's surrogate id (never a hash of its key).  Whatever
+ * changes the token or frees the lease takes it in
+ * LE_FENCE_CHANGE_LOCKMODE; a transaction that wrote protected data takes
+ * it in LE_FENCE_WRITER_LOCKMODE at commit and then reads the token again
+ * (fence.c); a watch holds it in a mode that conflicts with neither
+ * (watch.c).  Lock order: the fence lock before the lease row's lock; a
+ * call that already holds the row lock only tries it (le_fence_lock_try).
+ *
+ * Invariant (G5 in doc/lease-guarantees.md): a write accepted with token T
+ * cannot commit after a later token was granted or the lease freed, and an
+ * idle writer blocks nobody.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "storage/lock.h"
+
+#include "leader_election.h"
+
+/* Class field of our fence lock tags, so they never equal a user's advisory lock. */
+#define LE_LOCKTAG_CLASS		0x4C45
+
+/*
+ * The lock tag of a lease's fence lock: advisory lock method, the lease id
+ * in the two key fields, and a class of ours in the last (user advisory
+ * locks use 1 and 2 there, so they never collide with ours).  No lock.
+ */
+void
+le_fence_lock_tag(LOCKTAG *tag, int64 lease_id)
+{
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId,
+						 (uint32) ((uint64) lease_id >> 32),
+						 (uint32) lease_id,
+						 LE_LOCKTAG_CLASS);
+}
+
+/*
+ * Take the fence lock of a lease in the given mode until the end of the
+ * transaction.  Waits are bounded by the lock_timeout in force; before one,
+ * the call lets go of le_lease (le_rows_let_go: the table lock a plain read
+ * took is given back, as it would be without the wait).
+ */
+void
+le_fence_lock(LeaseStoreState *st, int64 lease_id, LOCKMODE mode)
+{
+	LOCKTAG		tag;
+
+	le_fence_lock_tag(&tag, lease_id);
+	if (LockAcquire(&tag, mode, false, true) == LOCKACQUIRE_NOT_AVAIL)
+	{
+		le_rows_let_go(st);
+		(void) LockAcquire(&tag, mode, false, false);
+	}
+	if (mode == LE_FENCE_CHANGE_LOCKMODE)
+		le_durable_locks_taken();
+}
+
+/*
+ * Take the fence lock of a lease in the given mode until the end of the
+ * transaction if that needs no wait; false when someone else holds it.  For
+ * callers that already hold the lease's row lock, and so must not wait for
+ * the fence lock (lock order: fence lock, then row lock).
+ */
+bool
+le_fence_lock_try(int64 lease_id, LOCKMODE mode)
+{
+	LOCKTAG		tag;
+
+	le_fence_lock_tag(&tag, lease_id);
+	if (LockAcquire(&tag, mode, false, true) == LOCKACQUIRE_NOT_AVAIL)
+		return false;
+	if (mode == LE_FENCE_CHANGE_LOCKMODE)
+		le_durable_locks_taken();
+	return true;
+}
+
+/*
+ * Give back a fence lock taken by le_fence_lock in this call before the
+ * transaction ends: only for a call that then changed nothing (an acquire
+ * that lost the race while it waited).  A lock the transaction took before
+ * stays held.
+ */
+void
+le_fence_lock_release(int64 lease_id, LOCKMODE mode)
+{
+	LOCKTAG		tag;
+
+	le_fence_lock_tag(&tag, lease_id);
+	(void) LockRelease(&tag, mode, false);
+}
+
+/* Names the lease whose fence lock a writer is waiting for. */
+static void
+le_fence_lock_wait_context(void *arg)
+{
+	errcontext("leader_election: waiting for the fence lock of lease \"%s\" (bounded by leader_election.lock_timeout = %d ms)",
+			   (const char *) arg, le_lock_timeout_ms);
+}
+
+/*
+ * Take the fence lock of a lease in LE_FENCE_WRITER_LOCKMODE until the end
+ * of the transaction; the fence does so only at commit (and PREPARE), see
+ * fence.c.  The uncontended path touches no setting; a wait (for a takeover
+ * or a release in progress) is bounded by leader_election.lock_timeout, or
+ * by the caller's lock_timeout when that is shorter, and fails with 55P03.
+ */
+void
+le_fence_lock_writer(int64 lease_id, const char *key)
+{
+	LOCKTAG		tag;
+	ErrorContextCallback errcallback;
+	bool		bounded;
+
+	le_fence_lock_tag(&tag, lease_id);
+	if (LockAcquire(&tag, LE_FENCE_WRITER_LOCKMODE, false, true) != LOCKACQUIRE_NOT_AVAIL)
+		return;
+
+	errcallback.callback = le_fence_lock_wait_context;
+	errcallback.arg = (void *) key;
+	errcallback.previous = error_context_stack;
+	error_context_stack = &errcallback;
+	bounded = le_store_lock_bound_begin();
+	(void) LockAcquire(&tag, LE_FENCE_WRITER_LOCKMODE, false, false);
+	le_store_lock_bound_end(bounded);
+	error_context_stack = errcallback.previous;
+}
