@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * pg_leader.c
- *		Command-line client of leader_election: run a command only while
+ *		Command-line client of leader_election; it runs a command only while
  *		holding a fenced lease, show leases, release a lease.
  *
  * Processes, threads and locking rules.  "pg_leader run" is one process:

@@ -20,7 +20,7 @@ use LeClientTest;
 
 my ($node, $dsn, $dir) = start_node('client_signal_timing');
 
-# Run a command list to completion with default signal dispositions:
+# Runs a command list to completion with default signal dispositions:
 # (exit status, stderr, seconds).
 sub run_cmd
 {
