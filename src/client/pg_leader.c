@@ -2055,6 +2055,8 @@ cmd_run(options *o)
 
 		if (sigaction(sig, NULL, &old) != 0 || old.sa_handler != SIG_IGN)
 			sigaction(sig, &sa, NULL);
+		else
+			sv_keep_ignored(sig);	/* and for the command: it is nohup's too */
 	}
 	sigaction(SIGCHLD, &sa, NULL);
 	/* we hand the terminal to the command's group and take it back */
