@@ -517,8 +517,7 @@ mask_message(char *msg, size_t len, const char *dsn, const char *masked)
  * message printed (mask_misread).  A password libpq reads whole is never
  * quoted by it, and is not listed.
  */
-#define MAX_MISREAD 16
-static char *misread[MAX_MISREAD];
+static char **misread = NULL;
 static int	n_misread = 0;
 
 /* Add s (n bytes) and, if it has percent escapes, its decoded form to misread. */
@@ -527,9 +526,11 @@ add_misread(const char *s, size_t n)
 {
 	char	   *dec;
 	size_t		k = 0;
+	char	  **grown;
 
-	if (n == 0 || n_misread + 2 > MAX_MISREAD)
+	if (n == 0 || (grown = realloc(misread, (n_misread + 2) * sizeof(char *))) == NULL)
 		return;
+	misread = grown;
 	if ((misread[n_misread] = strndup(s, n)) != NULL)
 		n_misread++;
 	if (memchr(s, '%', n) == NULL || (dec = malloc(n + 1)) == NULL)
@@ -593,12 +594,40 @@ note_misread_secrets(const char *dsn)
 	}
 }
 
-/* Mask the misread parts of the DSN's password in msg (of size len). */
+/*
+ * Mask the misread parts of the DSN's password in msg (of size len): where
+ * one stands as libpq quotes it, between quotes or the separators of a URI
+ * ("@", ":", "/", ",", ...), so that a short part does not garble words.
+ */
 static void
 mask_misread(char *msg, size_t len)
 {
+	static const char sep[] = "\"'@:/,?&=";
+
 	for (int i = 0; i < n_misread; i++)
-		replace_all(msg, len, misread[i], strlen(misread[i]), "****");
+	{
+		size_t		n = strlen(misread[i]);
+		char	   *tmp = malloc(len);
+		size_t		o = 0;
+
+		if (tmp == NULL)
+			return;
+		for (const char *s = msg; *s && o + 1 < len;)
+		{
+			if (strncmp(s, misread[i], n) == 0 &&
+				(s == msg || strchr(sep, s[-1])) && (s[n] == '\0' || strchr(sep, s[n])))
+			{
+				for (const char *m = "****"; *m && o + 1 < len; m++)
+					tmp[o++] = *m;
+				s += n;
+			}
+			else
+				tmp[o++] = *s++;
+		}
+		tmp[o] = '\0';
+		memcpy(msg, tmp, o + 1);
+		free(tmp);
+	}
 }
 
 /*
@@ -1556,6 +1585,7 @@ check_dsn(const char *dsn)
 		/* libpq quotes a bad URI whole, or a part of it, in its message */
 		snprintf(emasked, elen, "%s", err ? err : "out of memory");
 		mask_message(emasked, elen, dsn, masked);
+		mask_misread(emasked, elen);
 		usage_error("invalid connection string \"%s\": %s", masked, emasked);
 	}
 	PQconninfoFree(opts);

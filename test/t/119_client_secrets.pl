@@ -39,7 +39,8 @@ my @cases = (
 	[ 'URI query password with "@"', 'postgresql://h/db?password=S3c@retK&bogus', 'retK' ],
 	[ 'more secrets than spans', join(' ', map { "password=p$_" } 1 .. 40) . ' password=S3cretL bogus', 'S3cretL' ],
 	[ 'URI password longer than 1 kB in libpq\'s message',
-		'postgresql://u:' . ('a' x 1500) . 'S3cretM%zz@/db', 'S3cretM' ]);
+		'postgresql://u:' . ('a' x 1500) . 'S3cretM%zz@/db', 'S3cretM' ],
+	[ 'URI password with "/", libpq quoting its end', 'postgresql://u:p/S3cretR%zz@h/db', 'S3cretR' ]);
 for my $c (@cases)
 {
 	my ($name, $dsn, $secret) = @$c;
@@ -60,7 +61,8 @@ my @misread = (
 	[ 'user with "@", then a password', 'postgresql://us@er:S3cretN@localhost:1/db', 'S3cretN' ],
 	[ 'password with "@"', 'postgresql://u:pw@S3cretO@localhost:1/db', 'S3cretO' ],
 	[ 'password with "/"', 'postgresql://u:S3cretP/x@localhost:1/db', 'S3cretP' ],
-	[ 'password with "/" and an escape', 'postgresql://u:S3c%72etQ/x@localhost:1/db', 'S3cretQ' ]);
+	[ 'password with "/" and an escape', 'postgresql://u:S3c%72etQ/x@localhost:1/db', 'S3cretQ' ],
+	[ 'password with many "@"', 'postgresql://us@er:' . join('@', map { "x$_" } 1 .. 30) . '@SecretS@localhost:1/db', 'SecretS' ]);
 for my $c (@misread)
 {
 	my ($name, $dsn, $secret) = @$c;
@@ -71,6 +73,7 @@ for my $c (@misread)
 		  : ('status', '-d', $dsn);
 		my ($rc, $err) = cli(@args);
 		is($rc, 69, "$name ($sub): connection error");
+		like($err, qr/could not connect to the server/, "$name ($sub): the message is readable");
 		unlike($err, qr/\Q$secret\E/, "$name ($sub): the secret is not printed");
 		note($err) if $err =~ /\Q$secret\E/;
 	}
