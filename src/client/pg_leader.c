@@ -602,7 +602,7 @@ note_misread_secrets(const char *dsn)
 static void
 mask_misread(char *msg, size_t len)
 {
-	static const char sep[] = "\"'@:/,?&=";
+	static const char sep[] = "\"'@:/,?&=() ";
 
 	for (int i = 0; i < n_misread; i++)
 	{

@@ -62,6 +62,7 @@ my @misread = (
 	[ 'password with "@"', 'postgresql://u:pw@S3cretO@localhost:1/db', 'S3cretO' ],
 	[ 'password with "/"', 'postgresql://u:S3cretP/x@localhost:1/db', 'S3cretP' ],
 	[ 'password with "/" and an escape', 'postgresql://u:S3c%72etQ/x@localhost:1/db', 'S3cretQ' ],
+	[ 'password with "@", a host list', 'postgresql://u:pw@a@localhost,SecretT@localhost/db', 'SecretT' ],
 	[ 'password with many "@"', 'postgresql://us@er:' . join('@', map { "x$_" } 1 .. 30) . '@SecretS@localhost:1/db', 'SecretS' ]);
 for my $c (@misread)
 {
