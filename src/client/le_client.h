@@ -151,7 +151,8 @@ typedef struct le_config
 								 * its SIGTERM point); each renewal attempt gets at
 								 * most half the time left until then (but not
 								 * less than twice the last round trip), and
-								 * renew_ms <= (ttl - margin - renew_by_ms) / 2 */
+								 * renew_ms <= (ttl - margin - renew_by_ms) / 2
+								 * (its default: a third of that) */
 
 	/*
 	 * When a period ends by itself (renew_failed, deadline_passed), the
