@@ -156,12 +156,23 @@ static void
 fatal(int status, const char *fmt,...)
 {
 	va_list		ap;
-	char		msg[2048];
+	char	   *raw = NULL;
+	char	   *msg;
+	size_t		len;
+	int			n;
 
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	n = vasprintf(&raw, fmt, ap);
 	va_end(ap);
-	mask_misread(msg, sizeof(msg));
+	/* a masked part of one byte becomes four */
+	len = n > 0 ? 4 * (size_t) n + 1 : 1;
+	if (n < 0 || (msg = malloc(len)) == NULL)
+	{
+		fprintf(stderr, "%s: error: out of memory\n", progname);
+		exit(status);
+	}
+	memcpy(msg, raw, n + 1);
+	mask_misread(msg, len);
 	fprintf(stderr, "%s: error: %s\n", progname, msg);
 	exit(status);
 }
@@ -597,7 +608,8 @@ note_misread_secrets(const char *dsn)
 /*
  * Mask the misread parts of the DSN's password in msg (of size len): where
  * one stands as libpq quotes it, between quotes or the separators of a URI
- * ("@", ":", "/", ",", ...), so that a short part does not garble words.
+ * ("@", ":", "/", ",", ...), so that a short part does not garble words;
+ * and the start of one that ends a message cut short.
  */
 static void
 mask_misread(char *msg, size_t len)
@@ -627,6 +639,14 @@ mask_misread(char *msg, size_t len)
 		tmp[o] = '\0';
 		memcpy(msg, tmp, o + 1);
 		free(tmp);
+		/* a message cut short may end with the start of a part */
+		for (size_t k = n - 1, m = strlen(msg); k > 0; k--)
+			if (k <= m && strncmp(msg + m - k, misread[i], k) == 0 &&
+				(k == m || strchr(sep, msg[m - k - 1])))
+			{
+				snprintf(msg + m - k, len - (m - k), "****");
+				break;
+			}
 	}
 }
 

@@ -63,6 +63,8 @@ my @misread = (
 	[ 'password with "/"', 'postgresql://u:S3cretP/x@localhost:1/db', 'S3cretP' ],
 	[ 'password with "/" and an escape', 'postgresql://u:S3c%72etQ/x@localhost:1/db', 'S3cretQ' ],
 	[ 'password with "@", a host list', 'postgresql://u:pw@a@localhost,SecretT@localhost/db', 'SecretT' ],
+	[ 'password with "@" and a part of 500 bytes, message cut short',
+		'postgresql://u:pw@' . ('h' x 500) . '@SecretU@localhost:1/db', 'h' x 10 ],
 	[ 'password with many "@"', 'postgresql://us@er:' . join('@', map { "x$_" } 1 .. 30) . '@SecretS@localhost:1/db', 'SecretS' ]);
 for my $c (@misread)
 {
