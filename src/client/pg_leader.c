@@ -557,7 +557,7 @@ add_misread(const char *s, size_t n)
 			dec[k++] = s[i];
 	}
 	dec[k] = '\0';
-	if (k > 0)
+	if (dec[0] != '\0')		/* "%00" decodes to an empty string */
 		misread[n_misread++] = dec;
 	else
 		free(dec);
@@ -619,10 +619,12 @@ mask_misread(char *msg, size_t len)
 	for (int i = 0; i < n_misread; i++)
 	{
 		size_t		n = strlen(misread[i]);
-		char	   *tmp = malloc(len);
+		char	   *tmp;
 		size_t		o = 0;
 
-		if (tmp == NULL)
+		if (n == 0)
+			continue;
+		if ((tmp = malloc(len)) == NULL)
 			return;
 		for (const char *s = msg; *s && o + 1 < len;)
 		{

@@ -40,6 +40,7 @@ my @cases = (
 	[ 'more secrets than spans', join(' ', map { "password=p$_" } 1 .. 40) . ' password=S3cretL bogus', 'S3cretL' ],
 	[ 'URI password longer than 1 kB in libpq\'s message',
 		'postgresql://u:' . ('a' x 1500) . 'S3cretM%zz@/db', 'S3cretM' ],
+	[ 'URI password part "%00" (decodes to nothing)', 'postgresql://u:SecretV@%00@h/db', 'SecretV' ],
 	[ 'URI password with "/", libpq quoting its end', 'postgresql://u:p/S3cretR%zz@h/db', 'S3cretR' ]);
 for my $c (@cases)
 {
