@@ -93,7 +93,12 @@ le_elector_create(const le_config *cfg, char *err, size_t errlen)
 		return NULL;
 	}
 	if (c.renew_ms == 0)
-		c.renew_ms = (c.ttl_ms - c.safety_margin_ms) / 3;
+	{
+		/* the default leaves room for renew_by too (when that can be had) */
+		int64_t		room = c.ttl_ms - c.safety_margin_ms - (c.renew_by_ms > 0 ? c.renew_by_ms : 0);
+
+		c.renew_ms = (room / 3 > 0 ? room : c.ttl_ms - c.safety_margin_ms) / 3;
+	}
 	if (c.renew_ms < 1 || c.renew_ms * 2 > c.ttl_ms - c.safety_margin_ms)
 	{
 		le_set_err(err, errlen,

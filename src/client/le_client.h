@@ -149,8 +149,10 @@ typedef struct le_config
 	int64_t		renew_by_ms;	/* default 0: a renewal must be confirmed this long
 								 * before the local deadline to be of use (pg_leader:
 								 * its SIGTERM point); each renewal attempt gets at
-								 * most half the time left until then, and
-								 * renew_ms <= (ttl - margin - renew_by_ms) / 2 */
+								 * most half the time left until then (but not
+								 * less than twice the last round trip), and
+								 * renew_ms <= (ttl - margin - renew_by_ms) / 2
+								 * (its default: a third of that) */
 
 	/*
 	 * When a period ends by itself (renew_failed, deadline_passed), the

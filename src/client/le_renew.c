@@ -11,7 +11,10 @@
  * statement (or connect) timeout and at most half the time left before the
  * point by which a renewal is wanted (the local deadline - renew_by_ms;
  * pg_leader sets renew_by_ms to its SIGTERM point), so that one hung
- * attempt leaves room for another on a new connection before then.  After an error the next attempt comes after
+ * attempt leaves room for another on a new connection before then; but
+ * never less than twice the last round trip seen (three times for a
+ * connect), since a shorter attempt cannot succeed.  The connection made
+ * when a period begins may use all the time before that point.  After an error the next attempt comes after
  * min(renew/4, 200 ms, a quarter of the time left).  The connection is
  * replaced as soon as a period begins: it may have idled (and died
  * unnoticed) through a long time as a follower.
@@ -36,10 +39,12 @@
  * the point by which a renewal is wanted (deadline - renew_by_ms), so that
  * a hung attempt leaves room for a retry on a new connection before then.
  * Once that point is near or past, about half the time left before the
- * deadline itself.
+ * deadline itself.  But never less than floor (while the deadline allows):
+ * an attempt cut below the time a round trip takes fails for sure, and its
+ * retry has even less time.
  */
 static int64_t
-attempt_deadline(const le_elector *e, int64_t now, int64_t deadline, int64_t cap)
+attempt_deadline(const le_elector *e, int64_t now, int64_t deadline, int64_t cap, int64_t floor)
 {
 	int64_t		left = deadline - e->cfg.renew_by_ms - now;
 	int64_t		budget;
@@ -49,6 +54,8 @@ attempt_deadline(const le_elector *e, int64_t now, int64_t deadline, int64_t cap
 	budget = left / 2;
 	if (budget < LE_MIN_ATTEMPT_MS)
 		budget = left;
+	if (budget < floor)
+		budget = floor < deadline - now ? floor : deadline - now;
 	if (budget > cap)
 		budget = cap;
 	return now + (budget > 1 ? budget : 1);
@@ -77,6 +84,7 @@ le_renew_main(void *arg)
 	uint64_t	conn_period = 0;	/* period the connection was made for */
 	int64_t		not_before = 0; /* no attempt before this (after an error) */
 	uint64_t	refreshed_for = 0;	/* period whose start replaced the connection */
+	int64_t		rtt = 0;		/* the last round trip seen (acquire or renewal) */
 	char		msg[512];
 
 	le_block_signals();
@@ -121,12 +129,17 @@ le_renew_main(void *arg)
 			 * that the first renewal need not connect.
 			 */
 			refreshed_for = period;
+			/* the acquire's round trip, with the time the news took to reach us */
+			rtt = now - e->last_send;
 			pthread_mutex_unlock(&e->mu);
 			if (conn)
 				PQfinish(conn);
 			conn = NULL;
+			/* not an attempt to renew yet: it may use all the time before renew_by */
+			now = le_monotonic_ms();
 			if (le_open_conn(e, "renew",
-							 attempt_deadline(e, le_monotonic_ms(), deadline, e->cfg.connect_timeout_ms),
+							 attempt_deadline(e, now, deadline, e->cfg.connect_timeout_ms,
+											  deadline - e->cfg.renew_by_ms - now),
 							 &conn, msg, sizeof(msg)) == LE_OK)
 				conn_period = period;
 			else
@@ -158,8 +171,10 @@ le_renew_main(void *arg)
 		{
 			le_result	rc;
 
+			/* a connect takes two round trips at least (startup, extension check) */
 			rc = le_open_conn(e, "renew",
-							  attempt_deadline(e, le_monotonic_ms(), deadline, e->cfg.connect_timeout_ms),
+							  attempt_deadline(e, le_monotonic_ms(), deadline, e->cfg.connect_timeout_ms,
+											   3 * rtt),
 							  &conn, msg, sizeof(msg));
 			if (rc != LE_OK)
 			{
@@ -180,11 +195,12 @@ le_renew_main(void *arg)
 		t_send = le_monotonic_ms();
 		msg[0] = '\0';
 		r = le_exec_bounded(conn, e->sql_renew, 4, values,
-							attempt_deadline(e, t_send, deadline, e->cfg.statement_timeout_ms),
+							attempt_deadline(e, t_send, deadline, e->cfg.statement_timeout_ms, 2 * rtt),
 							msg, sizeof(msg), &broken, &timedout);
 
 		if (r != NULL && PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
 		{
+			rtt = le_monotonic_ms() - t_send;
 			if (!PQgetisnull(r, 0, 0))
 			{
 				le_period_renewed(e, period, t_send, PQgetvalue(r, 0, 0));

@@ -216,17 +216,31 @@ usage_error(const char *fmt,...)
 	exit(EXIT_USAGE);
 }
 
+static void mask_misread(char *msg, size_t len);
+
 /* Print an error (not usage) and exit with status. */
 static void
 fatal(int status, const char *fmt,...)
 {
 	va_list		ap;
+	char	   *raw = NULL;
+	char	   *msg;
+	size_t		len;
+	int			n;
 
-	fprintf(stderr, "%s: error: ", progname);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	n = vasprintf(&raw, fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+	/* a masked part of one byte becomes four */
+	len = n > 0 ? 4 * (size_t) n + 1 : 1;
+	if (n < 0 || (msg = malloc(len)) == NULL)
+	{
+		fprintf(stderr, "%s: error: out of memory\n", progname);
+		exit(status);
+	}
+	memcpy(msg, raw, n + 1);
+	mask_misread(msg, len);
+	fprintf(stderr, "%s: error: %s\n", progname, msg);
 	write_status_file(status);
 	exit(status);
 }
@@ -307,11 +321,16 @@ secret_keyword(const char *kw, size_t n)
 	return false;
 }
 
-/* Spans of secret values in a connection string (at most MAX_SECRETS). */
+/*
+ * Spans of secret values in a connection string (at most MAX_SECRETS; from
+ * "tail" on, when there were more, everything is taken as secret).  Spans
+ * may overlap.
+ */
 #define MAX_SECRETS 32
 typedef struct secret_spans
 {
 	int			n;
+	size_t		tail;
 	size_t		start[MAX_SECRETS];
 	size_t		end[MAX_SECRETS];
 } secret_spans;
@@ -320,12 +339,28 @@ typedef struct secret_spans
 static void
 add_span(secret_spans *sp, const char *dsn, const char *a, const char *b)
 {
-	if (sp->n < MAX_SECRETS && b > a)
+	if (b <= a)
+		return;
+	if (sp->n < MAX_SECRETS)
 	{
 		sp->start[sp->n] = a - dsn;
 		sp->end[sp->n] = b - dsn;
 		sp->n++;
 	}
+	else if ((size_t) (a - dsn) < sp->tail)
+		sp->tail = a - dsn;
+}
+
+/* Is byte i of the string secret_spans were found in secret? */
+static bool
+in_secret(const secret_spans *sp, size_t i)
+{
+	if (i >= sp->tail)
+		return true;
+	for (int s = 0; s < sp->n; s++)
+		if (i >= sp->start[s] && i < sp->end[s])
+			return true;
+	return false;
 }
 
 /* Hex digit value, or -1. */
@@ -339,6 +374,31 @@ hexval(char c)
 	if (c >= 'A' && c <= 'F')
 		return c - 'A' + 10;
 	return -1;
+}
+
+/*
+ * The password of a URI's user info (start: after "://"), as [*from, *to),
+ * false if none.  libpq ends the user info at the first "@" before any "/"
+ * and reads what follows as host and port, which its messages quote: the
+ * password is taken to run to the last "@" before the first "/" (or else to
+ * the last "@" of the string, for a password with "/" in it).
+ */
+static bool
+uri_password(const char *start, const char **from, const char **to)
+{
+	const char *at = NULL;
+	const char *colon;
+
+	for (const char *p = start; *p && *p != '/'; p++)
+		if (*p == '@')
+			at = p;
+	if (at == NULL)
+		at = strrchr(start, '@');
+	if (at == NULL || (colon = memchr(start, ':', at - start)) == NULL)
+		return false;
+	*from = colon + 1;
+	*to = at;
+	return true;
 }
 
 /*
@@ -357,32 +417,36 @@ find_secrets(const char *dsn, secret_spans *sp)
 	const char *cp = dsn;
 
 	memset(sp, 0, sizeof(*sp));
+	sp->tail = strlen(dsn);
 	if (strncmp(dsn, "postgres://", 11) == 0 || strncmp(dsn, "postgresql://", 13) == 0)
 	{
 		const char *start = strstr(dsn, "://") + 3;
-		const char *at = start;
-		const char *q;
+		const char *from,
+				   *to;
+		const char *amp = NULL;
 
-		while (*at && *at != '@' && *at != '/')
-			at++;
-		if (*at != '@')
-			at = strrchr(start, '@');
-		if (at)
-		{
-			const char *colon = memchr(start, ':', at - start);
+		if (uri_password(start, &from, &to))
+			add_span(sp, dsn, from, to);
 
-			if (colon)
-				add_span(sp, dsn, colon + 1, at);
-		}
-		q = strchr(at ? at + 1 : start, '?');
-		while (q && *q)
+		/*
+		 * Query parameters, after any "?" or "&": a "?" may also sit in the
+		 * user info, or in a value, and an "@" in the query.
+		 */
+		for (const char *p = start; *p; p++)
 		{
-			const char *param = q + 1;
-			const char *pend = param + strcspn(param, "&");
-			const char *eq = memchr(param, '=', pend - param);
+			const char *param = p + 1;
+			const char *pend;
+			const char *eq;
 			char		key[64];
 			size_t		k = 0;
 
+			if (*p != '?' && *p != '&')
+				continue;
+			if (amp == NULL || amp < param)
+				amp = param + strcspn(param, "&");
+			pend = amp;
+			/* a secret name, even percent-encoded, is far shorter than this */
+			eq = memchr(param, '=', pend - param < 256 ? pend - param : 256);
 			for (const char *s = param; eq && s < eq && k + 1 < sizeof(key); s++)
 			{
 				if (*s == '%' && s + 2 < eq && hexval(s[1]) >= 0 && hexval(s[2]) >= 0)
@@ -395,7 +459,6 @@ find_secrets(const char *dsn, secret_spans *sp)
 			}
 			if (eq && secret_keyword(key, k))
 				add_span(sp, dsn, eq + 1, pend);
-			q = *pend ? pend : NULL;
 		}
 		return;
 	}
@@ -452,16 +515,12 @@ mask_dsn(const char *dsn, char *out, size_t len)
 	find_secrets(dsn, &sp);
 	for (size_t i = 0; i < n && o + 1 < len;)
 	{
-		int			s;
-
-		for (s = 0; s < sp.n; s++)
-			if (sp.start[s] == i)
-				break;
-		if (s < sp.n)
+		if (in_secret(&sp, i))
 		{
 			for (const char *m = "****"; *m && o + 1 < len; m++)
 				out[o++] = *m;
-			i = sp.end[s];
+			while (i < n && in_secret(&sp, i))
+				i++;
 		}
 		else
 			out[o++] = dsn[i++];
@@ -505,18 +564,159 @@ mask_message(char *msg, size_t len, const char *dsn, const char *masked)
 {
 	secret_spans sp;
 
-	replace_all(msg, len, dsn, strlen(dsn), masked);
-	find_secrets(dsn, &sp);
-	for (int s = 0; s < sp.n; s++)
-	{
-		char		val[1024];
-		size_t		n = sp.end[s] - sp.start[s];
+	size_t		n = strlen(dsn);
 
-		if (n >= sizeof(val))
-			n = sizeof(val) - 1;
-		memcpy(val, dsn + sp.start[s], n);
-		val[n] = '\0';
-		replace_all(msg, len, val, n, "****");
+	replace_all(msg, len, dsn, n, masked);
+	find_secrets(dsn, &sp);
+	for (size_t i = 0; i < n;)
+	{
+		size_t		j = i;
+		char	   *val;
+
+		while (j < n && in_secret(&sp, j))
+			j++;
+		if (j == i)
+		{
+			i++;
+			continue;
+		}
+		if ((val = strndup(dsn + i, j - i)) != NULL)
+			replace_all(msg, len, val, j - i, "****");
+		free(val);
+		i = j;
+	}
+}
+
+/*
+ * Parts of a URI's password that libpq reads as something else (user
+ * "a@b:pw@h" or password "pw@x@h": the rest is host and port; password
+ * "p/w": no user info at all, "p" is the port) and may quote in a later
+ * message, such as "invalid integer value "pw@h" for connection option
+ * "port"" or "could not translate host name "x@h"": masked in every
+ * message printed (mask_misread).  A password libpq reads whole is never
+ * quoted by it, and is not listed.
+ */
+static char **misread = NULL;
+static int	n_misread = 0;
+
+/* Add s (n bytes) and, if it has percent escapes, its decoded form to misread. */
+static void
+add_misread(const char *s, size_t n)
+{
+	char	   *dec;
+	size_t		k = 0;
+	char	  **grown;
+
+	if (n == 0 || (grown = realloc(misread, (n_misread + 2) * sizeof(char *))) == NULL)
+		return;
+	misread = grown;
+	if ((misread[n_misread] = strndup(s, n)) != NULL)
+		n_misread++;
+	if (memchr(s, '%', n) == NULL || (dec = malloc(n + 1)) == NULL)
+		return;
+	for (size_t i = 0; i < n; i++)
+	{
+		if (s[i] == '%' && i + 2 < n && hexval(s[i + 1]) >= 0 && hexval(s[i + 2]) >= 0)
+		{
+			dec[k++] = (char) (hexval(s[i + 1]) * 16 + hexval(s[i + 2]));
+			i += 2;
+		}
+		else
+			dec[k++] = s[i];
+	}
+	dec[k] = '\0';
+	if (dec[0] != '\0')		/* "%00" decodes to an empty string */
+		misread[n_misread++] = dec;
+	else
+		free(dec);
+}
+
+/*
+ * List the parts of a URI's password (find_secrets) that libpq does not
+ * read as the password (up to the first "@" before any "/"), split where
+ * libpq splits its netloc ("@", ":", "/", ",").
+ */
+static void
+note_misread_secrets(const char *dsn)
+{
+	const char *start;
+	const char *first_at;
+	const char *lp_from = NULL,
+			   *lp_to = NULL;
+	const char *from,
+			   *to;
+
+	if (strncmp(dsn, "postgres://", 11) != 0 && strncmp(dsn, "postgresql://", 13) != 0)
+		return;
+	start = strstr(dsn, "://") + 3;
+	first_at = start + strcspn(start, "@/");
+	if (*first_at == '@')
+	{
+		const char *colon = start + strcspn(start, ":@");
+
+		if (*colon == ':')
+		{
+			lp_from = colon + 1;
+			lp_to = first_at;
+		}
+	}
+	if (!uri_password(start, &from, &to) || (from == lp_from && to == lp_to))
+		return;
+	for (const char *p = from; p < to;)
+	{
+		size_t		n = strcspn(p, "@:/,");
+
+		if (p + n > to)
+			n = to - p;
+		add_misread(p, n);
+		p += n + 1;
+	}
+}
+
+/*
+ * Mask the misread parts of the DSN's password in msg (of size len): where
+ * one stands as libpq quotes it, between quotes or the separators of a URI
+ * ("@", ":", "/", ",", ...), so that a short part does not garble words;
+ * and the start of one that ends a message cut short.
+ */
+static void
+mask_misread(char *msg, size_t len)
+{
+	static const char sep[] = "\"'@:/,?&=() ";
+
+	for (int i = 0; i < n_misread; i++)
+	{
+		size_t		n = strlen(misread[i]);
+		char	   *tmp;
+		size_t		o = 0;
+
+		if (n == 0)
+			continue;
+		if ((tmp = malloc(len)) == NULL)
+			return;
+		for (const char *s = msg; *s && o + 1 < len;)
+		{
+			if (strncmp(s, misread[i], n) == 0 &&
+				(s == msg || strchr(sep, s[-1])) && (s[n] == '\0' || strchr(sep, s[n])))
+			{
+				for (const char *m = "****"; *m && o + 1 < len; m++)
+					tmp[o++] = *m;
+				s += n;
+			}
+			else
+				tmp[o++] = *s++;
+		}
+		tmp[o] = '\0';
+		memcpy(msg, tmp, o + 1);
+		free(tmp);
+		/* a message cut short may end with the start of a part */
+		for (size_t k = n - 1, m = strlen(msg); k > 0; k--)
+			if (k <= m && strncmp(msg + m - k, misread[i], k) == 0 &&
+				(k == m || strchr(sep, msg[m - k - 1])))
+			{
+				snprintf(msg + m - k, len - (m - k), "****");
+				break;
+			}
 	}
 }
 
@@ -704,13 +904,16 @@ static void
 log_plain_error(const char *msg)
 {
 	char		line[LOG_LINE_MAX];
+	char		masked[LOG_LINE_MAX];
 	FILE	   *out = fmemopen(line, sizeof(line), "w");
 	long		len;
 
 	if (out == NULL)
 		return;
+	snprintf(masked, sizeof(masked), "%s", msg);
+	mask_misread(masked, sizeof(masked));
 	fprintf(out, "%s: error: ", progname);
-	text_str(out, msg);
+	text_str(out, masked);
 	fputc('\n', out);
 	fflush(out);
 	len = ftell(out);
@@ -840,6 +1043,7 @@ log_event(const char *event, int64_t token, const char *expires, const char *rea
 		va_start(ap, fmt);
 		vsnprintf(detail, sizeof(detail), fmt, ap);
 		va_end(ap);
+		mask_misread(detail, sizeof(detail));
 	}
 	log_line(event, token, expires, reason, false, NULL, detail);
 }
@@ -1472,19 +1676,26 @@ check_dsn(const char *dsn)
 
 	if (dsn[0] == '\0')
 		return;
+	note_misread_secrets(dsn);
 	opts = PQconninfoParse(dsn, &err);
 	if (opts == NULL)
 	{
 		size_t		n = err ? strlen(err) : 0;
 		char		masked[1024];
-		char		emasked[2048];
+
+		/* a secret of one byte becomes four: room for the whole message masked */
+		size_t		elen = 4 * n + sizeof(masked) + 16;
+		char	   *emasked = malloc(elen);
 
 		while (n > 0 && err[n - 1] == '\n')
 			err[--n] = '\0';
 		mask_dsn(dsn, masked, sizeof(masked));
+		if (emasked == NULL)
+			usage_error("invalid connection string \"%s\"", masked);
 		/* libpq quotes a bad URI whole, or a part of it, in its message */
-		snprintf(emasked, sizeof(emasked), "%s", err ? err : "out of memory");
-		mask_message(emasked, sizeof(emasked), dsn, masked);
+		snprintf(emasked, elen, "%s", err ? err : "out of memory");
+		mask_message(emasked, elen, dsn, masked);
+		mask_misread(emasked, elen);
 		usage_error("invalid connection string \"%s\": %s", masked, emasked);
 	}
 	PQconninfoFree(opts);
@@ -2047,6 +2258,8 @@ cmd_run(options *o)
 
 		if (sigaction(sig, NULL, &old) != 0 || old.sa_handler != SIG_IGN)
 			sigaction(sig, &sa, NULL);
+		else
+			sv_keep_ignored(sig);	/* and for the command: it is nohup's too */
 	}
 	sigaction(SIGCHLD, &sa, NULL);
 	/* we hand the terminal to the command's group and take it back */

@@ -106,6 +106,9 @@ static const int sv_ignored[] = {
  * executable format (ENOEXEC): prepared before fork.
  */
 static char **sv_sh_argv = NULL;
+/* Signals the command starts with ignored (sv_keep_ignored); others are default. */
+static sigset_t sv_keep_ign;
+static bool sv_keep_ign_init = false;
 
 /* Self-pipe of the supervisor's SIGCHLD handler. */
 static int sv_chld_pipe[2] = {-1, -1};
@@ -177,11 +180,14 @@ command_main(pid_t sup, int out_fd, const char *path, char *const argv[], char *
 	sigset_t	none;
 
 	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = SIG_DFL;
 	sigemptyset(&sa.sa_mask);
 	for (int s = 1; s < NSIG; s++)
 		if (s != SIGKILL && s != SIGSTOP)
+		{
+			/* what nohup or a shell ignored for pg_leader stays ignored for its command */
+			sa.sa_handler = sv_keep_ign_init && sigismember(&sv_keep_ign, s) == 1 ? SIG_IGN : SIG_DFL;
 			sigaction(s, &sa, NULL);
+		}
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -738,6 +744,18 @@ sv_finish(sv_run *r)
 	r->to_sup = r->from_sup = r->cmd_pidfd = -1;
 	while (waitpid(-1, NULL, WNOHANG) > 0)
 		;
+}
+
+/* Start the command with sig ignored, as it was when pg_leader started. */
+void
+sv_keep_ignored(int sig)
+{
+	if (!sv_keep_ign_init)
+	{
+		sigemptyset(&sv_keep_ign);
+		sv_keep_ign_init = true;
+	}
+	sigaddset(&sv_keep_ign, sig);
 }
 
 /* Orphans of the command become our children, so we can reap them. */

@@ -106,4 +106,7 @@ extern void sv_finish(sv_run *r);
 /* Make this process a subreaper, so that orphans of the command are ours to reap. */
 extern void sv_become_subreaper(void);
 
+/* Start the command with sig ignored (it was when the wrapper started). */
+extern void sv_keep_ignored(int sig);
+
 #endif							/* SUPERVISE_H */

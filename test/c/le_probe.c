@@ -44,6 +44,10 @@
  *   le_probe api DSN KEY
  *		the period fd, on_new_leader for ourselves and for a free lease,
  *		control characters in owner ids; prints lines the test checks.
+ *
+ *   le_probe renewby DSN KEY TTL_MS RENEW_BY_MS
+ *		creates (does not start) an elector with that ttl and renew_by_ms
+ *		and the default renew interval; prints "created" or "refused: ...".
  */
 #include <poll.h>
 #include <pthread.h>
@@ -374,6 +378,32 @@ run_blockcb(const char *dsn, const char *key)
 	return 0;
 }
 
+#if defined(LE_CLIENT_API_VERSION) && LE_CLIENT_API_VERSION >= 3
+/* Mode "renewby": is an elector with this ttl and renew_by_ms and the default renew accepted? */
+static int
+run_renewby(const char *dsn, const char *key, long long ttl, long long renew_by)
+{
+	le_config	c;
+	le_elector *e;
+	char		err[512];
+
+	le_config_init(&c);
+	c.conninfo = dsn;
+	c.lease_key = key;
+	c.ttl_ms = ttl;
+	c.renew_by_ms = renew_by;
+	e = le_elector_create(&c, err, sizeof(err));
+	if (e == NULL)
+	{
+		printf("refused: %s\n", err);
+		return 1;
+	}
+	printf("created\n");
+	le_elector_destroy(e);
+	return 0;
+}
+#endif
+
 /* Mode "attempts". */
 static int
 run_attempts(const char *dsn, const char *key, int seconds)
@@ -597,6 +627,10 @@ main(int argc, char **argv)
 		return run_blockcb(argv[2], argv[3]);
 	if (argc >= 5 && strcmp(argv[1], "attempts") == 0)
 		return run_attempts(argv[2], argv[3], atoi(argv[4]));
+#if defined(LE_CLIENT_API_VERSION) && LE_CLIENT_API_VERSION >= 3
+	if (argc >= 6 && strcmp(argv[1], "renewby") == 0)
+		return run_renewby(argv[2], argv[3], atoll(argv[4]), atoll(argv[5]));
+#endif
 #if defined(LE_CLIENT_API_VERSION) && LE_CLIENT_API_VERSION >= 2
 	if (argc >= 4 && strcmp(argv[1], "status") == 0)
 		return run_status(argv[2], argv[3]);
