@@ -677,7 +677,8 @@ note_misread_secrets(const char *dsn)
  * Mask the misread parts of the DSN's password in msg (of size len): where
  * one stands as libpq quotes it, between quotes or the separators of a URI
  * ("@", ":", "/", ",", ...), so that a short part does not garble words;
- * and the start of one that ends a message cut short.
+ * and a copy cut short: at the end of the message, or of 16 bytes or more
+ * before a separator (a host name cut to a buffer by whoever quotes it).
  */
 static void
 mask_misread(char *msg, size_t len)
@@ -696,12 +697,21 @@ mask_misread(char *msg, size_t len)
 			return;
 		for (const char *s = msg; *s && o + 1 < len;)
 		{
-			if (strncmp(s, misread[i], n) == 0 &&
-				(s == msg || strchr(sep, s[-1])) && (s[n] == '\0' || strchr(sep, s[n])))
+			size_t		c = 0;
+
+			/*
+			 * A part, or a copy of it cut short: by the end of the message
+			 * (a message buffer), or to 16 bytes or more before a separator
+			 * (a name buffer of whoever quotes it).
+			 */
+			if (s == msg || strchr(sep, s[-1]))
+				while (c < n && s[c] && s[c] == misread[i][c])
+					c++;
+			if (c > 0 && (c == n || c >= 16 || s[c] == '\0') && strchr(sep, s[c]))
 			{
 				for (const char *m = "****"; *m && o + 1 < len; m++)
 					tmp[o++] = *m;
-				s += n;
+				s += c;
 			}
 			else
 				tmp[o++] = *s++;
@@ -709,14 +719,6 @@ mask_misread(char *msg, size_t len)
 		tmp[o] = '\0';
 		memcpy(msg, tmp, o + 1);
 		free(tmp);
-		/* a message cut short may end with the start of a part */
-		for (size_t k = n - 1, m = strlen(msg); k > 0; k--)
-			if (k <= m && strncmp(msg + m - k, misread[i], k) == 0 &&
-				(k == m || strchr(sep, msg[m - k - 1])))
-			{
-				snprintf(msg + m - k, len - (m - k), "****");
-				break;
-			}
 	}
 }
 
