@@ -380,19 +380,19 @@ lookup_main(void *arg)
 	rc = getaddrinfo(l->name, NULL, &hints, &res);
 	for (struct addrinfo *a = res; rc == 0 && a != NULL && n < LE_MAX_ADDRS; a = a->ai_next)
 	{
-		char		ip[INET6_ADDRSTRLEN];
-		const void *src;
+		char		ip[NI_MAXHOST];
+		bool		seen = false;
 
-		if (a->ai_family == AF_INET)
-			src = &((struct sockaddr_in *) a->ai_addr)->sin_addr;
-		else if (a->ai_family == AF_INET6)
-			src = &((struct sockaddr_in6 *) a->ai_addr)->sin6_addr;
-		else
+		if (a->ai_family != AF_INET && a->ai_family != AF_INET6)
 			continue;
-		if (inet_ntop(a->ai_family, src, ip, sizeof(ip)) == NULL)
+		/* numeric, with an IPv6 zone ("%eth0") that a link-local one needs */
+		if (getnameinfo(a->ai_addr, a->ai_addrlen, ip, sizeof(ip), NULL, 0,
+						NI_NUMERICHOST) != 0)
 			continue;
 		/* the same address once (one per socket type is asked, but be sure) */
-		if (strstr(buf, ip) != NULL)
+		for (const char *p = buf; *p && !seen; p += strcspn(p, ","), p += *p == ',')
+			seen = strncmp(p, ip, strlen(ip)) == 0 && (p[strlen(ip)] == ',' || p[strlen(ip)] == '\0');
+		if (seen)
 			continue;
 		snprintf(buf + strlen(buf), sizeof(buf) - strlen(buf), "%s%s", n ? "," : "", ip);
 		n++;

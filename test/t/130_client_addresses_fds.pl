@@ -1,0 +1,59 @@
+# G9: the addresses a host name resolves to are all handed to libpq, each
+# exactly once: 127.0.0.1 after 127.0.0.10 is a distinct address, and an
+# IPv6 link-local address keeps its zone ("%eth0"), without which it
+# cannot be reached.  An LD_PRELOAD shim (test/c/slow_dns.c) gives a name
+# the addresses.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use IPC::Run;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use LeClientTest;
+
+my ($node, $dsn, $dir) = start_node('client_addresses_fds');
+my $ll = '';
+# a link-local address of this machine, with its zone
+for my $line (split /\n/, `ip -6 -o addr show scope link 2>/dev/null`)
+{
+	$ll = "$2%$1", last if $line =~ /^\d+:\s+(\S+)\s+inet6\s+(fe80::[0-9a-f:]+)\//;
+}
+$node->append_conf('postgresql.conf',
+	"listen_addresses = '127.0.0.1" . ($ll ne '' ? ",$ll" : '') . "'");
+$node->append_conf('pg_hba.conf', "host all all fe80::/10 trust") if $ll ne '';
+$node->restart;
+my $port = $node->port;
+
+my $shim = "$dir/slow_dns.so";
+my ($o, $e) = ('', '');
+IPC::Run::run([ 'cc', '-Wall', '-Wextra', '-Werror', '-shared', '-fPIC',
+		"$FindBin::RealBin/../c/slow_dns.c", '-ldl', '-o', $shim ], '>', \$o, '2>', \$e)
+  or plan skip_all => "cannot build the shim (a C compiler is needed): $e";
+
+# pg_leader status with name multi.test resolving to $addrs: (exit status, stderr)
+sub status_via
+{
+	my ($addrs) = @_;
+	my ($out, $err) = ('', '');
+	local $ENV{LD_PRELOAD} = $shim;
+	local $ENV{LE_MULTI_DNS_NAME} = 'multi.test';
+	local $ENV{LE_MULTI_DNS_ADDRS} = $addrs;
+	IPC::Run::run([ pg_leader_cmd(), 'status', '-d', "host=multi.test port=$port dbname=postgres",
+			'-l', 'nothing', '--timeout', '20s' ], '<', \undef, '>', \$out, '2>', \$err,
+		IPC::Run::timeout(60));
+	return ($? >> 8, $err);
+}
+
+my ($rc, $err) = status_via('127.0.0.10,127.0.0.1');
+is($rc, 1, '127.0.0.10 refused, then 127.0.0.1 answers (no such lease: 1)') or diag($err);
+
+SKIP:
+{
+	skip 'no IPv6 link-local address here', 1 if $ll eq '';
+	($rc, $err) = status_via($ll);
+	is($rc, 1, "a link-local address ($ll) keeps its zone and answers") or diag($err);
+}
+
+$node->stop;
+done_testing();
