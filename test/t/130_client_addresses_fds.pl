@@ -2,7 +2,8 @@
 # exactly once: 127.0.0.1 after 127.0.0.10 is a distinct address, and an
 # IPv6 link-local address keeps its zone ("%eth0"), without which it
 # cannot be reached.  An LD_PRELOAD shim (test/c/slow_dns.c) gives a name
-# the addresses.
+# the addresses.  And the command gets no descriptor from 3 up by default,
+# however high its number (one at 5000 here).
 use strict;
 use warnings;
 use FindBin;
@@ -53,6 +54,20 @@ SKIP:
 	skip 'no IPv6 link-local address here', 1 if $ll eq '';
 	($rc, $err) = status_via($ll);
 	is($rc, 1, "a link-local address ($ll) keeps its zone and answers") or diag($err);
+}
+
+# the command's descriptors with one at 5000 passed to pg_leader
+my ($out, $err2) = ('', '');
+IPC::Run::run([ 'bash', '-c', 'ulimit -n 8192 2>/dev/null; exec 5000</dev/null || exit 99; exec "$@"',
+		'bash', pg_leader_cmd(), 'run', '-d', $dsn, '-l', 'fd-high', '--ttl', '5s', '--', 'ls', '/proc/self/fd' ],
+	'<', \undef, '>', \$out, '2>', \$err2, IPC::Run::timeout(60));
+SKIP:
+{
+	skip 'cannot open descriptor 5000 here', 2 if $? >> 8 == 99;
+	is($? >> 8, 0, 'run with descriptor 5000 passed: the command ran') or diag($err2);
+	my @fds = sort { $a <=> $b } grep { /^\d+$/ } split /\s+/, $out;
+	# ls's own directory descriptor is 3
+	is(join(',', grep { $_ != 3 } @fds), '0,1,2', 'descriptor 5000 did not reach the command');
 }
 
 $node->stop;
