@@ -2581,6 +2581,9 @@ main(int argc, char **argv)
 	}
 	if (o.command[0] != NULL)
 		usage_error("unexpected argument \"%s\"", o.command[0]);
+	/* only run writes it at exit: an empty file would say "killed" */
+	if (status_file != NULL)
+		usage_error("--status-file is only for run");
 	if (strcmp(cmd, "status") == 0)
 		return cmd_status(&o);
 	if (strcmp(cmd, "release") == 0)
