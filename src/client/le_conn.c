@@ -22,6 +22,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -436,6 +437,9 @@ resolve_bounded(const char *name, int64_t deadline, char *hosts, size_t hlen,
 	pthread_attr_t attr;
 	pthread_condattr_t ca;
 	pthread_t	th;
+	sigset_t	all,
+				old;
+	bool		started;
 	bool		ok = false;
 
 	*timedout = false;
@@ -453,7 +457,12 @@ resolve_bounded(const char *name, int64_t deadline, char *hosts, size_t hlen,
 	l->refs = 2;
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	if (pthread_create(&th, &attr, lookup_main, l) != 0)
+	/* a library thread: every signal blocked in it from its start */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	started = pthread_create(&th, &attr, lookup_main, l) == 0;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (!started)
 	{
 		pthread_attr_destroy(&attr);
 		l->refs = 1;

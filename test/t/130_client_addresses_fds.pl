@@ -4,7 +4,8 @@
 # cannot be reached.  An LD_PRELOAD shim (test/c/slow_dns.c) gives a name
 # the addresses.  And the command gets no descriptor from 3 up by default,
 # and with --keep-fds every one pg_leader got, however high its number
-# (one at 5000 here).
+# (one at 5000 here).  A lookup's thread blocks every signal, as the
+# library's other threads do.
 use strict;
 use warnings;
 use FindBin;
@@ -55,6 +56,30 @@ SKIP:
 	skip 'no IPv6 link-local address here', 1 if $ll eq '';
 	($rc, $err) = status_via($ll);
 	is($rc, 1, "a link-local address ($ll) keeps its zone and answers") or diag($err);
+}
+
+# a lookup's thread leaves every signal to the application's threads: while
+# one hangs (slow.test), only pg_leader's main thread has none blocked
+{
+	local $ENV{LD_PRELOAD} = $shim;
+	local $ENV{LE_SLOW_DNS_NAME} = 'slow.test';
+	my $h = IPC::Run::start([ pg_leader_cmd(), 'status', '-d', "host=slow.test port=$port dbname=postgres",
+			'--timeout', '4s' ], '<', \undef, '>', \my $o2, '2>', \my $e2);
+	my $pid = $h->{KIDS}[0]{PID};
+	my @open;
+	wait_for(sub {
+		@open = ();
+		for my $st (glob("/proc/$pid/task/*/status"))
+		{
+			my $t = eval { slurp_file($st) } // '';
+			push @open, $st if $t =~ /^SigBlk:\s*0+$/m;
+		}
+		my @tasks = glob("/proc/$pid/task/*");
+		return @tasks >= 2;
+	}, 10);
+	is(scalar(@open), 1, 'during a hanging lookup only the main thread takes signals')
+	  or diag(join(' ', @open));
+	$h->finish;
 }
 
 # the command's descriptors (but ls's own directory, 3) with one at 5000
