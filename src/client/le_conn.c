@@ -626,7 +626,9 @@ le_connect_params(const char *const *kw, const char *const *val, int64_t deadlin
 	if (ct == NULL)
 		ct = getenv("PGCONNECT_TIMEOUT");
 	nhosts = list_len(hosts) > list_len(addrs) ? list_len(hosts) : list_len(addrs);
-	if (nhosts < 2 && !(list_len(addrs) == 0 && list_len(hosts) == 1 && host_is_name(hosts)))
+	/* as many ports as hosts, or one: else libpq's own error, before any lookup */
+	if ((nhosts < 2 && !(list_len(addrs) == 0 && list_len(hosts) == 1 && host_is_name(hosts))) ||
+		(list_len(ports) > 1 && list_len(ports) != nhosts))
 	{
 		PQconninfoFree(opts);
 		return connect_until(kw, val, deadline, err, errlen, timedout);

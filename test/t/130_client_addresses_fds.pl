@@ -5,7 +5,8 @@
 # the addresses.  And the command gets no descriptor from 3 up by default,
 # and with --keep-fds every one pg_leader got, however high its number
 # (one at 5000 here).  A lookup's thread blocks every signal, as the
-# library's other threads do.
+# library's other threads do.  Two ports for one host name are libpq's
+# error, as without the lookup.
 use strict;
 use warnings;
 use FindBin;
@@ -50,6 +51,16 @@ sub status_via
 
 my ($rc, $err) = status_via('127.0.0.10,127.0.0.1');
 is($rc, 1, '127.0.0.10 refused, then 127.0.0.1 answers (no such lease: 1)') or diag($err);
+
+# two ports for one host name: libpq's error, not the first port alone
+{
+	my ($out, $e3) = ('', '');
+	IPC::Run::run([ pg_leader_cmd(), 'status', '-d', "host=localhost port=$port,1 dbname=postgres",
+			'-l', 'nothing', '--timeout', '20s' ], '<', \undef, '>', \$out, '2>', \$e3,
+		IPC::Run::timeout(60));
+	isnt($? >> 8, 1, 'host=localhost port=P,1: refused');
+	like($e3, qr/could not match 2 port numbers to 1 hosts/, 'with libpq\'s message');
+}
 
 SKIP:
 {
