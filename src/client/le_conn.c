@@ -22,6 +22,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -380,19 +381,19 @@ lookup_main(void *arg)
 	rc = getaddrinfo(l->name, NULL, &hints, &res);
 	for (struct addrinfo *a = res; rc == 0 && a != NULL && n < LE_MAX_ADDRS; a = a->ai_next)
 	{
-		char		ip[INET6_ADDRSTRLEN];
-		const void *src;
+		char		ip[NI_MAXHOST];
+		bool		seen = false;
 
-		if (a->ai_family == AF_INET)
-			src = &((struct sockaddr_in *) a->ai_addr)->sin_addr;
-		else if (a->ai_family == AF_INET6)
-			src = &((struct sockaddr_in6 *) a->ai_addr)->sin6_addr;
-		else
+		if (a->ai_family != AF_INET && a->ai_family != AF_INET6)
 			continue;
-		if (inet_ntop(a->ai_family, src, ip, sizeof(ip)) == NULL)
+		/* numeric, with an IPv6 zone ("%eth0") that a link-local one needs */
+		if (getnameinfo(a->ai_addr, a->ai_addrlen, ip, sizeof(ip), NULL, 0,
+						NI_NUMERICHOST) != 0)
 			continue;
 		/* the same address once (one per socket type is asked, but be sure) */
-		if (strstr(buf, ip) != NULL)
+		for (const char *p = buf; *p && !seen; p += strcspn(p, ","), p += *p == ',')
+			seen = strncmp(p, ip, strlen(ip)) == 0 && (p[strlen(ip)] == ',' || p[strlen(ip)] == '\0');
+		if (seen)
 			continue;
 		snprintf(buf + strlen(buf), sizeof(buf) - strlen(buf), "%s%s", n ? "," : "", ip);
 		n++;
@@ -436,6 +437,9 @@ resolve_bounded(const char *name, int64_t deadline, char *hosts, size_t hlen,
 	pthread_attr_t attr;
 	pthread_condattr_t ca;
 	pthread_t	th;
+	sigset_t	all,
+				old;
+	bool		started;
 	bool		ok = false;
 
 	*timedout = false;
@@ -453,7 +457,12 @@ resolve_bounded(const char *name, int64_t deadline, char *hosts, size_t hlen,
 	l->refs = 2;
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	if (pthread_create(&th, &attr, lookup_main, l) != 0)
+	/* a library thread: every signal blocked in it from its start */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	started = pthread_create(&th, &attr, lookup_main, l) == 0;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (!started)
 	{
 		pthread_attr_destroy(&attr);
 		l->refs = 1;
@@ -617,7 +626,9 @@ le_connect_params(const char *const *kw, const char *const *val, int64_t deadlin
 	if (ct == NULL)
 		ct = getenv("PGCONNECT_TIMEOUT");
 	nhosts = list_len(hosts) > list_len(addrs) ? list_len(hosts) : list_len(addrs);
-	if (nhosts < 2 && !(list_len(addrs) == 0 && list_len(hosts) == 1 && host_is_name(hosts)))
+	/* as many ports as hosts, or one: else libpq's own error, before any lookup */
+	if ((nhosts < 2 && !(list_len(addrs) == 0 && list_len(hosts) == 1 && host_is_name(hosts))) ||
+		(list_len(ports) > 1 && list_len(ports) != nhosts))
 	{
 		PQconninfoFree(opts);
 		return connect_until(kw, val, deadline, err, errlen, timedout);

@@ -29,6 +29,7 @@
  */
 #define _GNU_SOURCE
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -2710,6 +2711,46 @@ cmd_run(options *o)
 	log_flush(LOG_EXIT_FLUSH_MS);
 	return exit_status;
 }
+/*
+ * Note the descriptors from 3 up that we were started with, the lowest
+ * SV_MAX_KEEP of them however high their numbers: from /proc/self/fd,
+ * else by probing the first 1024.
+ */
+static void
+find_inherited_fds(void)
+{
+	DIR		   *d = opendir("/proc/self/fd");
+	struct dirent *de;
+
+	if (d == NULL)
+	{
+		for (int fd = 3; fd < 1024 && n_inherited < SV_MAX_KEEP; fd++)
+			if (fcntl(fd, F_GETFD) >= 0)
+				inherited_fds[n_inherited++] = fd;
+		return;
+	}
+	while ((de = readdir(d)) != NULL)
+	{
+		char	   *end;
+		long		fd = strtol(de->d_name, &end, 10);
+		int			at;
+
+		if (*end != '\0' || end == de->d_name || fd < 3 || fd > INT_MAX || fd == dirfd(d))
+			continue;
+		/* insert in order, dropping the highest beyond SV_MAX_KEEP */
+		for (at = n_inherited; at > 0 && inherited_fds[at - 1] > fd; at--)
+			if (at < SV_MAX_KEEP)
+				inherited_fds[at] = inherited_fds[at - 1];
+		if (at < SV_MAX_KEEP)
+		{
+			inherited_fds[at] = (int) fd;
+			if (n_inherited < SV_MAX_KEEP)
+				n_inherited++;
+		}
+	}
+	closedir(d);
+}
+
 /* Entry point: dispatch on the subcommand. */
 int
 main(int argc, char **argv)
@@ -2718,9 +2759,7 @@ main(int argc, char **argv)
 	const char *cmd;
 
 	/* the caller's descriptors, before we open any */
-	for (int fd = 3; fd < 1024 && n_inherited < SV_MAX_KEEP; fd++)
-		if (fcntl(fd, F_GETFD) >= 0)
-			inherited_fds[n_inherited++] = fd;
+	find_inherited_fds();
 
 	/* a closed pipe must be an EPIPE error, never our death */
 	signal(SIGPIPE, SIG_IGN);
@@ -2757,6 +2796,9 @@ main(int argc, char **argv)
 	}
 	if (o.command[0] != NULL)
 		usage_error("unexpected argument \"%s\"", o.command[0]);
+	/* only run writes it at exit: an empty file would say "killed" */
+	if (status_file != NULL)
+		usage_error("--status-file is only for run");
 	if (strcmp(cmd, "status") == 0)
 		return cmd_status(&o);
 	if (strcmp(cmd, "release") == 0)

@@ -68,6 +68,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <termios.h>
@@ -155,21 +156,59 @@ sv_keep_fds(const int *fds, int n, bool set_listen_pid)
 }
 
 /*
- * Close every descriptor from 3 up except the ones listed (-1 entries
- * ignored) and the ones the command keeps.
+ * Close descriptors lo .. hi (async-signal-safe): close_range where the
+ * kernel has it, else one by one up to the descriptor limit.
+ */
+static void
+close_span(unsigned int lo, unsigned int hi)
+{
+	struct rlimit rl;
+
+	if (lo > hi)
+		return;
+#ifdef SYS_close_range
+	if (syscall(SYS_close_range, lo, hi, 0) == 0)
+		return;
+#endif
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > 1048576)
+		rl.rlim_cur = 1048576;
+	for (unsigned int i = lo; i <= hi && i < rl.rlim_cur; i++)
+		close((int) i);
+}
+
+/*
+ * Close every descriptor from 3 up, however high, except the ones listed
+ * (-1 entries ignored) and the ones the command keeps.
  */
 static void
 close_all_but(int a, int b, int c)
 {
-	for (int i = 3; i < 4096; i++)
-	{
-		bool		keep = i == a || i == b || i == c;
+	int			keep[SV_MAX_KEEP + 3];
+	int			n = 0;
+	unsigned int lo = 3;
 
-		for (int j = 0; j < sv_nkeep && !keep; j++)
-			keep = sv_keep[j] == i;
-		if (!keep)
-			close(i);
+	keep[n++] = a;
+	keep[n++] = b;
+	keep[n++] = c;
+	for (int j = 0; j < sv_nkeep; j++)
+		keep[n++] = sv_keep[j];
+	/* ascending, so that the gaps between them are closed in spans */
+	for (int i = 1; i < n; i++)
+		for (int j = i; j > 0 && keep[j - 1] > keep[j]; j--)
+		{
+			int			t = keep[j];
+
+			keep[j] = keep[j - 1];
+			keep[j - 1] = t;
+		}
+	for (int i = 0; i < n; i++)
+	{
+		if (keep[i] < 0 || (unsigned int) keep[i] < lo)
+			continue;
+		close_span(lo, (unsigned int) keep[i] - 1);
+		lo = (unsigned int) keep[i] + 1;
 	}
+	close_span(lo, ~0U);
 }
 
 /* The command, in the freshly forked child of the supervisor: exec or report. */

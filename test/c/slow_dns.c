@@ -2,12 +2,15 @@
  * slow_dns.c
  *		LD_PRELOAD shim for 127_client_dns_timeout.pl: getaddrinfo of the
  *		host name in LE_SLOW_DNS_NAME hangs for 30 s and then fails with
- *		EAI_AGAIN, as a lookup whose name server never answers does.  Every
- *		other name is resolved as usual.
+ *		EAI_AGAIN, as a lookup whose name server never answers does.  The
+ *		name in LE_MULTI_DNS_NAME resolves to the addresses listed in
+ *		LE_MULTI_DNS_ADDRS (comma-separated, in that order), as a name with
+ *		several A/AAAA records does.  Every other name is resolved as usual.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <netdb.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -31,6 +34,28 @@ getaddrinfo(const char *node, const char *service, const struct addrinfo *hints,
 		while ((left = sleep(left)) > 0)
 			;
 		return EAI_AGAIN;
+	}
+	if (node != NULL && getenv("LE_MULTI_DNS_NAME") != NULL &&
+		strcmp(node, getenv("LE_MULTI_DNS_NAME")) == 0)
+	{
+		char		list[1024];
+		struct addrinfo **tail = res;
+		struct addrinfo h;
+
+		memset(&h, 0, sizeof(h));
+		h.ai_family = AF_UNSPEC;
+		h.ai_socktype = hints ? hints->ai_socktype : 0;
+		h.ai_flags = AI_NUMERICHOST;
+		snprintf(list, sizeof(list), "%s", getenv("LE_MULTI_DNS_ADDRS") ? getenv("LE_MULTI_DNS_ADDRS") : "");
+		*res = NULL;
+		for (char *save = NULL, *a = strtok_r(list, ",", &save); a; a = strtok_r(NULL, ",", &save))
+		{
+			if (real(a, service, &h, tail) != 0)
+				continue;
+			while (*tail != NULL)
+				tail = &(*tail)->ai_next;
+		}
+		return *res ? 0 : EAI_NONAME;
 	}
 	return real(node, service, hints, res);
 }

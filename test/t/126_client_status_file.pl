@@ -56,5 +56,15 @@ is(slurp_file($sf), "pg_leader 143 signal\n", 'the status file says pg_leader ga
 is($rc, 64, 'usage error: 64');
 is(slurp_file($sf), "pg_leader 64 usage\n", 'the status file says pg_leader gave 64');
 
+# status and release never write it at exit: refused, not left empty
+for my $sub ('status', 'release')
+{
+	my ($out, $e2) = ('', '');
+	IPC::Run::run([ pg_leader_cmd(), $sub, '-d', $dsn, '-l', 'sf-key', '--status-file', $sf ],
+		'<', \undef, '>', \$out, '2>', \$e2, IPC::Run::timeout(60));
+	is($? >> 8, 64, "$sub --status-file: usage error 64");
+	is(slurp_file($sf), "pg_leader 64 usage\n", "$sub --status-file: the file says so, not empty");
+}
+
 $node->stop;
 done_testing();
