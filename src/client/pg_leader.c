@@ -2368,10 +2368,14 @@ cmd_run(options *o)
 			}
 			/*
 			 * 1. Reasons to stop the command, most urgent first; none once
-			 * it has exited on its own (before any deadline signal).
+			 * it has exited on its own (before any deadline signal), unless
+			 * the supervisor died without reporting that end: then nobody
+			 * else stops what is left of the group (its death killed the
+			 * command, whose zombie may be reaped in the same poll).
 			 */
 			if (stopping == STOP_NONE && run.command_exited && !we_killed &&
-				!run.deadline_term && !run.deadline_kill)
+				!run.deadline_term && !run.deadline_kill &&
+				!(run.sup_exited && !run.sup_reported_end))
 				;
 			else if (!leading || info.period != child_period)
 			{

@@ -573,6 +573,9 @@ class Sweep:
         'heartbeat-file': ('run', ['', '/', '/nonexistent-sweep-dir/hb', '/tmp/' + 'x' * 100000,
                                    b'/tmp/\xc3\x28\xff', '/tmp/sweep-hb'],
                            {'', '/', '/nonexistent-sweep-dir/hb', '/tmp/' + 'x' * 100000}),
+        'keep-fds': ('run', [None], set()),
+        'status-file': ('run', ['', '/', '/nonexistent-sweep-dir/st', '/tmp/sweep-status', b'/tmp/\xc3\x28\xff'],
+                        {'', '/', '/nonexistent-sweep-dir/st'}),
     }
     HB_PARTNER = {'heartbeat-file': '--heartbeat-timeout=1h', 'heartbeat-timeout': '--heartbeat-file=/tmp/sweep-hb'}
 
