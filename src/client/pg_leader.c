@@ -179,6 +179,7 @@ static void
 write_status_file(int status)
 {
 	char		buf[96];
+	char		tmp[4096];
 	const char *what;
 	int			fd,
 				len;
@@ -194,12 +195,20 @@ write_status_file(int status)
 		len = snprintf(buf, sizeof(buf), "command %d\n", status);
 	else
 		len = snprintf(buf, sizeof(buf), "pg_leader %d %s\n", status, what);
-	fd = open(status_file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+	/*
+	 * Written beside it and renamed over it, so that a reader never sees
+	 * the file emptied at exit (empty means "running, or killed").
+	 */
+	if (snprintf(tmp, sizeof(tmp), "%s.%d.tmp", status_file, (int) getpid()) >= (int) sizeof(tmp))
+		tmp[0] = '\0';
+	fd = open(tmp[0] ? tmp : status_file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
 	if (fd < 0)
 		return;
 	rc = write(fd, buf, (size_t) len);
 	(void) rc;
 	close(fd);
+	if (tmp[0] && rename(tmp, status_file) != 0)
+		(void) unlink(tmp);
 }
 
 /* Print a usage error and exit. */

@@ -1,7 +1,8 @@
 # G9: a command may exit with any status, pg_leader's own included:
 # --status-file FILE tells them apart.  It is created empty at start and
 # holds "command N" when N is the command's own status, or
-# "pg_leader N WHY" when N is pg_leader's.
+# "pg_leader N WHY" when N is pg_leader's; the outcome replaces the empty
+# file by a rename.
 use strict;
 use warnings;
 use FindBin;
@@ -46,8 +47,12 @@ if ($pid == 0)
 }
 ok(wait_for(sub { -e "$dir/sig.log" && slurp_file("$dir/sig.log") =~ /command_started/ }, 30), 'the command runs');
 is(slurp_file($sf), '', 'the status file is empty while pg_leader runs');
+my $inode = (stat($sf))[1];
 kill 'TERM', $pid;
 waitpid($pid, 0);
+# the outcome is renamed over the empty file, never written into it: a
+# reader never sees it emptied at exit
+isnt((stat($sf))[1], $inode, 'the status file was replaced, not truncated');
 is($? >> 8, 143, 'SIGTERM: 143');
 is(slurp_file($sf), "pg_leader 143 signal\n", 'the status file says pg_leader gave 143');
 
