@@ -616,11 +616,11 @@ le_connect_params(const char *const *kw, const char *const *val, int64_t deadlin
 		ports = service_get(service, "port", s_port, sizeof(s_port));
 	if (service != NULL && ct == NULL)
 		ct = service_get(service, "connect_timeout", s_ct, sizeof(s_ct));
-	if (hosts == NULL && addrs == NULL)
-	{
+	/* each on its own, as libpq's defaults: PGHOSTADDR with a DSN's host too */
+	if (hosts == NULL)
 		hosts = getenv("PGHOST");
+	if (addrs == NULL)
 		addrs = getenv("PGHOSTADDR");
-	}
 	if (ports == NULL)
 		ports = getenv("PGPORT");
 	if (ct == NULL)

@@ -3,7 +3,8 @@
 # with --no-wait), and per host in a multi-host string, so that the next
 # host is still tried.  An LD_PRELOAD shim (test/c/slow_dns.c) makes
 # getaddrinfo of one name hang for 30 s.  A name that resolves to several
-# addresses (localhost: ::1 and 127.0.0.1) still connects.
+# addresses (localhost: ::1 and 127.0.0.1) still connects; PGHOSTADDR in the
+# environment is used as libpq uses it, with no lookup.
 use strict;
 use warnings;
 use FindBin;
@@ -67,6 +68,15 @@ cmp_ok($secs, '<', 20, "and in bounded time (took ${secs}s)");
 # a name with several addresses (::1 refused, 127.0.0.1 listening)
 ($rc, $secs, $err) = timed('status', '-d', "host=localhost port=$port dbname=postgres", '-l', 'nothing');
 is($rc, 1, 'a name with several addresses: the one listening answers') or diag($err);
+
+# PGHOSTADDR in the environment is the address, as libpq takes it: the name
+# (here the hanging one) is not looked up
+{
+	local $ENV{PGHOSTADDR} = '127.0.0.1';
+	($rc, $secs, $err) = timed('status', '-d', $slow, '-l', 'nothing', '--timeout', '10s');
+	is($rc, 1, 'PGHOSTADDR with a host name: connected to that address') or diag($err);
+	cmp_ok($secs, '<', 4, "without looking the name up (took ${secs}s)");
+}
 
 $node->stop;
 done_testing();
