@@ -1272,6 +1272,119 @@ typedef struct options
 	char	  **command;
 } options;
 
+/* Set the option c of getopt_long, with its argument optarg. */
+static void
+set_option(options *o, int c)
+{
+	char	   *end;
+
+	switch (c)
+	{
+		case 'd':
+			o->dsn = optarg;
+			break;
+		case 'l':
+			o->lease = optarg;
+			break;
+		case 'o':
+			o->owner = optarg;
+			break;
+		case 1:
+			o->ttl = duration_arg("ttl", optarg);
+			break;
+		case 2:
+			o->renew = duration_arg("renew", optarg);
+			break;
+		case 3:
+			o->retry = duration_arg("retry", optarg);
+			break;
+		case 4:
+			errno = 0;
+			o->jitter = (int) strtol(optarg, &end, 10);
+			if (errno || *end || end == optarg || o->jitter < 0 || o->jitter > 100)
+				usage_error("invalid --jitter \"%s\" (a percentage from 0 to 100)", optarg);
+			break;
+		case 5:
+			o->margin = duration_arg("safety-margin", optarg);
+			break;
+		case 6:
+			o->grace = duration_arg("grace", optarg);
+			o->grace_set = true;
+			break;
+		case 7:
+			o->connect_timeout = duration_arg("connect-timeout", optarg);
+			break;
+		case 8:
+			o->statement_timeout = duration_arg("statement-timeout", optarg);
+			if (o->statement_timeout < MIN_STATEMENT_TIMEOUT_MS)
+				usage_error("--statement-timeout %s is too short: at least %dms "
+							"(an acquire that times out after it was sent may still be granted)",
+							optarg, MIN_STATEMENT_TIMEOUT_MS);
+			break;
+		case 9:
+			o->no_wait = true;
+			break;
+		case 10:
+			o->loop = true;
+			break;
+		case 11:
+			if (strcmp(optarg, "json") == 0)
+				log_json = true;
+			else if (strcmp(optarg, "text") != 0)
+				usage_error("invalid --log-format \"%s\" (text or json)", optarg);
+			break;
+		case 12:
+			o->json = true;
+			break;
+		case 13:
+			errno = 0;
+			o->token = strtoll(optarg, &end, 10);
+			if (errno || *end || end == optarg || o->token <= 0)
+				usage_error("invalid --token \"%s\" (a positive integer)", optarg);
+			break;
+		case 14:
+			o->wait_timeout = duration_arg("wait-timeout", optarg);
+			break;
+		case 15:
+			o->max_runtime = duration_arg("max-runtime", optarg);
+			break;
+		case 16:
+			o->heartbeat_file = optarg;
+			break;
+		case 17:
+			o->heartbeat_timeout = duration_arg("heartbeat-timeout", optarg);
+			break;
+		case 18:
+			o->timeout = duration_arg("timeout", optarg);
+			break;
+		case 20:
+			keep_fds = true;
+			break;
+		case 19:
+			{
+				/* created empty now: a reader sees "" until pg_leader exits */
+				int			fd = open(optarg, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+
+				if (fd < 0)
+					usage_error("cannot write --status-file \"%s\": %s", optarg, strerror(errno));
+				close(fd);
+				status_file = optarg;
+			}
+			break;
+		case 'V':
+			printf("%s (leader_election) %s\n", progname, PG_LEADER_VERSION);
+			exit(0);
+		case 'v':
+			verbose = true;
+			break;
+		case 'h':
+			help();
+			exit(0);
+		default:
+			usage_error("invalid option");
+	}
+}
+
 /* Parse argv after the subcommand name. */
 static void
 parse_options(int argc, char **argv, options *o)
@@ -1306,7 +1419,6 @@ parse_options(int argc, char **argv, options *o)
 		{NULL, 0, NULL, 0}
 	};
 	int			c;
-	char	   *end;
 	le_config	defaults;
 
 	le_config_init(&defaults);
@@ -1321,113 +1433,7 @@ parse_options(int argc, char **argv, options *o)
 	o->statement_timeout = defaults.statement_timeout_ms;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "+d:l:vVh", longopts, NULL)) != -1)
-	{
-		switch (c)
-		{
-			case 'd':
-				o->dsn = optarg;
-				break;
-			case 'l':
-				o->lease = optarg;
-				break;
-			case 'o':
-				o->owner = optarg;
-				break;
-			case 1:
-				o->ttl = duration_arg("ttl", optarg);
-				break;
-			case 2:
-				o->renew = duration_arg("renew", optarg);
-				break;
-			case 3:
-				o->retry = duration_arg("retry", optarg);
-				break;
-			case 4:
-				errno = 0;
-				o->jitter = (int) strtol(optarg, &end, 10);
-				if (errno || *end || end == optarg || o->jitter < 0 || o->jitter > 100)
-					usage_error("invalid --jitter \"%s\" (a percentage from 0 to 100)", optarg);
-				break;
-			case 5:
-				o->margin = duration_arg("safety-margin", optarg);
-				break;
-			case 6:
-				o->grace = duration_arg("grace", optarg);
-				o->grace_set = true;
-				break;
-			case 7:
-				o->connect_timeout = duration_arg("connect-timeout", optarg);
-				break;
-			case 8:
-				o->statement_timeout = duration_arg("statement-timeout", optarg);
-				if (o->statement_timeout < MIN_STATEMENT_TIMEOUT_MS)
-					usage_error("--statement-timeout %s is too short: at least %dms "
-								"(an acquire that times out after it was sent may still be granted)",
-								optarg, MIN_STATEMENT_TIMEOUT_MS);
-				break;
-			case 9:
-				o->no_wait = true;
-				break;
-			case 10:
-				o->loop = true;
-				break;
-			case 11:
-				if (strcmp(optarg, "json") == 0)
-					log_json = true;
-				else if (strcmp(optarg, "text") != 0)
-					usage_error("invalid --log-format \"%s\" (text or json)", optarg);
-				break;
-			case 12:
-				o->json = true;
-				break;
-			case 13:
-				errno = 0;
-				o->token = strtoll(optarg, &end, 10);
-				if (errno || *end || end == optarg || o->token <= 0)
-					usage_error("invalid --token \"%s\" (a positive integer)", optarg);
-				break;
-			case 14:
-				o->wait_timeout = duration_arg("wait-timeout", optarg);
-				break;
-			case 15:
-				o->max_runtime = duration_arg("max-runtime", optarg);
-				break;
-			case 16:
-				o->heartbeat_file = optarg;
-				break;
-			case 17:
-				o->heartbeat_timeout = duration_arg("heartbeat-timeout", optarg);
-				break;
-			case 18:
-				o->timeout = duration_arg("timeout", optarg);
-				break;
-			case 20:
-				keep_fds = true;
-				break;
-			case 19:
-				{
-					/* created empty now: a reader sees "" until pg_leader exits */
-					int			fd = open(optarg, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-
-					if (fd < 0)
-						usage_error("cannot write --status-file \"%s\": %s", optarg, strerror(errno));
-					close(fd);
-					status_file = optarg;
-				}
-				break;
-			case 'V':
-				printf("%s (leader_election) %s\n", progname, PG_LEADER_VERSION);
-				exit(0);
-			case 'v':
-				verbose = true;
-				break;
-			case 'h':
-				help();
-				exit(0);
-			default:
-				usage_error("invalid option");
-		}
-	}
+		set_option(o, c);
 	o->command = argv + optind;
 	if ((o->heartbeat_file == NULL) != (o->heartbeat_timeout == 0))
 		usage_error("--heartbeat-file and --heartbeat-timeout go together");
