@@ -2,28 +2,14 @@
  *
  * pg_leader.c
  *		Command-line client of leader_election; it runs a command only while
- *		holding a fenced lease, show leases, release a lease.
+ *		holding a fenced lease, shows leases, releases a lease.
  *
- * Processes, threads and locking rules.  "pg_leader run" is one process:
- * the main thread, which alone forks, signals and reaps and handles our
- * own signals, and the elector's threads (campaign, renewal, timer and
- * callback dispatcher, see le_client.h), which block all signals.  The
- * elector's callbacks run on its dispatcher thread, only queue log lines
- * (see "Logging" below: nobody but the log writer thread ever blocks on
- * stderr) and wake the main thread through a self-pipe; the main thread then asks
- * le_elector_is_leader(), which compares the local deadline with the clock
- * itself.  So after a SIGSTOP longer than the ttl, the first thing the
- * resumed main thread does is notice the passed deadline and act.
- *
- * The command runs under a supervisor process (supervise.c): its parent
- * and the leader of its process group, started before the command, fed the
- * kill deadline (local deadline - KILL_SLACK_MS) through a pipe after every
- * renewal.  The supervisor and the main thread both SIGTERM the group at
- * kill deadline - grace and SIGKILL it at the kill deadline; the main
- * thread releases the lease (resign/stop, or le_elector_release_period
- * for a period that ended by itself: the elector runs with defer_release)
- * only after the whole group was reaped.  pg_leader is a child subreaper and ignores SIGPIPE, SIGTTIN and
- * SIGTTOU.
+ * The invariant of "pg_leader run": the command's whole process group is
+ * SIGKILLed at the kill deadline (local deadline - KILL_SLACK_MS) at the
+ * latest, and the lease is released only after that group was reaped.
+ * The main thread alone forks, signals and reaps; the elector's threads
+ * block all signals and only wake the main thread.  Processes and threads:
+ * see "src/client" in src/README.md.
  *
  *-------------------------------------------------------------------------
  */
