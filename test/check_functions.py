@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""The C files of src/ stay readable: no function over 150 lines, no file
-header comment over 25 lines (the design notes belong in src/README.md).
+"""The C files of src/ and src/client/ stay readable: no function over 150
+lines, no file header comment over 25 lines (the design notes belong in
+src/README.md).  src/client/test_notify.c, the parser's test program, is
+held to the same rules.
 
     test/check_functions.py [TREE]     # TREE/src; default: the tree of this script
 """
@@ -15,7 +17,9 @@ MAX_HEADER = 25
 here = os.path.dirname(os.path.abspath(__file__))
 tree = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..")
 bad = 0
-for path in sorted(glob.glob(os.path.join(tree, "src", "*.[ch]"))):
+paths = sorted(glob.glob(os.path.join(tree, "src", "*.[ch]")) +
+               glob.glob(os.path.join(tree, "src", "client", "*.[ch]")))
+for path in paths:
     name = os.path.relpath(path, tree)
     lines = open(path).read().split("\n")
     if lines and lines[0].startswith("/*"):
@@ -43,4 +47,5 @@ for path in sorted(glob.glob(os.path.join(tree, "src", "*.[ch]"))):
             print("%s:%d: %s is %d lines (at most %d)" % (name, i + 1, m.group(1), length, MAX_FUNCTION))
 if bad:
     sys.exit(1)
-print("ok: no function over %d lines, no header over %d lines in src/" % (MAX_FUNCTION, MAX_HEADER))
+print("ok: no function over %d lines, no header over %d lines in src/ and src/client/"
+      % (MAX_FUNCTION, MAX_HEADER))

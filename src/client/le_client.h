@@ -5,57 +5,14 @@
  *		campaigns for a lease, renews it on its own thread and connection,
  *		and ends leadership locally at a safety deadline.
  *
- * Threads.  An elector owns four threads; the first two have a connection
- * each:
- *
- *	- the campaign thread LISTENs on channel "leader_election", calls
- *	  le_acquire while not leading (at once when a release is announced,
- *	  otherwise every retry interval with jitter), reads the lease to report
- *	  new leaders, and releases the lease on resign or stop;
- *	- the renewal thread calls le_renew every renew interval while leading;
- *	- the timer thread ends a period at its local deadline (a timerfd on
- *	  CLOCK_BOOTTIME); it does no network work, so a hung connection or a
- *	  blocking DNS lookup cannot delay it;
- *	- the dispatcher thread runs ALL callbacks, one at a time, in the order
- *	  of the state changes they report.
- *
- * Leadership periods.  One state machine owns the transitions
- * (following -> leading at a grant, leading -> following at the first of:
- * deadline, lost, renew failure, resign, stop).  Each transition takes
- * effect at once (le_elector_is_leader(), le_elector_period_fd()) and then
- * queues its callback.  Per period the callbacks come in this order:
- * on_started(N), on_new_leader(ourselves), any number of on_renewed(N),
- * on_stopped(N); on_stopped(N) always comes before on_started(N+1), and
- * nothing of period N comes after on_stopped(N).  A slow callback delays
- * later callbacks but never a state change: code that must react at once
- * should poll le_elector_period_fd() or call le_elector_is_leader().
- * When callbacks fall far behind, notices and on_new_leader reports are
- * dropped (and counted in a later notice), and renewals of one period
- * coalesce; on_started/on_stopped are never dropped (a period does not
- * begin while its callbacks could not be queued).
- *
- * The local safety deadline of a leadership period is
- *	(time on le_monotonic_ms() when the last confirmed acquire/renew was
- *	 SENT) + ttl - safety margin.
- * le_elector_is_leader() compares it with the clock on every call, so a
- * caller learns that leadership ended even before any thread has run (for
- * example right after the process was resumed from SIGSTOP).  Leadership
- * also ends when a renewal returns NULL (the lease is no longer ours) or
- * fails with an error that retrying cannot fix.  A token, once lost, is
- * never used again: if the server hands it back (it still believes we hold
- * it), the elector releases it and acquires a fresh one.
- *
- * Notifications on channel "leader_election" are NOT authenticated: any
- * role that can connect may send one.  The elector treats them as wake-up
- * hints only and confirms with the server (le_renew, a read of the lease,
- * le_acquire) before it ends leadership or reports a new leader.
- *
- * Callbacks run on the dispatcher thread, never two at a time.  They may
- * call le_elector_is_leader(), le_elector_status(), le_elector_resign()
- * (it does not wait then) and le_elector_request_stop(); le_elector_stop()
- * from a callback only requests the stop (it cannot join its own thread);
- * le_elector_destroy() must not be called from a callback.  Strings passed
- * to callbacks contain no control characters.
+ * The invariant: le_elector_is_leader() is true only before the local
+ * safety deadline of the current period, (send time of the last confirmed
+ * acquire or renewal) + ttl - safety margin, checked against the clock on
+ * every call.  Per period the callbacks come in the order on_started(N),
+ * on_new_leader, on_renewed(N)..., on_stopped(N), and on_stopped(N) comes
+ * before on_started(N+1).  The elector's threads, its periods and the
+ * rules for callbacks are described in the "src/client" section of
+ * src/README.md and above the callback types below.
  *
  *-------------------------------------------------------------------------
  */
@@ -117,6 +74,14 @@ typedef struct le_lease_info
 	uint64_t	period;			/* counts leadership periods of this elector, from 1 */
 } le_lease_info;
 
+/*
+ * Callbacks run on the dispatcher thread, never two at a time.  They may
+ * call le_elector_is_leader(), le_elector_status(), le_elector_resign()
+ * (it does not wait then) and le_elector_request_stop(); le_elector_stop()
+ * from a callback only requests the stop (it cannot join its own thread);
+ * le_elector_destroy() must not be called from a callback.  Strings passed
+ * to callbacks contain no control characters.
+ */
 typedef void (*le_started_cb) (void *arg, const le_lease_info *lease);
 typedef void (*le_stopped_cb) (void *arg, const le_lease_info *lease,
 							   le_stop_reason reason, const char *detail);

@@ -2,28 +2,17 @@
  *
  * le_internal.h
  *		Internals of the leader_election client library, shared by its
- *		files (not installed):
- *
- *	le_util.c		clocks, strings, random numbers, durations
- *	le_conn.c		connections and statements with deadlines (non-blocking libpq)
- *	le_notify.c		parser of the extension's NOTIFY payloads
- *	le_period.c		the period state machine, the deadline timer thread and
- *					the callback dispatcher thread
- *	le_campaign.c	the campaign thread (LISTEN, le_acquire, le_release)
- *	le_renew.c		the renewal thread (le_renew)
- *	le_client.c		the public API
+ *		files (not installed): le_util.c (clocks, strings, durations),
+ *		le_conn.c (connections and statements with deadlines), le_notify.c
+ *		(NOTIFY payloads), le_period.c (period state machine, timer and
+ *		dispatcher threads), le_campaign.c, le_renew.c and le_client.c.
  *
  * Locking rules.  All shared state of an elector lives in struct le_elector
  * and is read and written only under e->mu, except the fields marked
- * "immutable" (set before the threads start).  e->cv (on CLOCK_MONOTONIC) is
- * broadcast on every change of that state; waits on it are sliced
- * (LE_WAIT_SLICE_MS) and recomputed against CLOCK_BOOTTIME deadlines, so a
- * suspend cannot stretch them.  Period transitions (begin, renewed, end) are
- * made only by the functions of le_period.c, under e->mu; each one queues
- * its callback event in the same critical section, so the dispatcher thread
- * delivers callbacks in exactly the order of the transitions.  No lock is
- * ever held across network I/O or a callback.  Each libpq connection is
- * owned by one thread.
+ * "immutable" (set before the threads start).  Period transitions are made
+ * only by the functions of le_period.c, under e->mu.  No lock is ever held
+ * across network I/O or a callback; each libpq connection is owned by one
+ * thread.  Waits on e->cv: see "src/client" in src/README.md.
  *
  *-------------------------------------------------------------------------
  */

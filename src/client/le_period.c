@@ -8,21 +8,9 @@
  * le_period_end*) runs under e->mu and queues its callback event in the same
  * critical section, so events are queued in exactly the order of the
  * transitions; one dispatcher thread delivers them in queue order, without
- * e->mu held.  Hence on_renewed(N) never follows on_stopped(N), and
- * on_stopped(N) always precedes on_started(N+1).  State changes (what
- * le_elector_is_leader() and the period fd report) take effect before any
- * callback runs: a slow callback (e.g. logging to a full pipe) delays later
- * callbacks, never a transition.
- *
- * The queue has LE_QUEUE_LEN slots.  A period begins only when two slots
- * are free (its on_started and on_stopped); renewals coalesce with a
- * renewal queued just before; notices and new-leader reports are dropped
- * (and counted) rather than taking the slot an on_stopped needs.
- *
- * The timer thread ends a period at its local deadline.  It waits on a
- * timerfd on CLOCK_BOOTTIME (the clock of le_monotonic_ms(), which counts
- * during suspend) and does no network work and runs no callback, so neither
- * a hung connection, a blocking DNS lookup nor a slow callback can delay it.
+ * e->mu held.  State changes take effect before any callback runs: a slow
+ * callback delays later callbacks, never a transition.  The event queue
+ * and the timer thread: see "src/client" in src/README.md.
  *
  *-------------------------------------------------------------------------
  */

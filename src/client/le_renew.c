@@ -75,18 +75,151 @@ retry_pause(le_elector *e, int64_t deadline)
 	return pause > 0 ? pause : 0;
 }
 
+/* The connection of the renewal thread and what it learnt. */
+typedef struct renewer
+{
+	le_elector *e;
+	PGconn	   *conn;
+	uint64_t	conn_period;	/* period the connection was made for */
+	int64_t		not_before;		/* no attempt before this (after an error) */
+	uint64_t	refreshed_for;	/* period whose start replaced the connection */
+	int64_t		rtt;			/* the last round trip seen (acquire or renewal) */
+	char		msg[512];
+} renewer;
+
+/*
+ * A new period: replace the connection now (it may have idled, and died
+ * unnoticed, through a long time as a follower), so that the first renewal
+ * need not connect.  Called with e->mu held; releases it meanwhile.
+ */
+static void
+renew_refresh_conn(renewer *rn, uint64_t period, int64_t deadline, int64_t now)
+{
+	le_elector *e = rn->e;
+
+	rn->refreshed_for = period;
+	/* the acquire's round trip, with the time the news took to reach us */
+	rn->rtt = now - e->last_send;
+	pthread_mutex_unlock(&e->mu);
+	if (rn->conn)
+		PQfinish(rn->conn);
+	rn->conn = NULL;
+	/* not an attempt to renew yet: it may use all the time before renew_by */
+	now = le_monotonic_ms();
+	if (le_open_conn(e, "renew",
+					 attempt_deadline(e, now, deadline, e->cfg.connect_timeout_ms,
+									  deadline - e->cfg.renew_by_ms - now),
+					 &rn->conn, rn->msg, sizeof(rn->msg)) == LE_OK)
+		rn->conn_period = period;
+	else
+		rn->conn = NULL;		/* the renewal will try again and report */
+	pthread_mutex_lock(&e->mu);
+}
+
+/*
+ * One renewal attempt of period, on the thread's connection (made anew if
+ * needed), and what its answer means for the period.  Called without e->mu.
+ */
+static void
+renew_once(renewer *rn, uint64_t period, int64_t deadline, const char *token_text)
+{
+	le_elector *e = rn->e;
+	const char *values[4];
+	int64_t		t_send;
+	PGresult   *r;
+	bool		broken,
+				timedout;
+	le_errclass ec;
+	const char *state;
+
+	if (rn->conn != NULL && rn->conn_period != period)
+	{
+		/* a new period: do not trust a connection that idled as a follower */
+		PQfinish(rn->conn);
+		rn->conn = NULL;
+	}
+	if (rn->conn == NULL)
+	{
+		le_result	rc;
+
+		/* a connect takes two round trips at least (startup, extension check) */
+		rc = le_open_conn(e, "renew",
+						  attempt_deadline(e, le_monotonic_ms(), deadline, e->cfg.connect_timeout_ms,
+										   3 * rn->rtt),
+						  &rn->conn, rn->msg, sizeof(rn->msg));
+		if (rc != LE_OK)
+		{
+			le_notice(e, "renewal connection: %s", rn->msg);
+			le_record_error(e, rc, "", rn->msg);
+			rn->conn = NULL;
+			rn->not_before = le_monotonic_ms() + retry_pause(e, deadline);
+			return;
+		}
+		rn->conn_period = period;
+	}
+
+	values[0] = e->lease_key;
+	values[1] = e->owner_id;
+	values[2] = token_text;
+	values[3] = e->ttl_text;
+	t_send = le_monotonic_ms();
+	rn->msg[0] = '\0';
+	r = le_exec_bounded(rn->conn, e->sql_renew, 4, values,
+						attempt_deadline(e, t_send, deadline, e->cfg.statement_timeout_ms, 2 * rn->rtt),
+						rn->msg, sizeof(rn->msg), &broken, &timedout);
+
+	if (r != NULL && PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
+	{
+		rn->rtt = le_monotonic_ms() - t_send;
+		if (!PQgetisnull(r, 0, 0))
+		{
+			le_period_renewed(e, period, t_send, PQgetvalue(r, 0, 0));
+			le_record_error(e, LE_OK, "", "");
+		}
+		else
+			le_period_end(e, period, LE_STOP_LOST,
+						  "le_renew returned NULL: the lease is no longer held with this token");
+		PQclear(r);
+		rn->not_before = 0;
+		return;
+	}
+
+	state = le_sqlstate_of(r);
+	ec = broken ? LE_EC_RECONNECT : le_classify(state);
+	le_record_error(e, timedout ? LE_ERR_TIMEOUT : broken ? LE_ERR_CONNECT :
+					le_result_of_sqlstate(state), state, rn->msg);
+	if (ec == LE_EC_PERMANENT)
+	{
+		char		detail[LE_DETAIL_LEN];
+
+		snprintf(detail, sizeof(detail), "SQLSTATE %s: %s", state, rn->msg);
+		PQclear(r);
+		le_period_end(e, period, LE_STOP_RENEW_FAILED, detail);
+		return;
+	}
+	PQclear(r);
+	if (ec == LE_EC_RECONNECT)
+	{
+		le_notice(e, "renewal failed, reconnecting: %s%s%s", state,
+				  state[0] ? ": " : "", rn->msg);
+		PQfinish(rn->conn);
+		rn->conn = NULL;
+	}
+	else
+		le_notice(e, "renewal failed, retrying: %s: %s", state, rn->msg);
+	/* try again soon, well before the deadline (at once on a new connection) */
+	rn->not_before = broken ? 0 : le_monotonic_ms() + retry_pause(e, deadline);
+}
+
 /* Renew the lease every renew interval while leading, on its own connection. */
 void *
 le_renew_main(void *arg)
 {
 	le_elector *e = arg;
-	PGconn	   *conn = NULL;
-	uint64_t	conn_period = 0;	/* period the connection was made for */
-	int64_t		not_before = 0; /* no attempt before this (after an error) */
-	uint64_t	refreshed_for = 0;	/* period whose start replaced the connection */
-	int64_t		rtt = 0;		/* the last round trip seen (acquire or renewal) */
-	char		msg[512];
+	renewer		rn;
 
+	memset(&rn, 0, sizeof(rn));
+	rn.e = e;
 	le_block_signals();
 	pthread_mutex_lock(&e->mu);
 	for (;;)
@@ -94,15 +227,8 @@ le_renew_main(void *arg)
 		uint64_t	period;
 		int64_t		now,
 					next,
-					deadline,
-					t_send;
+					deadline;
 		char		token_text[32];
-		const char *values[4];
-		PGresult   *r;
-		bool		broken,
-					timedout;
-		le_errclass ec;
-		const char *state;
 
 		if (e->quit)
 			break;
@@ -121,37 +247,16 @@ le_renew_main(void *arg)
 								 "no renewal was confirmed before the local deadline");
 			continue;
 		}
-		if (refreshed_for != period)
+		if (rn.refreshed_for != period)
 		{
-			/*
-			 * A new period: replace the connection now (it may have idled,
-			 * and died unnoticed, through a long time as a follower), so
-			 * that the first renewal need not connect.
-			 */
-			refreshed_for = period;
-			/* the acquire's round trip, with the time the news took to reach us */
-			rtt = now - e->last_send;
-			pthread_mutex_unlock(&e->mu);
-			if (conn)
-				PQfinish(conn);
-			conn = NULL;
-			/* not an attempt to renew yet: it may use all the time before renew_by */
-			now = le_monotonic_ms();
-			if (le_open_conn(e, "renew",
-							 attempt_deadline(e, now, deadline, e->cfg.connect_timeout_ms,
-											  deadline - e->cfg.renew_by_ms - now),
-							 &conn, msg, sizeof(msg)) == LE_OK)
-				conn_period = period;
-			else
-				conn = NULL;	/* the renewal will try again and report */
-			pthread_mutex_lock(&e->mu);
+			renew_refresh_conn(&rn, period, deadline, now);
 			continue;
 		}
 		/* a hint renews early, but not more often than every LE_HINT_GAP_MS */
 		next = e->last_send + (e->renew_now && LE_HINT_GAP_MS < e->cfg.renew_ms ?
 							   LE_HINT_GAP_MS : e->cfg.renew_ms);
-		if (next < not_before)
-			next = not_before;
+		if (next < rn.not_before)
+			next = rn.not_before;
 		if (now < next)
 		{
 			le_cv_wait_until(&e->cv, &e->mu, next < deadline ? next : deadline);
@@ -160,91 +265,11 @@ le_renew_main(void *arg)
 		e->renew_now = false;
 		snprintf(token_text, sizeof(token_text), "%" PRId64, e->token);
 		pthread_mutex_unlock(&e->mu);
-
-		if (conn != NULL && conn_period != period)
-		{
-			/* a new period: do not trust a connection that idled as a follower */
-			PQfinish(conn);
-			conn = NULL;
-		}
-		if (conn == NULL)
-		{
-			le_result	rc;
-
-			/* a connect takes two round trips at least (startup, extension check) */
-			rc = le_open_conn(e, "renew",
-							  attempt_deadline(e, le_monotonic_ms(), deadline, e->cfg.connect_timeout_ms,
-											   3 * rtt),
-							  &conn, msg, sizeof(msg));
-			if (rc != LE_OK)
-			{
-				le_notice(e, "renewal connection: %s", msg);
-				le_record_error(e, rc, "", msg);
-				conn = NULL;
-				not_before = le_monotonic_ms() + retry_pause(e, deadline);
-				pthread_mutex_lock(&e->mu);
-				continue;
-			}
-			conn_period = period;
-		}
-
-		values[0] = e->lease_key;
-		values[1] = e->owner_id;
-		values[2] = token_text;
-		values[3] = e->ttl_text;
-		t_send = le_monotonic_ms();
-		msg[0] = '\0';
-		r = le_exec_bounded(conn, e->sql_renew, 4, values,
-							attempt_deadline(e, t_send, deadline, e->cfg.statement_timeout_ms, 2 * rtt),
-							msg, sizeof(msg), &broken, &timedout);
-
-		if (r != NULL && PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
-		{
-			rtt = le_monotonic_ms() - t_send;
-			if (!PQgetisnull(r, 0, 0))
-			{
-				le_period_renewed(e, period, t_send, PQgetvalue(r, 0, 0));
-				le_record_error(e, LE_OK, "", "");
-			}
-			else
-				le_period_end(e, period, LE_STOP_LOST,
-							  "le_renew returned NULL: the lease is no longer held with this token");
-			PQclear(r);
-			not_before = 0;
-			pthread_mutex_lock(&e->mu);
-			continue;
-		}
-
-		state = le_sqlstate_of(r);
-		ec = broken ? LE_EC_RECONNECT : le_classify(state);
-		le_record_error(e, timedout ? LE_ERR_TIMEOUT : broken ? LE_ERR_CONNECT :
-						le_result_of_sqlstate(state), state, msg);
-		if (ec == LE_EC_PERMANENT)
-		{
-			char		detail[LE_DETAIL_LEN];
-
-			snprintf(detail, sizeof(detail), "SQLSTATE %s: %s", state, msg);
-			PQclear(r);
-			le_period_end(e, period, LE_STOP_RENEW_FAILED, detail);
-			pthread_mutex_lock(&e->mu);
-			continue;
-		}
-		PQclear(r);
-		if (ec == LE_EC_RECONNECT)
-		{
-			le_notice(e, "renewal failed, reconnecting: %s%s%s", state,
-					  state[0] ? ": " : "", msg);
-			PQfinish(conn);
-			conn = NULL;
-		}
-		else
-			le_notice(e, "renewal failed, retrying: %s: %s", state, msg);
-		/* try again soon, well before the deadline (at once on a new connection) */
-		not_before = broken ? 0 : le_monotonic_ms() + retry_pause(e, deadline);
+		renew_once(&rn, period, deadline, token_text);
 		pthread_mutex_lock(&e->mu);
 	}
 	pthread_mutex_unlock(&e->mu);
-	if (conn)
-		PQfinish(conn);
+	if (rn.conn)
+		PQfinish(rn.conn);
 	return NULL;
 }

@@ -2,28 +2,14 @@
  *
  * pg_leader.c
  *		Command-line client of leader_election; it runs a command only while
- *		holding a fenced lease, show leases, release a lease.
+ *		holding a fenced lease, shows leases, releases a lease.
  *
- * Processes, threads and locking rules.  "pg_leader run" is one process:
- * the main thread, which alone forks, signals and reaps and handles our
- * own signals, and the elector's threads (campaign, renewal, timer and
- * callback dispatcher, see le_client.h), which block all signals.  The
- * elector's callbacks run on its dispatcher thread, only queue log lines
- * (see "Logging" below: nobody but the log writer thread ever blocks on
- * stderr) and wake the main thread through a self-pipe; the main thread then asks
- * le_elector_is_leader(), which compares the local deadline with the clock
- * itself.  So after a SIGSTOP longer than the ttl, the first thing the
- * resumed main thread does is notice the passed deadline and act.
- *
- * The command runs under a supervisor process (supervise.c): its parent
- * and the leader of its process group, started before the command, fed the
- * kill deadline (local deadline - KILL_SLACK_MS) through a pipe after every
- * renewal.  The supervisor and the main thread both SIGTERM the group at
- * kill deadline - grace and SIGKILL it at the kill deadline; the main
- * thread releases the lease (resign/stop, or le_elector_release_period
- * for a period that ended by itself: the elector runs with defer_release)
- * only after the whole group was reaped.  pg_leader is a child subreaper and ignores SIGPIPE, SIGTTIN and
- * SIGTTOU.
+ * The invariant of "pg_leader run": the command's whole process group is
+ * SIGKILLed at the kill deadline (local deadline - KILL_SLACK_MS) at the
+ * latest, and the lease is released only after that group was reaped.
+ * The main thread alone forks, signals and reaps; the elector's threads
+ * block all signals and only wake the main thread.  Processes and threads:
+ * see "src/client" in src/README.md.
  *
  *-------------------------------------------------------------------------
  */
@@ -1281,6 +1267,119 @@ typedef struct options
 	char	  **command;
 } options;
 
+/* Set the option c of getopt_long, with its argument optarg. */
+static void
+set_option(options *o, int c)
+{
+	char	   *end;
+
+	switch (c)
+	{
+		case 'd':
+			o->dsn = optarg;
+			break;
+		case 'l':
+			o->lease = optarg;
+			break;
+		case 'o':
+			o->owner = optarg;
+			break;
+		case 1:
+			o->ttl = duration_arg("ttl", optarg);
+			break;
+		case 2:
+			o->renew = duration_arg("renew", optarg);
+			break;
+		case 3:
+			o->retry = duration_arg("retry", optarg);
+			break;
+		case 4:
+			errno = 0;
+			o->jitter = (int) strtol(optarg, &end, 10);
+			if (errno || *end || end == optarg || o->jitter < 0 || o->jitter > 100)
+				usage_error("invalid --jitter \"%s\" (a percentage from 0 to 100)", optarg);
+			break;
+		case 5:
+			o->margin = duration_arg("safety-margin", optarg);
+			break;
+		case 6:
+			o->grace = duration_arg("grace", optarg);
+			o->grace_set = true;
+			break;
+		case 7:
+			o->connect_timeout = duration_arg("connect-timeout", optarg);
+			break;
+		case 8:
+			o->statement_timeout = duration_arg("statement-timeout", optarg);
+			if (o->statement_timeout < MIN_STATEMENT_TIMEOUT_MS)
+				usage_error("--statement-timeout %s is too short: at least %dms "
+							"(an acquire that times out after it was sent may still be granted)",
+							optarg, MIN_STATEMENT_TIMEOUT_MS);
+			break;
+		case 9:
+			o->no_wait = true;
+			break;
+		case 10:
+			o->loop = true;
+			break;
+		case 11:
+			if (strcmp(optarg, "json") == 0)
+				log_json = true;
+			else if (strcmp(optarg, "text") != 0)
+				usage_error("invalid --log-format \"%s\" (text or json)", optarg);
+			break;
+		case 12:
+			o->json = true;
+			break;
+		case 13:
+			errno = 0;
+			o->token = strtoll(optarg, &end, 10);
+			if (errno || *end || end == optarg || o->token <= 0)
+				usage_error("invalid --token \"%s\" (a positive integer)", optarg);
+			break;
+		case 14:
+			o->wait_timeout = duration_arg("wait-timeout", optarg);
+			break;
+		case 15:
+			o->max_runtime = duration_arg("max-runtime", optarg);
+			break;
+		case 16:
+			o->heartbeat_file = optarg;
+			break;
+		case 17:
+			o->heartbeat_timeout = duration_arg("heartbeat-timeout", optarg);
+			break;
+		case 18:
+			o->timeout = duration_arg("timeout", optarg);
+			break;
+		case 20:
+			keep_fds = true;
+			break;
+		case 19:
+			{
+				/* created empty now: a reader sees "" until pg_leader exits */
+				int			fd = open(optarg, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+
+				if (fd < 0)
+					usage_error("cannot write --status-file \"%s\": %s", optarg, strerror(errno));
+				close(fd);
+				status_file = optarg;
+			}
+			break;
+		case 'V':
+			printf("%s (leader_election) %s\n", progname, PG_LEADER_VERSION);
+			exit(0);
+		case 'v':
+			verbose = true;
+			break;
+		case 'h':
+			help();
+			exit(0);
+		default:
+			usage_error("invalid option");
+	}
+}
+
 /* Parse argv after the subcommand name. */
 static void
 parse_options(int argc, char **argv, options *o)
@@ -1315,7 +1414,6 @@ parse_options(int argc, char **argv, options *o)
 		{NULL, 0, NULL, 0}
 	};
 	int			c;
-	char	   *end;
 	le_config	defaults;
 
 	le_config_init(&defaults);
@@ -1330,113 +1428,7 @@ parse_options(int argc, char **argv, options *o)
 	o->statement_timeout = defaults.statement_timeout_ms;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "+d:l:vVh", longopts, NULL)) != -1)
-	{
-		switch (c)
-		{
-			case 'd':
-				o->dsn = optarg;
-				break;
-			case 'l':
-				o->lease = optarg;
-				break;
-			case 'o':
-				o->owner = optarg;
-				break;
-			case 1:
-				o->ttl = duration_arg("ttl", optarg);
-				break;
-			case 2:
-				o->renew = duration_arg("renew", optarg);
-				break;
-			case 3:
-				o->retry = duration_arg("retry", optarg);
-				break;
-			case 4:
-				errno = 0;
-				o->jitter = (int) strtol(optarg, &end, 10);
-				if (errno || *end || end == optarg || o->jitter < 0 || o->jitter > 100)
-					usage_error("invalid --jitter \"%s\" (a percentage from 0 to 100)", optarg);
-				break;
-			case 5:
-				o->margin = duration_arg("safety-margin", optarg);
-				break;
-			case 6:
-				o->grace = duration_arg("grace", optarg);
-				o->grace_set = true;
-				break;
-			case 7:
-				o->connect_timeout = duration_arg("connect-timeout", optarg);
-				break;
-			case 8:
-				o->statement_timeout = duration_arg("statement-timeout", optarg);
-				if (o->statement_timeout < MIN_STATEMENT_TIMEOUT_MS)
-					usage_error("--statement-timeout %s is too short: at least %dms "
-								"(an acquire that times out after it was sent may still be granted)",
-								optarg, MIN_STATEMENT_TIMEOUT_MS);
-				break;
-			case 9:
-				o->no_wait = true;
-				break;
-			case 10:
-				o->loop = true;
-				break;
-			case 11:
-				if (strcmp(optarg, "json") == 0)
-					log_json = true;
-				else if (strcmp(optarg, "text") != 0)
-					usage_error("invalid --log-format \"%s\" (text or json)", optarg);
-				break;
-			case 12:
-				o->json = true;
-				break;
-			case 13:
-				errno = 0;
-				o->token = strtoll(optarg, &end, 10);
-				if (errno || *end || end == optarg || o->token <= 0)
-					usage_error("invalid --token \"%s\" (a positive integer)", optarg);
-				break;
-			case 14:
-				o->wait_timeout = duration_arg("wait-timeout", optarg);
-				break;
-			case 15:
-				o->max_runtime = duration_arg("max-runtime", optarg);
-				break;
-			case 16:
-				o->heartbeat_file = optarg;
-				break;
-			case 17:
-				o->heartbeat_timeout = duration_arg("heartbeat-timeout", optarg);
-				break;
-			case 18:
-				o->timeout = duration_arg("timeout", optarg);
-				break;
-			case 20:
-				keep_fds = true;
-				break;
-			case 19:
-				{
-					/* created empty now: a reader sees "" until pg_leader exits */
-					int			fd = open(optarg, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-
-					if (fd < 0)
-						usage_error("cannot write --status-file \"%s\": %s", optarg, strerror(errno));
-					close(fd);
-					status_file = optarg;
-				}
-				break;
-			case 'V':
-				printf("%s (leader_election) %s\n", progname, PG_LEADER_VERSION);
-				exit(0);
-			case 'v':
-				verbose = true;
-				break;
-			case 'h':
-				help();
-				exit(0);
-			default:
-				usage_error("invalid option");
-		}
-	}
+		set_option(o, c);
 	o->command = argv + optind;
 	if ((o->heartbeat_file == NULL) != (o->heartbeat_timeout == 0))
 		usage_error("--heartbeat-file and --heartbeat-timeout go together");
@@ -2190,34 +2182,38 @@ typedef enum stop_kind
 	STOP_GUARD					/* the supervisor died */
 } stop_kind;
 
-/* pg_leader run: the supervision loop of the main thread. */
-static int
-cmd_run(options *o)
+/* The state of pg_leader run, shared by its steps. */
+typedef struct run_state
 {
-	le_config	cfg;
+	options    *o;
 	le_elector *e;
-	char		err[1024];
-	le_result	rc;
-	struct sigaction sa;
-	sv_run		run;
-	bool		running = false;
-	uint64_t	child_period = 0;
-	int64_t		child_token = 0;
-	int64_t		kill_deadline = 0;	/* SIGKILL of the group at the latest */
-	int64_t		started_at = 0;
-	heartbeat	hb;
-	stop_kind	stopping = STOP_NONE;
-	bool		sigkill_sent = false;
-	bool		we_killed = false;
-	int64_t		kill_at = 0;
-	uint64_t	last_period = 0;
-	int			exit_status = -1;
-	bool		command_done = false;
-	int64_t		wait_since;
-	int			tty_fd;
-	char	   *path;
 	bool		multi_host;
-	uint64_t	attempts_mark = 0;	/* acquire attempts answered when the last command ended */
+	int			tty_fd;
+	sv_run		run;			/* the supervisor of the command */
+	heartbeat	hb;
+	bool		running;
+	uint64_t	child_period;
+	int64_t		child_token;
+	int64_t		kill_deadline;	/* SIGKILL of the group at the latest */
+	int64_t		started_at;
+	stop_kind	stopping;
+	bool		sigkill_sent;
+	bool		we_killed;
+	int64_t		kill_at;
+	uint64_t	last_period;
+	int			exit_status;
+	bool		command_done;
+	int64_t		wait_since;
+	uint64_t	attempts_mark;	/* acquire attempts answered when the last command ended */
+} run_state;
+
+/* Check the options of run and create its elector; a bad one exits with 2. */
+static void
+run_create_elector(run_state *rs)
+{
+	options    *o = rs->o;
+	le_config	cfg;
+	char		err[1024];
 
 	if (o->lease == NULL)
 		usage_error("run needs -l KEY");
@@ -2225,7 +2221,7 @@ cmd_run(options *o)
 		usage_error("run needs a command after --");
 	check_dsn(o->dsn);
 	check_timing(o);
-	multi_host = dsn_multi_host(o->dsn);
+	rs->multi_host = dsn_multi_host(o->dsn);
 
 	le_config_init(&cfg);
 	cfg.conninfo = o->dsn;
@@ -2247,11 +2243,21 @@ cmd_run(options *o)
 	cfg.on_renewed = cb_renewed;
 	cfg.on_new_leader = cb_new_leader;
 	cfg.on_notice = cb_notice;
-	e = le_elector_create(&cfg, err, sizeof(err));
-	if (e == NULL)
+	rs->e = le_elector_create(&cfg, err, sizeof(err));
+	if (rs->e == NULL)
 		usage_error("%s", err);
 	log_key = o->lease;
-	snprintf(log_owner, sizeof(log_owner), "%s", le_elector_owner_id(e));
+	snprintf(log_owner, sizeof(log_owner), "%s", le_elector_owner_id(rs->e));
+}
+
+/*
+ * Install the handlers of run: our signals wake the main loop through
+ * wake_pipe, and we become the subreaper of the command's group.
+ */
+static void
+run_setup_signals(void)
+{
+	struct sigaction sa;
 
 	if (pipe2(wake_pipe, O_NONBLOCK | O_CLOEXEC) != 0)
 		fatal(EXIT_INTERNAL, "pipe: %s", strerror(errno));
@@ -2280,450 +2286,569 @@ cmd_run(options *o)
 	sigaction(SIGTTOU, &sa, NULL);
 	sigaction(SIGTTIN, &sa, NULL);
 	sv_become_subreaper();
-	tty_fd = foreground_tty();
+}
 
-	rc = le_elector_start(e, err, sizeof(err));
+/* Start campaigning; -1 when it started, else the exit status. */
+static int
+run_start_elector(run_state *rs)
+{
+	options    *o = rs->o;
+	char		err[1024];
+	le_result	rc;
+
+	rc = le_elector_start(rs->e, err, sizeof(err));
 	if (rc != LE_OK)
 	{
 		log_event("error", 0, NULL, NULL, "%s", err);
 		log_plain_error(err);
 		log_flush(LOG_EXIT_FLUSH_MS);
-		le_elector_destroy(e);
+		le_elector_destroy(rs->e);
 		return rc == LE_ERR_NO_EXTENSION ? EXIT_NO_EXTENSION :
 			rc == LE_ERR_CONNECT ? EXIT_CONNECT : EXIT_INTERNAL;
 	}
 	log_event("campaigning", 0, NULL, NULL, "ttl %" PRId64 "ms, grace %" PRId64 "ms, renew %" PRId64 "ms",
 			  o->ttl, o->grace, o->renew);
+	return -1;
+}
 
-	if (o->no_wait)
+/*
+ * --no-wait: one acquire attempt.  -1 when it made us leader, else the
+ * exit status; our own signal during the attempt exits at once.
+ */
+static int
+run_wait_first_attempt(run_state *rs)
+{
+	options    *o = rs->o;
+	int64_t		wait_end = le_monotonic_ms() + o->connect_timeout + o->statement_timeout;
+	bool		answered;
+
+	/* in slices, so that our own signal ends the wait at once */
+	while (!(answered = le_elector_wait_attempt(rs->e, NO_WAIT_SLICE_MS)) &&
+		   !got_signal && le_monotonic_ms() < wait_end)
+		;
+	if (!answered && got_signal)
 	{
-		int64_t		wait_end = le_monotonic_ms() + o->connect_timeout + o->statement_timeout;
-		bool		answered;
+		/*
+		 * The attempt is still in flight and may take its whole statement
+		 * timeout: do not wait for it.  Should the server grant it after
+		 * all, no command runs and the lease expires after its ttl.
+		 */
+		log_event("not_acquired", 0, NULL, NULL, "signal %d during the attempt", (int) got_signal);
+		log_event("exit", 0, NULL, NULL, "status %d", 128 + (int) got_signal);
+		log_flush(LOG_EXIT_FLUSH_MS);
+		write_status_file(128 + got_signal);
+		_exit(128 + got_signal);
+	}
+	if (!le_elector_is_leader(rs->e, NULL))
+	{
+		le_status	st;
+		int			status;
+		char		why[1024];
 
-		/* in slices, so that our own signal ends the wait at once */
-		while (!(answered = le_elector_wait_attempt(e, NO_WAIT_SLICE_MS)) &&
-			   !got_signal && le_monotonic_ms() < wait_end)
-			;
-		if (!answered && got_signal)
+		le_elector_status(rs->e, &st);
+		le_elector_stop(rs->e);
+		status = no_wait_status(answered, &st, why, sizeof(why));
+		log_event("not_acquired", 0, NULL, NULL, "%s", why);
+		/* no answer in time: the attempt may have been granted after all */
+		if (!got_signal &&
+			(!answered || st.last_error == LE_ERR_TIMEOUT || st.owner_conflicts > 0))
+			settle_unknown_acquire(o, log_owner);
+		le_elector_destroy(rs->e);
+		if (got_signal)
+			status = 128 + got_signal;
+		log_event("exit", 0, NULL, NULL, "status %d", status);
+		log_flush(LOG_EXIT_FLUSH_MS);
+		return status;
+	}
+	return -1;
+}
+
+/*
+ * Decide whether the running command must be stopped, most urgent reason
+ * first; none once it has exited on its own (before any deadline signal),
+ * unless the supervisor died without reporting that end: then nobody else
+ * stops what is left of the group (its death killed the command, whose
+ * zombie may be reaped in the same poll).  A new stop sends SIGTERM (and SIGCONT) to the group and sets the time
+ * of its SIGKILL; renewals move the kill deadline on first.
+ */
+static void
+run_check_stop(run_state *rs, bool leading, const le_lease_info *info, int64_t now)
+{
+	options    *o = rs->o;
+	sv_run	   *run = &rs->run;
+	const char *reason = NULL;
+	stop_kind	kind = STOP_NONE;
+
+	/* Renewals move the kill deadline on, here and in the supervisor. */
+	if (leading && info->period == rs->child_period && rs->stopping == STOP_NONE &&
+		info->deadline_ms - KILL_SLACK_MS > rs->kill_deadline)
+	{
+		rs->kill_deadline = info->deadline_ms - KILL_SLACK_MS;
+		sv_set_deadline(run, rs->kill_deadline);
+	}
+	if (rs->stopping == STOP_NONE && run->command_exited && !rs->we_killed &&
+		!run->deadline_term && !run->deadline_kill &&
+		!(run->sup_exited && !run->sup_reported_end))
+		;
+	else if (!leading || info->period != rs->child_period)
+	{
+		kind = STOP_LOST;
+		reason = info->period == rs->child_period && now >= info->deadline_ms ?
+			"deadline_passed" : "leadership_ended";
+	}
+	else if (now >= rs->kill_deadline - o->grace || run->deadline_term || run->deadline_kill)
+	{
+		kind = STOP_LOST;
+		reason = "deadline_near";
+	}
+	else if (got_signal)
+	{
+		kind = STOP_SHUTDOWN;
+		reason = "shutdown";
+	}
+	else if (run->sup_exited && !run->sup_reported_end && !rs->we_killed)
+	{
+		kind = STOP_GUARD;
+		reason = "guard_lost";
+	}
+	else if (run->stopped_sig)
+	{
+		kind = STOP_UNHEALTHY;
+		reason = "command_stopped";
+	}
+	else if (sv_sup_frozen(run, now) && sv_command_stopped(run))
+	{
+		/* supervisor and command stopped (kill -STOP -- -PGID): nothing works */
+		kind = STOP_UNHEALTHY;
+		reason = "group_stopped";
+	}
+	else if (o->max_runtime > 0 && now - rs->started_at >= o->max_runtime)
+	{
+		kind = STOP_UNHEALTHY;
+		reason = "max_runtime";
+	}
+	else if (heartbeat_missed(o, &rs->hb, now))
+	{
+		kind = STOP_UNHEALTHY;
+		reason = "heartbeat_timeout";
+	}
+	if (kind == STOP_NONE || rs->stopping != STOP_NONE)
+		return;
+
+	rs->stopping = kind;
+	rs->kill_at = now + o->grace;
+	if (rs->kill_at > rs->kill_deadline)
+		rs->kill_at = rs->kill_deadline;
+	if (kind == STOP_GUARD || strcmp(reason, "group_stopped") == 0)
+		rs->kill_at = now;
+	if (run->group_gone)
+		log_event("stopping_command", rs->child_token, NULL, reason,
+				  "the supervisor had already stopped the command at its deadline");
+	else if (strcmp(reason, "group_stopped") == 0 && run->command <= 0)
+		log_event("stopping_command", rs->child_token, NULL, reason,
+				  "the supervisor stopped before it started the command; SIGKILL to process group %d",
+				  (int) run->group);
+	else if (strcmp(reason, "group_stopped") == 0)
+		log_event("stopping_command", rs->child_token, NULL, reason,
+				  "the command (pid %d) and its supervisor are stopped; SIGKILL to process group %d",
+				  (int) run->command, (int) run->group);
+	else if (kind == STOP_UNHEALTHY && run->stopped_sig)
+		log_event("stopping_command", rs->child_token, NULL, reason,
+				  "the command was stopped by signal %d; SIGTERM to process group %d, SIGKILL in %" PRId64 "ms",
+				  run->stopped_sig, (int) run->group, rs->kill_at - now);
+	else
+		log_event("stopping_command", rs->child_token, NULL, reason,
+				  "SIGTERM to process group %d, SIGKILL in %" PRId64 "ms",
+				  (int) run->group, rs->kill_at - now);
+	/* a stopped group is not resumed: it gets its SIGKILL below */
+	if (strcmp(reason, "group_stopped") != 0)
+	{
+		sv_signal(run, SIGTERM);
+		sv_signal(run, SIGCONT);
+	}
+}
+
+/* SIGKILL the group when it is due. */
+static void
+run_check_kill(run_state *rs, int64_t now)
+{
+	sv_run	   *run = &rs->run;
+
+	/*
+	 * The command ended but its supervisor did not report it (it is
+	 * stopped, so the command is its unreaped zombie; or it is silent for
+	 * UNREPORTED_END_MS): do its job, kill the rest of the group, and reap
+	 * the command ourselves.
+	 */
+	if (!rs->sigkill_sent && !run->group_gone && run->cmd_dead && !run->command_exited &&
+		!run->sup_reported_end &&
+		(run->sup_stopped || now - run->cmd_dead_at >= UNREPORTED_END_MS))
+	{
+		log_event("killing_command", rs->child_token, NULL, NULL,
+				  "the command (pid %d) ended and its supervisor %s; SIGKILL to process group %d",
+				  (int) run->command,
+				  run->sup_stopped ? "is stopped" : "did not report it", (int) run->group);
+		sv_signal(run, SIGKILL);
+		rs->sigkill_sent = true;
+		rs->we_killed = true;
+		sv_poll(run);
+	}
+	/* Grace over, kill deadline reached, or a second signal. */
+	if (!rs->sigkill_sent && !run->group_gone &&
+		((rs->stopping != STOP_NONE && now >= rs->kill_at) || now >= rs->kill_deadline ||
+		 signal_count >= 2))
+	{
+		log_event("killing_command", rs->child_token, NULL, NULL, "%s; SIGKILL to process group %d",
+				  signal_count >= 2 ? "second signal" :
+				  now >= rs->kill_deadline ? "kill deadline reached" : "grace period over",
+				  (int) run->group);
+		sv_signal(run, SIGKILL);
+		rs->sigkill_sent = true;
+		rs->we_killed = true;
+		if (rs->stopping == STOP_NONE)
+			rs->stopping = STOP_LOST;
+		sv_poll(run);
+	}
+}
+
+/*
+ * The whole group of the command is gone: only now may the lease be
+ * released.  True when run ends (exit_status set), false to go on
+ * campaigning (--loop).
+ */
+static bool
+run_command_ended(run_state *rs)
+{
+	options    *o = rs->o;
+	sv_run	   *run = &rs->run;
+	le_lease_info info;
+	le_status	st;
+	int			cs;
+
+	if (run->exec_failed)
+	{
+		log_event("error", rs->child_token, NULL, NULL, "could not run \"%s\": %s",
+				  o->command[0], strerror(run->exec_errno));
+		cs = run->exec_errno == ENOENT ? 127 : 126;
+	}
+	else if (run->command_exited)
+		cs = child_status(run->command_wstatus);
+	else
+		cs = 128 + SIGKILL;
+	if (rs->tty_fd >= 0)
+		tcsetpgrp(rs->tty_fd, getpgrp());
+	sv_finish(run);
+	rs->running = false;
+	le_elector_status(rs->e, &st);
+	rs->attempts_mark = st.attempts;
+	log_event("command_exited", rs->child_token, NULL, NULL, "status %d", cs);
+	if (run->exec_failed && rs->stopping == STOP_NONE)
+	{
+		rs->exit_status = cs;
+		return true;
+	}
+	if (got_signal)
+		;						/* handled by the loop */
+	else if (rs->stopping == STOP_GUARD)
+	{
+		log_event("error", rs->child_token, NULL, NULL,
+				  "the supervisor of the command died; refusing to run without it");
+		rs->exit_status = EXIT_GUARD_LOST;
+		return true;
+	}
+	else if (rs->stopping == STOP_LOST || rs->stopping == STOP_UNHEALTHY)
+	{
+		if (!o->loop)
 		{
-			/*
-			 * The attempt is still in flight and may take its whole
-			 * statement timeout: do not wait for it.  Should the server
-			 * grant it after all, no command runs and the lease expires
-			 * after its ttl.
-			 */
-			log_event("not_acquired", 0, NULL, NULL, "signal %d during the attempt", (int) got_signal);
-			log_event("exit", 0, NULL, NULL, "status %d", 128 + (int) got_signal);
-			log_flush(LOG_EXIT_FLUSH_MS);
-			write_status_file(128 + got_signal);
-			_exit(128 + got_signal);
+			rs->exit_status = rs->stopping == STOP_LOST ? EXIT_LOST : EXIT_UNHEALTHY;
+			return true;
 		}
-		if (!le_elector_is_leader(e, NULL))
-		{
-			le_status	st;
-			int			status;
-			char		why[1024];
+		if (le_elector_is_leader(rs->e, &info) && info.period == rs->child_period)
+			le_elector_resign(rs->e);
+	}
+	else if (!o->loop)
+	{
+		rs->exit_status = cs;
+		status_is_command = true;
+		rs->command_done = true;
+		return true;
+	}
+	else
+		le_elector_resign(rs->e);
+	rs->stopping = STOP_NONE;
+	rs->wait_since = le_monotonic_ms();
+	return false;
+}
 
-			le_elector_status(e, &st);
-			le_elector_stop(e);
-			status = no_wait_status(answered, &st, why, sizeof(why));
-			log_event("not_acquired", 0, NULL, NULL, "%s", why);
-			/* no answer in time: the attempt may have been granted after all */
-			if (!got_signal &&
-				(!answered || st.last_error == LE_ERR_TIMEOUT || st.owner_conflicts > 0))
-				settle_unknown_acquire(o, log_owner);
-			le_elector_destroy(e);
-			if (got_signal)
-				status = 128 + got_signal;
-			log_event("exit", 0, NULL, NULL, "status %d", status);
-			log_flush(LOG_EXIT_FLUSH_MS);
-			return status;
+/*
+ * Not leading and no command running: an error of an acquire that waiting
+ * cannot fix ends run at once, whatever the wait mode.  True when it did.
+ */
+static bool
+run_permanent_error(run_state *rs)
+{
+	le_status	st;
+	char		why[1024];
+	int			ps;
+
+	le_elector_status(rs->e, &st);
+	/* only an acquire's error: a renewal's was acted on by its period's end */
+	ps = st.attempts > rs->attempts_mark ?
+		permanent_status(&st, rs->multi_host, why, sizeof(why)) : 0;
+	if (ps == 0)
+		return false;
+	log_event("not_acquired", 0, NULL, NULL, "%s", why);
+	rs->exit_status = ps;
+	return true;
+}
+
+/*
+ * Leading with no command running: start it under its supervisor.  False
+ * when it could not be started (exit_status set).
+ */
+static bool
+run_start_command(run_state *rs, const le_lease_info *info)
+{
+	options    *o = rs->o;
+	char	   *path;
+	char	  **env;
+
+	rs->last_period = info->period;
+	path = resolve_command(o->command[0]);
+	if (path == NULL)
+	{
+		int			save = errno;
+
+		log_event("error", info->fencing_token, NULL, NULL, "could not run \"%s\": %s",
+				  o->command[0], save == ENOENT ? "command not found" : strerror(save));
+		rs->exit_status = save == ENOENT ? 127 : 126;
+		rs->command_done = true;
+		return false;
+	}
+	env = child_env(info, o->dsn);
+	if (env == NULL)
+	{
+		free(path);
+		log_event("error", info->fencing_token, NULL, NULL, "out of memory");
+		rs->exit_status = EXIT_INTERNAL;
+		return false;
+	}
+	rs->kill_deadline = info->deadline_ms - KILL_SLACK_MS;
+	if (!sv_start(&rs->run, path, o->command, env, rs->kill_deadline, o->grace, rs->tty_fd))
+	{
+		int			save = errno;
+
+		free(path);
+		free_child_env(env);
+		log_event("error", info->fencing_token, NULL, NULL,
+				  "could not start the supervisor of the command (%s); not running the command without it",
+				  strerror(save));
+		rs->exit_status = EXIT_INTERNAL;
+		return false;
+	}
+	free(path);
+	free_child_env(env);
+	rs->running = true;
+	rs->child_period = info->period;
+	rs->child_token = info->fencing_token;
+	rs->stopping = STOP_NONE;
+	rs->sigkill_sent = false;
+	rs->we_killed = false;
+	rs->started_at = le_monotonic_ms();
+	/* the file as it is now is the baseline: beats are changes of it */
+	memset(&rs->hb, 0, sizeof(rs->hb));
+	if (o->heartbeat_file)
+		(void) heartbeat_changed(o, &rs->hb);
+	rs->hb.last_beat = rs->started_at;
+	if (rs->run.command > 0)
+		log_event("command_started", info->fencing_token, info->expires_at, NULL,
+				  "pid %d, process group %d: %s", (int) rs->run.command, (int) rs->run.group,
+				  o->command[0]);
+	else
+		log_event("command_started", info->fencing_token, info->expires_at, NULL,
+				  "pid not reported yet, process group %d: %s", (int) rs->run.group,
+				  o->command[0]);
+	return true;
+}
+
+/* Sleep until something happens or the next thing is due. */
+static void
+run_sleep(run_state *rs, int64_t now)
+{
+	options    *o = rs->o;
+	sv_run	   *run = &rs->run;
+	int64_t		timeout = 1000;
+	struct pollfd p[3];
+	int			np = 1;
+
+	if (rs->running)
+	{
+		int64_t		due = rs->stopping == STOP_NONE ? rs->kill_deadline - o->grace :
+			rs->sigkill_sent ? now + 100 : rs->kill_at;
+
+		if (due > rs->kill_deadline)
+			due = rs->kill_deadline;
+		timeout = due - now;
+		if (timeout > 100)
+			timeout = 100;		/* liveness checks and belt and braces for reaping */
+		/* after the supervisor's exit its pipe only says EOF: do not spin on it */
+		if (run->from_sup >= 0 && !run->sup_exited)
+		{
+			p[np].fd = run->from_sup;
+			p[np].events = POLLIN;
+			np++;
+		}
+		/* the command's end, even when its supervisor cannot report it */
+		if (run->cmd_pidfd >= 0 && !run->cmd_dead)
+		{
+			p[np].fd = run->cmd_pidfd;
+			p[np].events = POLLIN;
+			np++;
 		}
 	}
+	else if (o->wait_timeout > 0 && rs->wait_since + o->wait_timeout - now < timeout)
+		timeout = rs->wait_since + o->wait_timeout - now;
+	if (timeout < 0)
+		timeout = 0;
+	p[0].fd = wake_pipe[0];
+	p[0].events = POLLIN;
+	if (poll(p, np, (int) timeout) > 0 && (p[0].revents & POLLIN))
+	{
+		char		buf[64];
 
-	set_kept_fds();
-	memset(&run, 0, sizeof(run));
-	run.to_sup = run.from_sup = run.cmd_pidfd = -1;
-	memset(&hb, 0, sizeof(hb));
-	wait_since = le_monotonic_ms();
+		while (read(wake_pipe[0], buf, sizeof(buf)) > 0)
+			;
+	}
+}
+
+/*
+ * The supervision loop of the main thread, until run ends with its
+ * exit_status: stop the command, then SIGKILL it, then release the lease
+ * once its whole group is gone; start it when leading again.
+ */
+static void
+run_supervise_loop(run_state *rs)
+{
+	options    *o = rs->o;
+
 	for (;;)
 	{
 		le_lease_info info;
-		bool		leading = le_elector_is_leader(e, &info);
+		bool		leading = le_elector_is_leader(rs->e, &info);
 		int64_t		now = le_monotonic_ms();
-		int64_t		timeout = 1000;
-		struct pollfd p[3];
-		int			np = 1;
 
 		/*
 		 * No command runs: the lease of a period that ended by itself
 		 * (renew_failed, deadline_passed) may be released now, and the
 		 * elector may campaign again.
 		 */
-		if (!running)
-			le_elector_release_period(e);
-		if (running)
+		if (!rs->running)
+			le_elector_release_period(rs->e);
+		if (rs->running)
 		{
-			const char *reason = NULL;
-			stop_kind	kind = STOP_NONE;
-
-			sv_poll(&run);
-			/* Renewals move the kill deadline on, here and in the supervisor. */
-			if (leading && info.period == child_period && stopping == STOP_NONE &&
-				info.deadline_ms - KILL_SLACK_MS > kill_deadline)
+			sv_poll(&rs->run);
+			run_check_stop(rs, leading, &info, now);
+			run_check_kill(rs, now);
+			if (rs->run.group_gone)
 			{
-				kill_deadline = info.deadline_ms - KILL_SLACK_MS;
-				sv_set_deadline(&run, kill_deadline);
-			}
-			/*
-			 * 1. Reasons to stop the command, most urgent first; none once
-			 * it has exited on its own (before any deadline signal), unless
-			 * the supervisor died without reporting that end: then nobody
-			 * else stops what is left of the group (its death killed the
-			 * command, whose zombie may be reaped in the same poll).
-			 */
-			if (stopping == STOP_NONE && run.command_exited && !we_killed &&
-				!run.deadline_term && !run.deadline_kill &&
-				!(run.sup_exited && !run.sup_reported_end))
-				;
-			else if (!leading || info.period != child_period)
-			{
-				kind = STOP_LOST;
-				reason = info.period == child_period && now >= info.deadline_ms ?
-					"deadline_passed" : "leadership_ended";
-			}
-			else if (now >= kill_deadline - o->grace || run.deadline_term || run.deadline_kill)
-			{
-				kind = STOP_LOST;
-				reason = "deadline_near";
-			}
-			else if (got_signal)
-			{
-				kind = STOP_SHUTDOWN;
-				reason = "shutdown";
-			}
-			else if (run.sup_exited && !run.sup_reported_end && !we_killed)
-			{
-				kind = STOP_GUARD;
-				reason = "guard_lost";
-			}
-			else if (run.stopped_sig)
-			{
-				kind = STOP_UNHEALTHY;
-				reason = "command_stopped";
-			}
-			else if (sv_sup_frozen(&run, now) && sv_command_stopped(&run))
-			{
-				/* supervisor and command stopped (kill -STOP -- -PGID): nothing works */
-				kind = STOP_UNHEALTHY;
-				reason = "group_stopped";
-			}
-			else if (o->max_runtime > 0 && now - started_at >= o->max_runtime)
-			{
-				kind = STOP_UNHEALTHY;
-				reason = "max_runtime";
-			}
-			else if (heartbeat_missed(o, &hb, now))
-			{
-				kind = STOP_UNHEALTHY;
-				reason = "heartbeat_timeout";
-			}
-			if (kind != STOP_NONE && stopping == STOP_NONE)
-			{
-				stopping = kind;
-				kill_at = now + o->grace;
-				if (kill_at > kill_deadline)
-					kill_at = kill_deadline;
-				if (kind == STOP_GUARD || strcmp(reason, "group_stopped") == 0)
-					kill_at = now;
-				if (run.group_gone)
-					log_event("stopping_command", child_token, NULL, reason,
-							  "the supervisor had already stopped the command at its deadline");
-				else if (strcmp(reason, "group_stopped") == 0 && run.command <= 0)
-					log_event("stopping_command", child_token, NULL, reason,
-							  "the supervisor stopped before it started the command; SIGKILL to process group %d",
-							  (int) run.group);
-				else if (strcmp(reason, "group_stopped") == 0)
-					log_event("stopping_command", child_token, NULL, reason,
-							  "the command (pid %d) and its supervisor are stopped; SIGKILL to process group %d",
-							  (int) run.command, (int) run.group);
-				else if (kind == STOP_UNHEALTHY && run.stopped_sig)
-					log_event("stopping_command", child_token, NULL, reason,
-							  "the command was stopped by signal %d; SIGTERM to process group %d, SIGKILL in %" PRId64 "ms",
-							  run.stopped_sig, (int) run.group, kill_at - now);
-				else
-					log_event("stopping_command", child_token, NULL, reason,
-							  "SIGTERM to process group %d, SIGKILL in %" PRId64 "ms",
-							  (int) run.group, kill_at - now);
-				/* a stopped group is not resumed: it gets its SIGKILL below */
-				if (strcmp(reason, "group_stopped") != 0)
-				{
-					sv_signal(&run, SIGTERM);
-					sv_signal(&run, SIGCONT);
-				}
-			}
-			/*
-			 * The command ended but its supervisor did not report it (it is
-			 * stopped, so the command is its unreaped zombie; or it is silent
-			 * for UNREPORTED_END_MS): do its job, kill the rest of the group,
-			 * and reap the command ourselves.
-			 */
-			if (!sigkill_sent && !run.group_gone && run.cmd_dead && !run.command_exited &&
-				!run.sup_reported_end &&
-				(run.sup_stopped || now - run.cmd_dead_at >= UNREPORTED_END_MS))
-			{
-				log_event("killing_command", child_token, NULL, NULL,
-						  "the command (pid %d) ended and its supervisor %s; SIGKILL to process group %d",
-						  (int) run.command,
-						  run.sup_stopped ? "is stopped" : "did not report it", (int) run.group);
-				sv_signal(&run, SIGKILL);
-				sigkill_sent = true;
-				we_killed = true;
-				sv_poll(&run);
-			}
-			/* 2. SIGKILL: grace over, kill deadline reached, or a second signal. */
-			if (!sigkill_sent && !run.group_gone &&
-				((stopping != STOP_NONE && now >= kill_at) || now >= kill_deadline ||
-				 signal_count >= 2))
-			{
-				log_event("killing_command", child_token, NULL, NULL, "%s; SIGKILL to process group %d",
-						  signal_count >= 2 ? "second signal" :
-						  now >= kill_deadline ? "kill deadline reached" : "grace period over",
-						  (int) run.group);
-				sv_signal(&run, SIGKILL);
-				sigkill_sent = true;
-				we_killed = true;
-				if (stopping == STOP_NONE)
-					stopping = STOP_LOST;
-				sv_poll(&run);
-			}
-			/* 3. The whole group is gone: only now may the lease be released. */
-			if (run.group_gone)
-			{
-				int			cs;
-
-				if (run.exec_failed)
-				{
-					log_event("error", child_token, NULL, NULL, "could not run \"%s\": %s",
-							  o->command[0], strerror(run.exec_errno));
-					cs = run.exec_errno == ENOENT ? 127 : 126;
-				}
-				else if (run.command_exited)
-					cs = child_status(run.command_wstatus);
-				else
-					cs = 128 + SIGKILL;
-				if (tty_fd >= 0)
-					tcsetpgrp(tty_fd, getpgrp());
-				sv_finish(&run);
-				running = false;
-				{
-					le_status	st;
-
-					le_elector_status(e, &st);
-					attempts_mark = st.attempts;
-				}
-				log_event("command_exited", child_token, NULL, NULL, "status %d", cs);
-				if (run.exec_failed && stopping == STOP_NONE)
-				{
-					exit_status = cs;
+				if (run_command_ended(rs))
 					break;
-				}
-				if (got_signal)
-					;			/* handled below */
-				else if (stopping == STOP_GUARD)
-				{
-					log_event("error", child_token, NULL, NULL,
-							  "the supervisor of the command died; refusing to run without it");
-					exit_status = EXIT_GUARD_LOST;
-					break;
-				}
-				else if (stopping == STOP_LOST || stopping == STOP_UNHEALTHY)
-				{
-					if (!o->loop)
-					{
-						exit_status = stopping == STOP_LOST ? EXIT_LOST : EXIT_UNHEALTHY;
-						break;
-					}
-					if (le_elector_is_leader(e, &info) && info.period == child_period)
-						le_elector_resign(e);
-				}
-				else if (!o->loop)
-				{
-					exit_status = cs;
-					status_is_command = true;
-					command_done = true;
-					break;
-				}
-				else
-					le_elector_resign(e);
-				stopping = STOP_NONE;
-				wait_since = le_monotonic_ms();
 				continue;
 			}
 		}
-		if (!running && got_signal)
+		if (!rs->running && got_signal)
 		{
-			exit_status = 128 + got_signal;
+			rs->exit_status = 128 + got_signal;
 			break;
 		}
-		/* An error that waiting cannot fix: its status at once, whatever the wait mode. */
-		if (!running && !leading)
+		if (!rs->running && !leading && run_permanent_error(rs))
+			break;
+		if (!rs->running && leading && info.period != rs->last_period)
 		{
-			le_status	st;
-			char		why[1024];
-			int			ps;
-
-			le_elector_status(e, &st);
-			/* only an acquire's error: a renewal's was acted on by its period's end */
-			ps = st.attempts > attempts_mark ?
-				permanent_status(&st, multi_host, why, sizeof(why)) : 0;
-			if (ps != 0)
-			{
-				log_event("not_acquired", 0, NULL, NULL, "%s", why);
-				exit_status = ps;
+			if (!run_start_command(rs, &info))
 				break;
-			}
-		}
-		/* 4. Leading with no command running: start it. */
-		if (!running && leading && info.period != last_period)
-		{
-			char	  **env;
-
-			last_period = info.period;
-			path = resolve_command(o->command[0]);
-			if (path == NULL)
-			{
-				int			save = errno;
-
-				log_event("error", info.fencing_token, NULL, NULL, "could not run \"%s\": %s",
-						  o->command[0], save == ENOENT ? "command not found" : strerror(save));
-				exit_status = save == ENOENT ? 127 : 126;
-				command_done = true;
-				break;
-			}
-			env = child_env(&info, o->dsn);
-			if (env == NULL)
-			{
-				free(path);
-				log_event("error", info.fencing_token, NULL, NULL, "out of memory");
-				exit_status = EXIT_INTERNAL;
-				break;
-			}
-			kill_deadline = info.deadline_ms - KILL_SLACK_MS;
-			if (!sv_start(&run, path, o->command, env, kill_deadline, o->grace, tty_fd))
-			{
-				int			save = errno;
-
-				free(path);
-				free_child_env(env);
-				log_event("error", info.fencing_token, NULL, NULL,
-						  "could not start the supervisor of the command (%s); not running the command without it",
-						  strerror(save));
-				exit_status = EXIT_INTERNAL;
-				break;
-			}
-			free(path);
-			free_child_env(env);
-			running = true;
-			child_period = info.period;
-			child_token = info.fencing_token;
-			stopping = STOP_NONE;
-			sigkill_sent = false;
-			we_killed = false;
-			started_at = le_monotonic_ms();
-			/* the file as it is now is the baseline: beats are changes of it */
-			memset(&hb, 0, sizeof(hb));
-			if (o->heartbeat_file)
-				(void) heartbeat_changed(o, &hb);
-			hb.last_beat = started_at;
-			if (run.command > 0)
-				log_event("command_started", info.fencing_token, info.expires_at, NULL,
-						  "pid %d, process group %d: %s", (int) run.command, (int) run.group,
-						  o->command[0]);
-			else
-				log_event("command_started", info.fencing_token, info.expires_at, NULL,
-						  "pid not reported yet, process group %d: %s", (int) run.group,
-						  o->command[0]);
 			continue;
 		}
-		if (!running && !leading && o->wait_timeout > 0 && now - wait_since >= o->wait_timeout)
+		if (!rs->running && !leading && o->wait_timeout > 0 &&
+			now - rs->wait_since >= o->wait_timeout)
 		{
 			log_event("not_acquired", 0, NULL, NULL, "no leadership within --wait-timeout %" PRId64 "ms",
 					  o->wait_timeout);
-			exit_status = EXIT_WAIT_TIMEOUT;
+			rs->exit_status = EXIT_WAIT_TIMEOUT;
 			break;
 		}
-
-		/* 5. Sleep until something happens or the next thing is due. */
-		if (running)
-		{
-			int64_t		due = stopping == STOP_NONE ? kill_deadline - o->grace :
-				sigkill_sent ? now + 100 : kill_at;
-
-			if (due > kill_deadline)
-				due = kill_deadline;
-			timeout = due - now;
-			if (timeout > 100)
-				timeout = 100;	/* liveness checks and belt and braces for reaping */
-			/* after the supervisor's exit its pipe only says EOF: do not spin on it */
-			if (run.from_sup >= 0 && !run.sup_exited)
-			{
-				p[np].fd = run.from_sup;
-				p[np].events = POLLIN;
-				np++;
-			}
-			/* the command's end, even when its supervisor cannot report it */
-			if (run.cmd_pidfd >= 0 && !run.cmd_dead)
-			{
-				p[np].fd = run.cmd_pidfd;
-				p[np].events = POLLIN;
-				np++;
-			}
-		}
-		else if (o->wait_timeout > 0 && wait_since + o->wait_timeout - now < timeout)
-			timeout = wait_since + o->wait_timeout - now;
-		if (timeout < 0)
-			timeout = 0;
-		p[0].fd = wake_pipe[0];
-		p[0].events = POLLIN;
-		if (poll(p, np, (int) timeout) > 0 && (p[0].revents & POLLIN))
-		{
-			char		buf[64];
-
-			while (read(wake_pipe[0], buf, sizeof(buf)) > 0)
-				;
-		}
+		run_sleep(rs, now);
 	}
+}
 
-	if (running)
+/*
+ * Leave run: kill a command still running, give the terminal back, resign
+ * when the command ended by itself, and settle an acquire whose answer was
+ * lost.  Returns the exit status.
+ */
+static int
+run_finish(run_state *rs)
+{
+	le_status	st;
+
+	if (rs->running)
 	{
 		/* leaving with a command (out of memory and the like): kill it first */
-		sv_signal(&run, SIGKILL);
-		for (int i = 0; i < 500 && !run.group_gone; i++)
+		sv_signal(&rs->run, SIGKILL);
+		for (int i = 0; i < 500 && !rs->run.group_gone; i++)
 		{
-			sv_poll(&run);
-			if (!run.group_gone)
+			sv_poll(&rs->run);
+			if (!rs->run.group_gone)
 				poll(NULL, 0, 10);
 		}
 	}
-	if (tty_fd >= 0)
-		close(tty_fd);
-	if (command_done && le_elector_is_leader(e, NULL))
-		le_elector_resign(e);
-	le_elector_stop(e);
-	{
-		le_status	st;
-
-		le_elector_status(e, &st);
-		if (!st.leading && st.period == 0 &&
-			(st.last_error == LE_ERR_TIMEOUT || st.owner_conflicts > 0))
-			settle_unknown_acquire(o, log_owner);
-	}
-	le_elector_destroy(e);
-	log_event("exit", 0, NULL, NULL, "status %d", exit_status);
+	if (rs->tty_fd >= 0)
+		close(rs->tty_fd);
+	if (rs->command_done && le_elector_is_leader(rs->e, NULL))
+		le_elector_resign(rs->e);
+	le_elector_stop(rs->e);
+	le_elector_status(rs->e, &st);
+	if (!st.leading && st.period == 0 &&
+		(st.last_error == LE_ERR_TIMEOUT || st.owner_conflicts > 0))
+		settle_unknown_acquire(rs->o, log_owner);
+	le_elector_destroy(rs->e);
+	log_event("exit", 0, NULL, NULL, "status %d", rs->exit_status);
 	log_flush(LOG_EXIT_FLUSH_MS);
-	return exit_status;
+	return rs->exit_status;
 }
+
+/*
+ * pg_leader run: campaign for the lease and run the command while we lead,
+ * under a supervisor that kills its group before the lease can expire.
+ */
+static int
+cmd_run(options *o)
+{
+	run_state	rs;
+	int			status;
+
+	memset(&rs, 0, sizeof(rs));
+	rs.o = o;
+	rs.exit_status = -1;
+	run_create_elector(&rs);
+	run_setup_signals();
+	rs.tty_fd = foreground_tty();
+	status = run_start_elector(&rs);
+	if (status >= 0)
+		return status;
+	if (o->no_wait)
+	{
+		status = run_wait_first_attempt(&rs);
+		if (status >= 0)
+			return status;
+	}
+	set_kept_fds();
+	rs.run.to_sup = rs.run.from_sup = rs.run.cmd_pidfd = -1;
+	rs.wait_since = le_monotonic_ms();
+	run_supervise_loop(&rs);
+	return run_finish(&rs);
+}
+
 /*
  * Note the descriptors from 3 up that we were started with, the lowest
  * SV_MAX_KEEP of them however high their numbers: from /proc/self/fd,

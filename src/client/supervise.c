@@ -5,56 +5,13 @@
  *		leader of its process group, which stops the group at the deadline
  *		even while the wrapper is frozen.
  *
- * Processes.  The wrapper (pg_leader, threaded) forks the supervisor S.  S
- * makes itself a process group G (its own pid; the wrapper sets it too, so
- * G exists when sv_start returns), ignores every signal a terminal or a
- * group kill sends except SIGKILL and SIGSTOP, becomes a child subreaper,
- * optionally takes the terminal's foreground, and only then forks and
- * execs the command C, which stays in G.  So the command never runs without
- * its guard, and every process the command starts (unless it leaves the
- * group) is in G and, once orphaned, a child of S.
- *
- * Messages.  Wrapper -> S: 8-byte kill deadlines (le_monotonic_ms clock)
- * after every renewal, and liveness pings (a negative value: minus the
- * ping's number) every SV_PING_MS.  S drains them before it acts on a
- * deadline, so it never acts on a stale one it has not read.  S -> wrapper:
- * 8-byte reports (command started, exec failed, command stopped by a
- * signal, SIGTERM or SIGKILL sent at the deadline, command exited with a
- * wait status, pong).  All writes are below PIPE_BUF, so atomic.  EOF on
- * S's input means the wrapper died: S SIGKILLs G at once.
- *
- * A frozen supervisor.  The wrapper waits for S with WUNTRACED and
- * WCONTINUED, and counts S as frozen while it is stopped or a ping is
- * unanswered for SV_UNRESPONSIVE_MS.  The deadlines do not need S (the
- * wrapper enforces them too); the command's end does: a command whose
- * parent is stopped stays an unreaped zombie.  So the wrapper holds a
- * pidfd of the command, which becomes readable when the command ends,
- * zombie or not; it then SIGKILLs G itself, S's death makes the zombie the
- * wrapper's child (the wrapper is a subreaper), and the wrapper reaps it
- * with its real wait status.  S itself only peeks at the command's exit
- * (WNOWAIT) and reports it without reaping, so a kill between the two
- * cannot lose the status.  While S is frozen the wrapper also reads the
- * command's state in /proc: a stopped command under a frozen supervisor is
- * a stopped group, which nothing would ever resume on its own; so is a
- * supervisor stopped before it forked the command (the wrapper looks for
- * S's child in /proc when S has not reported one).
- *
- * Deadline.  S sends SIGTERM (and SIGCONT) to G at kill_deadline - grace
- * and SIGKILL at kill_deadline.  When the command exits, S reports its wait
- * status and SIGKILLs G, itself included: nothing of the command survives
- * it.  S never exits any other way (except when it cannot fork).
- *
- * Who may signal G.  G is S's pid, and S is the wrapper's child: the id
- * cannot be reused before the wrapper reaps S and every other member of G
- * has died.  The wrapper is a subreaper too, so members orphaned by S's
- * death become its children; it reaps G with waitpid(-G) and stops
- * signalling G when that reports ECHILD (group_gone).  Until then some
- * member of G is an unreaped child of the wrapper, so a signal to -G can
- * only reach the command's processes.
- *
- * Async-signal safety.  S and C are forked from a threaded process: they
- * call only async-signal-safe functions (no malloc, stdio or strerror).
- * The command's path, argv and environment are prepared before fork.
+ * The invariant: the command never runs without its supervisor S, and
+ * nothing of it survives S: S SIGTERMs its group G at kill_deadline -
+ * grace, SIGKILLs it at kill_deadline, when the command exits, and when
+ * its input from the wrapper reaches EOF.  S and the command are forked
+ * from a threaded process: they call only async-signal-safe functions.
+ * The processes, the messages between wrapper and S, a frozen supervisor
+ * and who may signal G: see "src/client" in src/README.md.
  *
  *-------------------------------------------------------------------------
  */
