@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""No two C files of src/ call each other.
+"""No two C files of src/ (or of src/client/) call each other.
 
 For every pair of files src/A.c and src/B.c, fails when A uses a function
 defined in B and B one defined in A, and prints both uses.  A use is any
@@ -29,61 +29,69 @@ def strip(text):
 defn = re.compile(r"^([A-Za-z_]\w*)\s*\(([^;{}]*)\)\s*\{", re.M)
 ident = re.compile(r"\b[A-Za-z_]\w*\b")
 
-files = sorted(f for f in os.listdir(srcdir) if f.endswith(".c"))
-code = {}
-defined = {}   # name -> file, external functions only
-for f in files:
-    with open(os.path.join(srcdir, f)) as fh:
-        code[f] = strip(fh.read())
-    for m in defn.finditer(code[f]):
-        start = code[f].rfind("\n", 0, max(m.start() - 1, 0))
-        rettype = code[f][start + 1:m.start()]
-        if re.search(r"\bstatic\b", rettype):
-            continue
-        defined[m.group(1)] = f
+def check(srcdir):
+    """Prints the uses between the C files of srcdir; returns the cycles found."""
+    files = sorted(f for f in os.listdir(srcdir) if f.endswith(".c"))
+    code = {}
+    defined = {}   # name -> file, external functions only
+    for f in files:
+        with open(os.path.join(srcdir, f)) as fh:
+            code[f] = strip(fh.read())
+        for m in defn.finditer(code[f]):
+            start = code[f].rfind("\n", 0, max(m.start() - 1, 0))
+            rettype = code[f][start + 1:m.start()]
+            if re.search(r"\bstatic\b", rettype):
+                continue
+            defined[m.group(1)] = f
 
-uses = {f: {} for f in files}  # file -> {other file: [names]}
-for f in files:
-    for name in sorted(set(ident.findall(code[f]))):
-        g = defined.get(name)
-        if g is not None and g != f:
-            uses[f].setdefault(g, []).append(name)
+    uses = {f: {} for f in files}  # file -> {other file: [names]}
+    for f in files:
+        for name in sorted(set(ident.findall(code[f]))):
+            g = defined.get(name)
+            if g is not None and g != f:
+                uses[f].setdefault(g, []).append(name)
 
-bad = 0
-for a, b in combinations(files, 2):
-    if b in uses[a] and a in uses[b]:
-        bad += 1
-        print("cycle: %s uses %s of %s; %s uses %s of %s"
-              % (a, ", ".join(uses[a][b]), b, b, ", ".join(uses[b][a]), a))
+    bad = 0
+    for a, b in combinations(files, 2):
+        if b in uses[a] and a in uses[b]:
+            bad += 1
+            print("cycle: %s uses %s of %s; %s uses %s of %s"
+                  % (a, ", ".join(uses[a][b]), b, b, ", ".join(uses[b][a]), a))
 
-# Longer cycles: depth-first search for a back edge.
-state = {}
-stack = []
-
-
-def visit(f):
-    global bad
-    state[f] = 1
-    stack.append(f)
-    for g in sorted(uses[f]):
-        if state.get(g) == 1:
-            cyc = stack[stack.index(g):] + [g]
-            if len(cyc) > 3:
-                bad += 1
-                print("cycle: " + " -> ".join(cyc))
-        elif g not in state:
-            visit(g)
-    stack.pop()
-    state[f] = 2
+    # Longer cycles: depth-first search for a back edge.
+    state = {}
+    stack = []
 
 
-for f in files:
-    if f not in state:
-        visit(f)
+    def visit(f):
+        nonlocal bad
+        state[f] = 1
+        stack.append(f)
+        for g in sorted(uses[f]):
+            if state.get(g) == 1:
+                cyc = stack[stack.index(g):] + [g]
+                if len(cyc) > 3:
+                    bad += 1
+                    print("cycle: " + " -> ".join(cyc))
+            elif g not in state:
+                visit(g)
+        stack.pop()
+        state[f] = 2
 
-for f in files:
-    print("%-20s uses %s" % (f, ", ".join(sorted(uses[f])) or "-"))
-if bad:
-    print("FAIL: %d cycle(s) between the files of %s" % (bad, os.path.normpath(srcdir)))
-    sys.exit(1)
-print("ok: no two files of %s call each other" % os.path.normpath(srcdir))
+
+    for f in files:
+        if f not in state:
+            visit(f)
+
+    for f in files:
+        print("%-20s uses %s" % (f, ", ".join(sorted(uses[f])) or "-"))
+    if bad:
+        print("FAIL: %d cycle(s) between the files of %s" % (bad, os.path.normpath(srcdir)))
+    else:
+        print("ok: no two files of %s call each other" % os.path.normpath(srcdir))
+    return bad
+
+
+# The extension (src/) and the client (src/client/) are checked apart: each
+# is its own program, and neither calls the other.
+sys.exit(1 if check(srcdir) + check(os.path.join(srcdir, "client")) else 0)

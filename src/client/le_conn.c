@@ -930,3 +930,42 @@ le_connect(const char *conninfo, const char *appname, int64_t timeout_ms,
 	*conn = c;
 	return LE_OK;
 }
+
+/*
+ * Open one of the elector's connections before deadline (connection
+ * "pg_leader <role>"), in non-blocking mode, and check the extension.
+ * LE_ERR_TIMEOUT when the deadline passed, else as le_connect.
+ */
+le_result
+le_open_conn(le_elector *e, const char *role, int64_t deadline, PGconn **out,
+			 char *err, size_t errlen)
+{
+	char		appname[64];
+	char		msg[512] = "";
+	const char *val[16];
+	PGconn	   *c;
+	le_result	rc;
+	int			i;
+	bool		timedout;
+
+	*out = NULL;
+	snprintf(appname, sizeof(appname), "pg_leader %s", role);
+	for (i = 0; e->conn_kw[i] && i < 15; i++)
+		val[i] = e->conn_val[i];
+	val[i] = NULL;
+	val[1] = appname;			/* fallback_application_name */
+	c = le_connect_params(e->conn_kw, val, deadline, msg, sizeof(msg), &timedout);
+	if (c == NULL)
+	{
+		le_set_err(err, errlen, "could not connect to the server: %s", msg);
+		return timedout ? LE_ERR_TIMEOUT : LE_ERR_CONNECT;
+	}
+	rc = le_check_extension(c, deadline, NULL, 0, err, errlen);
+	if (rc != LE_OK)
+	{
+		PQfinish(c);
+		return rc;
+	}
+	*out = c;
+	return LE_OK;
+}
