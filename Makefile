@@ -7,16 +7,19 @@
 #   test/run.sh          the whole suite from scratch; see CONTRIBUTING.md
 
 EXTENSION    = leader_election
-EXTVERSION   = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(EXTENSION).control)
 MODULE_big   = leader_election
 # Every .c file in src/ belongs to the extension; the client lives in src/client.
 OBJS         = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c)))
 PGFILEDESC   = "leader_election - fenced leases inside PostgreSQL"
 
-# The install script of the current version is generated from src/sql/NN_*.sql.
+# The base install script (1.0, released: its pieces never change) is
+# generated from src/sql/NN_*.sql; each later version's upgrade script from
+# src/sql/VERSION/NN_*.sql.  CREATE EXTENSION runs 1.0 and then the chain.
+BASE_VERSION = 1.0
 SQL_PARTS    = $(sort $(wildcard src/sql/*.sql))
-DATA_built   = $(EXTENSION)--$(EXTVERSION).sql
-DATA         = $(filter-out $(DATA_built),$(wildcard $(EXTENSION)--*--*.sql))
+UPGRADE_1.1  = $(sort $(wildcard src/sql/1.1/*.sql))
+DATA_built   = $(EXTENSION)--$(BASE_VERSION).sql \
+               $(if $(UPGRADE_1.1),$(EXTENSION)--1.0--1.1.sql)
 
 # Tests are picked up by file name: sql/NAME.sql, test/specs/NAME.spec, test/t/*.pl.
 REGRESS      = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
@@ -33,7 +36,9 @@ PG_CFLAGS   += -Wall -Wextra -Werror -Wno-unused-parameter
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-$(EXTENSION)--$(EXTVERSION).sql: $(SQL_PARTS)
+$(EXTENSION)--$(BASE_VERSION).sql: $(SQL_PARTS)
+	cat $^ > $@
+$(EXTENSION)--1.0--1.1.sql: $(UPGRADE_1.1)
 	cat $^ > $@
 
 $(OBJS): src/leader_election.h src/compat.h
