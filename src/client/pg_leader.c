@@ -286,6 +286,21 @@ text_str(FILE *f, const char *s)
 	}
 }
 
+/* text_str into buf (of size len), for a column that is padded later. */
+static void
+text_buf(char *buf, size_t len, const char *s)
+{
+	FILE	   *mf = fmemopen(buf, len, "w");
+
+	if (mf == NULL)
+	{
+		snprintf(buf, len, "?");
+		return;
+	}
+	text_str(mf, s);
+	fclose(mf);
+}
+
 /*
  * Is kw (n bytes, compared without regard to case) a libpq option whose
  * value is secret?  libpq marks those with dispchar "*" (password,
@@ -524,23 +539,30 @@ mask_dsn(const char *dsn, char *out, size_t len)
 	out[o] = '\0';
 }
 
-/* Replace every occurrence of needle in buf (of size len) with repl. */
+/*
+ * Rewrite buf (of size len) in place: wherever match(buf, s, arg) gives the
+ * length of a match starting at s, those bytes become repl.  The one loop
+ * both maskings use, so that neither can write past len.
+ */
+typedef size_t (*match_fn) (const char *buf, const char *s, const void *arg);
+
 static void
-replace_all(char *buf, size_t len, const char *needle, size_t nlen, const char *repl)
+replace_matches(char *buf, size_t len, match_fn match, const void *arg, const char *repl)
 {
 	char	   *tmp;
 	size_t		o = 0;
-	size_t		rlen = strlen(repl);
 
-	if (nlen == 0 || (tmp = malloc(len)) == NULL)
+	if ((tmp = malloc(len)) == NULL)
 		return;
 	for (const char *s = buf; *s && o + 1 < len;)
 	{
-		if (strncmp(s, needle, nlen) == 0)
+		size_t		c = match(buf, s, arg);
+
+		if (c > 0)
 		{
-			for (size_t i = 0; i < rlen && o + 1 < len; i++)
-				tmp[o++] = repl[i];
-			s += nlen;
+			for (const char *m = repl; *m && o + 1 < len; m++)
+				tmp[o++] = *m;
+			s += c;
 		}
 		else
 			tmp[o++] = *s++;
@@ -548,6 +570,33 @@ replace_all(char *buf, size_t len, const char *needle, size_t nlen, const char *
 	tmp[o] = '\0';
 	memcpy(buf, tmp, o + 1);
 	free(tmp);
+}
+
+/* A needle of replace_all: nlen bytes, not necessarily terminated. */
+typedef struct needle
+{
+	const char *s;
+	size_t		n;
+} needle;
+
+/* match_fn of replace_all: the needle, exactly. */
+static size_t
+match_needle(const char *buf, const char *s, const void *arg)
+{
+	const needle *nd = arg;
+
+	(void) buf;
+	return strncmp(s, nd->s, nd->n) == 0 ? nd->n : 0;
+}
+
+/* Replace every occurrence of needle (nlen bytes) in buf (of size len) with repl. */
+static void
+replace_all(char *buf, size_t len, const char *s, size_t nlen, const char *repl)
+{
+	needle		nd = {s, nlen};
+
+	if (nlen > 0)
+		replace_matches(buf, len, match_needle, &nd, repl);
 }
 
 /*
@@ -670,52 +719,35 @@ note_misread_secrets(const char *dsn)
 }
 
 /*
- * Mask the misread parts of the DSN's password in msg (of size len): where
- * one stands as libpq quotes it, between quotes or the separators of a URI
- * ("@", ":", "/", ",", ...), so that a short part does not garble words;
- * and a copy cut short: at the end of the message, or of 16 bytes or more
- * before a separator (a host name cut to a buffer by whoever quotes it).
+ * match_fn of mask_misread: the misread part arg where it stands as libpq
+ * quotes it, between quotes or the separators of a URI ("@", ":", "/", ",",
+ * ...), so that a short part does not garble words; or a copy of it cut
+ * short: at the end of the message, or of 16 bytes or more before a
+ * separator (a host name cut to a buffer by whoever quotes it).
  */
+static size_t
+match_misread(const char *buf, const char *s, const void *arg)
+{
+	static const char sep[] = "\"'@:/,?&=() ";
+	const char *part = arg;
+	size_t		n = strlen(part);
+	size_t		c = 0;
+
+	if (s == buf || strchr(sep, s[-1]))
+		while (c < n && s[c] && s[c] == part[c])
+			c++;
+	if (c > 0 && (c == n || c >= 16 || s[c] == '\0') && strchr(sep, s[c]))
+		return c;
+	return 0;
+}
+
+/* Mask the misread parts of the DSN's password in msg (of size len). */
 static void
 mask_misread(char *msg, size_t len)
 {
-	static const char sep[] = "\"'@:/,?&=() ";
-
 	for (int i = 0; i < n_misread; i++)
-	{
-		size_t		n = strlen(misread[i]);
-		char	   *tmp;
-		size_t		o = 0;
-
-		if (n == 0)
-			continue;
-		if ((tmp = malloc(len)) == NULL)
-			return;
-		for (const char *s = msg; *s && o + 1 < len;)
-		{
-			size_t		c = 0;
-
-			/*
-			 * A part, or a copy of it cut short: by the end of the message
-			 * (a message buffer), or to 16 bytes or more before a separator
-			 * (a name buffer of whoever quotes it).
-			 */
-			if (s == msg || strchr(sep, s[-1]))
-				while (c < n && s[c] && s[c] == misread[i][c])
-					c++;
-			if (c > 0 && (c == n || c >= 16 || s[c] == '\0') && strchr(sep, s[c]))
-			{
-				for (const char *m = "****"; *m && o + 1 < len; m++)
-					tmp[o++] = *m;
-				s += c;
-			}
-			else
-				tmp[o++] = *s++;
-		}
-		tmp[o] = '\0';
-		memcpy(msg, tmp, o + 1);
-		free(tmp);
-	}
+		if (misread[i][0] != '\0')
+			replace_matches(msg, len, match_misread, misread[i], "****");
 }
 
 /*
@@ -820,6 +852,26 @@ log_submit(const char *line, size_t len)
 	pthread_mutex_unlock(&log_mu);
 }
 
+/*
+ * Close out, a stream writing one log line into line (of size size), and
+ * queue what it wrote; a line cut to the buffer still ends with a newline.
+ */
+static void
+log_submit_stream(FILE *out, char *line, size_t size)
+{
+	long		len;
+
+	fflush(out);
+	len = ftell(out);
+	fclose(out);
+	if (len <= 0)
+		return;
+	if (len >= (long) size)
+		len = (long) size - 1;
+	line[len - 1] = '\n';
+	log_submit(line, (size_t) len);
+}
+
 static void log_event(const char *event, int64_t token, const char *expires, const char *reason,
 					  const char *fmt,...) __attribute__((format(printf, 5, 6)));
 
@@ -904,7 +956,6 @@ log_plain_error(const char *msg)
 	char		line[LOG_LINE_MAX];
 	char		masked[LOG_LINE_MAX];
 	FILE	   *out = fmemopen(line, sizeof(line), "w");
-	long		len;
 
 	if (out == NULL)
 		return;
@@ -913,15 +964,7 @@ log_plain_error(const char *msg)
 	fprintf(out, "%s: error: ", progname);
 	text_str(out, masked);
 	fputc('\n', out);
-	fflush(out);
-	len = ftell(out);
-	fclose(out);
-	if (len <= 0)
-		return;
-	if (len >= (long) sizeof(line))
-		len = sizeof(line) - 1;
-	line[len - 1] = '\n';
-	log_submit(line, (size_t) len);
+	log_submit_stream(out, line, sizeof(line));
 }
 
 /*
@@ -938,7 +981,6 @@ log_line(const char *event, int64_t token, const char *expires, const char *reas
 	char		exp_iso[80] = "";
 	char		line[LOG_LINE_MAX];
 	FILE	   *out;
-	long		len;
 
 	now_iso(ts, sizeof(ts));
 	if (expires && *expires)
@@ -1016,15 +1058,7 @@ log_line(const char *event, int64_t token, const char *expires, const char *reas
 		}
 		fputc('\n', out);
 	}
-	fflush(out);
-	len = ftell(out);
-	fclose(out);
-	if (len <= 0)
-		return;
-	if (len >= (long) sizeof(line))
-		len = sizeof(line) - 1;
-	line[len - 1] = '\n';		/* a truncated line still ends its line */
-	log_submit(line, (size_t) len);
+	log_submit_stream(out, line, sizeof(line));
 }
 
 /* log_line with a printf-style detail and no holder field. */
@@ -1793,33 +1827,11 @@ cmd_status(const options *o)
 			char		key[1024],
 						holder[1024],
 						role[1024];
-			FILE	   *mf;
 
 			/* escape control characters so that a value cannot forge a row */
-			mf = fmemopen(key, sizeof(key), "w");
-			if (mf)
-			{
-				text_str(mf, PQgetvalue(r, i, 0));
-				fclose(mf);
-			}
-			else
-				snprintf(key, sizeof(key), "?");
-			mf = fmemopen(holder, sizeof(holder), "w");
-			if (mf)
-			{
-				text_str(mf, PQgetisnull(r, i, 1) ? "-" : PQgetvalue(r, i, 1));
-				fclose(mf);
-			}
-			else
-				snprintf(holder, sizeof(holder), "?");
-			mf = fmemopen(role, sizeof(role), "w");
-			if (mf)
-			{
-				text_str(mf, PQgetisnull(r, i, 7) ? "-" : PQgetvalue(r, i, 7));
-				fclose(mf);
-			}
-			else
-				snprintf(role, sizeof(role), "?");
+			text_buf(key, sizeof(key), PQgetvalue(r, i, 0));
+			text_buf(holder, sizeof(holder), PQgetisnull(r, i, 1) ? "-" : PQgetvalue(r, i, 1));
+			text_buf(role, sizeof(role), PQgetisnull(r, i, 7) ? "-" : PQgetvalue(r, i, 7));
 			printf("%-*s %-*s %-*s %*s %-*s %-*s %-5s %*s %*s\n", wk, key, wh, holder, wo, role,
 				   wt, PQgetvalue(r, i, 2),
 				   wa, PQgetisnull(r, i, 8) ? "-" : PQgetvalue(r, i, 8),
