@@ -64,9 +64,9 @@ case "$what" in
     all)
         run_target installcheck-regress || rc=1
         run_target installcheck-isolation || rc=1
-        run_target installcheck-tap PROVE_FLAGS=-v || rc=1 ;;
+        run_target installcheck-tap PROVE_FLAGS="-v --timer" || rc=1 ;;
     regress|isolation) run_target "installcheck-$what" || rc=1 ;;
-    tap) run_target installcheck-tap PROVE_FLAGS=-v ${1:+PROVE_TESTS="$*"} || rc=1 ;;
+    tap) run_target installcheck-tap PROVE_FLAGS="-v --timer" ${1:+PROVE_TESTS="$*"} || rc=1 ;;
     bench) PG_CONFIG="$PG_CONFIG" "$here/test/bench/run.sh" 2>&1 | tee -a "$log"
         [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
     bench-scale) PG_CONFIG="$PG_CONFIG" "$here/test/bench/scale.sh" 2>&1 | tee -a "$log"

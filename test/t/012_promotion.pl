@@ -20,10 +20,7 @@ use IPC::Run;
 
 my $primary = le_node('primary', init => { allows_streaming => 1 });
 
-$primary->backup('base');
-my $standby = PostgreSQL::Test::Cluster->new('standby');
-$standby->init_from_backup($primary, 'base', has_streaming => 1);
-$standby->start;
+my $standby = le_standby($primary, 'standby');
 
 # Replicated state: lease k granted (token 1) and released; lease h held
 # (token 2: one token sequence for all keys).
@@ -165,11 +162,7 @@ $primary2->command_ok(
 $primary2->safe_psql('moved', "SELECT le_force_release('k')");
 my $moved = $primary2->safe_psql('moved', "SELECT fencing_token FROM le_acquire('k', 'moved-1', '1 minute')");
 cmp_ok($moved, '>', $base + 1, "part 2: the moved database goes on from its tokens ($moved)");
-$primary2->backup('base2');
-my $standby2 = PostgreSQL::Test::Cluster->new('standby2');
-$standby2->init_from_backup($primary2, 'base2', has_streaming => 1);
-$standby2->start;
-$primary2->wait_for_catchup($standby2);
+my $standby2 = le_standby($primary2, 'standby2');
 $standby2->stop;
 
 # k was granted once on the new cluster before the cut (its standby knows

@@ -25,10 +25,7 @@ use Time::HiRes qw(usleep);
 my $primary = le_node('primary', init => { allows_streaming => 1 });
 $primary->safe_psql('postgres', 'CREATE TABLE plain (i int)');
 
-$primary->backup('base');
-my $standby = PostgreSQL::Test::Cluster->new('standby');
-$standby->init_from_backup($primary, 'base', has_streaming => 1);
-$standby->start;
+my $standby = le_standby($primary, 'standby');
 $primary->safe_psql('postgres', "ALTER SYSTEM SET synchronous_standby_names = 'standby'");
 $primary->reload;
 $primary->poll_query_until('postgres',

@@ -62,11 +62,7 @@ like(probe('status', $dsn, 'held-key'), qr/^status leading=0 last_error=held sql
 
 my $standby;
 {
-	$node->backup('b1');
-	$standby = PostgreSQL::Test::Cluster->new('client_api_standby');
-	$standby->init_from_backup($node, 'b1', has_streaming => 1);
-	$standby->start;
-	$node->wait_for_catchup($standby);
+	$standby = le_standby($node, 'client_api_standby');
 	like(probe('status', $standby->connstr('postgres'), 'standby-key'),
 		qr/^status leading=0 last_error=read_only sqlstate=25006 /m,
 		'on a standby: read_only (25006)');

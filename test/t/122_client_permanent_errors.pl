@@ -13,14 +13,10 @@ use Time::HiRes qw(time);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use LeNode;
 use LeClientTest;
 
-my $node = PostgreSQL::Test::Cluster->new('client_permanent');
-$node->init(allows_streaming => 1);
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION leader_election');
-$node->safe_psql('postgres', 'CREATE DATABASE other');
-$node->safe_psql('other', 'CREATE EXTENSION leader_election');
+my $node = le_node('client_permanent', init => { allows_streaming => 1 }, dbs => ['postgres', 'other']);
 my $dsn = $node->connstr('postgres');
 
 # Run pg_leader to completion: (exit status, stderr, seconds).
@@ -71,11 +67,7 @@ for my $mode ([], [ '--wait-timeout', '40s' ], ['--loop'], ['--no-wait'])
 }
 
 # --- a standby as the only host -------------------------------------------------------------
-$node->backup('b1');
-my $standby = PostgreSQL::Test::Cluster->new('client_permanent_standby');
-$standby->init_from_backup($node, 'b1', has_streaming => 1);
-$standby->start;
-$node->wait_for_catchup($standby);
+my $standby = le_standby($node, 'client_permanent_standby');
 {
 	my ($rc, $err, $secs) = cli('run', '-d', $standby->connstr('postgres'), '-l', 'sb', '--ttl', '3s',
 		'--retry', '200ms', '--wait-timeout', '40s', '--', 'true');
