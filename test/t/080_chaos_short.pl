@@ -11,6 +11,7 @@
 # CHAOS_SEED the seed (printed either way).
 use strict;
 use warnings;
+use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use FindBin;
@@ -22,7 +23,7 @@ my $dir = PostgreSQL::Test::Utils::tempdir_short() . '/chaos';
 my $seconds = $ENV{CHAOS_SECONDS} // 50;
 
 my @cmd = ($python, "$FindBin::Bin/../chaos/chaos.py", '--bindir', $bindir,
-	'--dir', $dir, '--port', 58260 + int(rand(30)), '--seconds', $seconds,
+	'--dir', $dir, '--port', PostgreSQL::Test::Cluster::get_free_port(), '--seconds', $seconds,
 	# 3 s of liveness slack (the long form keeps 2 s): this short form runs
 	# inside the full suite, on CI machines busy with other work.
 	'--liveness-bound', 3);
