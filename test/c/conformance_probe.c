@@ -147,8 +147,8 @@ run_sql(PGconn **conn, const char *sql, int n, const char *const *vals, char *st
 	return ok;
 }
 
-/* One fenced INSERT with token; prints the "write" event. */
-static void
+/* One fenced INSERT with token; prints the "write" event; true if committed. */
+static bool
 fenced_write(const opts *o, PGconn **conn, const char *owner_id, int64_t token)
 {
 	char		state[6] = "";
@@ -167,7 +167,7 @@ fenced_write(const opts *o, PGconn **conn, const char *owner_id, int64_t token)
 	{
 		*conn = NULL;
 		emit("{\"ev\":\"write\",\"token\":%s,\"ok\":false,\"sqlstate\":\"08001\"}", tok);
-		return;
+		return false;
 	}
 	snprintf(sql, sizeof(sql),
 			 "INSERT INTO %s (client, lease_key, owner_id, fencing_token) VALUES ($1, $2, $3, $4)",
@@ -187,6 +187,7 @@ fenced_write(const opts *o, PGconn **conn, const char *owner_id, int64_t token)
 		emit("{\"ev\":\"write\",\"token\":%s,\"ok\":true}", tok);
 	else
 		emit("{\"ev\":\"write\",\"token\":%s,\"ok\":false,\"sqlstate\":\"%s\"}", tok, state);
+	return ok;
 }
 
 /* The ignore-cancel task under pg_leader run: 2 x ttl of steps, SIGTERM ignored. */
@@ -315,8 +316,8 @@ work(const opts *o, le_elector *e, bool broken)
 			stalled = true;
 			sleep_ms(o->stall_ms);
 		}
-		fenced_write(o, &conn, le_elector_owner_id(e), token);
-		wrote = true;
+		if (fenced_write(o, &conn, le_elector_owner_id(e), token))
+			wrote = true;
 		sleep_ms(o->interval_ms);
 	}
 	if (conn)
