@@ -30,7 +30,9 @@ my @run = ('python3', "$top/test/conformance/run.py", '--admin-dsn', $admin,
 	'--pgdata', $node->data_dir, '--pg-ctl', "$bindir/pg_ctl");
 
 my ($out, $err) = ('', '');
-my $ok = IPC::Run::run([ @run, '--client', 'all', '--quick' ], '>', \$out, '2>', \$err);
+# test/run.sh conformance passes the options of the full run (--reps 20 ...)
+my @opts = split ' ', ($ENV{LE_CONFORMANCE_ARGS} // '--client all --quick');
+my $ok = IPC::Run::run([ @run, @opts ], '>', \$out, '2>', \$err);
 note($out);
 diag($err) if $err ne '';
 ok($ok, 'every available client passes every scenario');
