@@ -8,7 +8,7 @@ tables) and the probes' event streams.  Prints one markdown table per client
 and exits 1 when any check failed.
 
   run.py --admin-dsn DSN [--dsn DSN] [--client c|python|go|all]
-         [--scenarios a,b,...] [--reps 20] [--quick] [--ttl-ms 1000]
+         [--scenarios a,b,...] [--reps 20] [--quick] [--parallel] [--ttl-ms 1000]
          [--pgdata DIR --pg-ctl PATH]
 
 --admin-dsn is a superuser's (it creates the tables and the probes' role,
@@ -246,7 +246,7 @@ def sc_hung_renewals(r):
 def sc_restart(r):
     r.pair()
     r.leader()
-    r.run.barrier.wait()        # its action restarts the server once for all reps
+    r.barrier.wait()            # its action restarts the server once for all reps
     time.sleep(2 * r.run.ttl)
 
 
@@ -371,12 +371,14 @@ def sc_ignore_cancel(r):
 def judge(r):
     """Checks of PROTOCOL.md from the database and the events of r's probes."""
     adm = r.run.admin
-    ends, tokens = {}, set()
-    for tok, ended in adm.sql(
-            "SELECT fencing_token, extract(epoch FROM ended_at)::float8 * 1e6 FROM le_lease_history"
-            " WHERE lease_key = %s", [r.key]):
+    ends, tokens, released = {}, set(), set()
+    for tok, ended, reason in adm.sql(
+            "SELECT fencing_token, extract(epoch FROM ended_at)::float8 * 1e6, end_reason"
+            " FROM le_lease_history WHERE lease_key = %s", [r.key]):
         tokens.add(tok)
         ends[tok] = ended
+        if reason == 'released':
+            released.add(tok)
     for tok, exp in adm.sql(
             "SELECT fencing_token, extract(epoch FROM expires_at)::float8 * 1e6 FROM le_leases"
             " WHERE lease_key = %s AND holder IS NOT NULL", [r.key]):
@@ -400,8 +402,8 @@ def judge(r):
     for tok, who in actors.items():
         if len(who) > 1:
             r.problems.append('probes %s all acted in period %s' % (','.join(sorted(who)), tok))
-    for tok, t in last_act.items():
-        if ends.get(tok) is not None:
+    for tok, t in last_act.items():     # released periods end after the work stopped
+        if ends.get(tok) is not None and tok not in released:
             r.margins.append((ends[tok] - t) / 1000.0)
     for tok, t in adm.sql('SELECT fencing_token, extract(epoch FROM written_at)::float8 * 1e6 FROM %s'
                           % r.table):
@@ -433,7 +435,9 @@ def restart_server(run):
 def run_scenario(run, name):
     reps = [Rep(run, name, i) for i in range(run.reps)]
     setup(run, reps)
-    run.barrier = threading.Barrier(len(reps), action=lambda: restart_server(run))
+    barrier = threading.Barrier(len(reps), action=lambda: restart_server(run))
+    for r in reps:
+        r.barrier = barrier
     fn = globals()['sc_' + name]
 
     def body(r):
@@ -441,7 +445,7 @@ def run_scenario(run, name):
             fn(r)
         except Exception as exc:   # a harness error counts as a failure, with its text
             r.problems.append('harness: %r' % exc)
-            run.barrier.abort()
+            barrier.abort()
 
     threads = [threading.Thread(target=body, args=(r,)) for r in reps]
     for t in threads:
@@ -500,6 +504,8 @@ def main():
     ap.add_argument('--scenarios', default=','.join(SCENARIOS))
     ap.add_argument('--reps', type=int, default=20)
     ap.add_argument('--quick', action='store_true', help='3 repetitions per scenario')
+    ap.add_argument('--parallel', action='store_true',
+                    help='run the scenarios at the same time (restart after them, alone)')
     ap.add_argument('--ttl-ms', type=int, default=1000)
     ap.add_argument('--interval-ms', type=int, default=50)
     ap.add_argument('--pgdata')
@@ -541,11 +547,25 @@ def main():
         run.ttl_ms, run.ttl, run.interval_ms = args.ttl_ms, args.ttl_ms / 1000.0, args.interval_ms
         run.reps = 3 if args.quick else args.reps
         run.runid = '%x' % (int(time.time() * 10) % 0xffffff)
-        results = []
-        for name in scen:
+        results = {}
+
+        def one(name):
             t0 = time.time()
-            results.append((name, run_scenario(run, name)))
+            results[name] = run_scenario(run, name)
             print('%s %s: %.1f s' % (client, name, time.time() - t0), flush=True)
+
+        if args.parallel:       # every scenario at once, then the restart alone
+            threads = [threading.Thread(target=one, args=(n,)) for n in scen if n != 'restart']
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            if 'restart' in scen:
+                one('restart')
+        else:
+            for name in scen:
+                one(name)
+        results = [(n, results[n]) for n in scen]
         failed |= report(client, results, sys.stdout)
         ran += 1
     if ran == 0:

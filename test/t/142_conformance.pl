@@ -31,7 +31,7 @@ my @run = ('python3', "$top/test/conformance/run.py", '--admin-dsn', $admin,
 
 my ($out, $err) = ('', '');
 # test/run.sh conformance passes the options of the full run (--reps 20 ...)
-my @opts = split ' ', ($ENV{LE_CONFORMANCE_ARGS} // '--client all --quick');
+my @opts = split ' ', ($ENV{LE_CONFORMANCE_ARGS} // '--client all --quick --parallel');
 my $ok = IPC::Run::run([ @run, @opts ], '>', \$out, '2>', \$err);
 note($out);
 diag($err) if $err ne '';
@@ -46,7 +46,7 @@ unlike($out, qr/FAIL/, 'no scenario failed');
 ($out, $err) = ('', '');
 {
 	local $ENV{LE_PROBE_BREAK} = 'ignore_deadline';
-	$ok = IPC::Run::run([ @run, '--client', 'c', '--quick', '--scenarios', 'sigstop,hung_renewals' ],
+	$ok = IPC::Run::run([ @run, '--client', 'c', '--quick', '--parallel', '--scenarios', 'sigstop,hung_renewals' ],
 		'>', \$out, '2>', \$err);
 }
 note($out);
