@@ -466,12 +466,12 @@ def run_scenario(run, name):
 def fmt3(xs):
     if not xs:
         return '-'
-    return '%.0f / %.0f / %.0f' % (min(xs), statistics.median(xs), max(xs))
+    return '%.0f / %.0f / %.0f (%d)' % (min(xs), statistics.median(xs), max(xs), len(xs))
 
 
 def report(client, results, out):
     out.write('\n### client %s\n\n' % client)
-    out.write('| scenario | result | margin min / median / max (ms) | handoff min / median / max (ms) |\n')
+    out.write('| scenario | result | margin min / median / max (ms) (periods) | handoff min / median / max (ms) (n) |\n')
     out.write('|---|---|---|---|\n')
     failed = False
     for name, reps in results:
