@@ -28,6 +28,11 @@
 #                                1 minute; CHAOS_BREAK=nofence to see it fail).  Its
 #                                short form is TAP test 080_chaos_short.pl, part of
 #                                "everything"
+#   test/run.sh conformance [run.py options]
+#                                the client conformance suite in full (test/conformance/
+#                                run.py through test/t/142_conformance.pl; default
+#                                --reps 20, every available client; ~1-2 min per client).
+#                                Its --quick form is part of "everything"
 #
 # Ends with a line "N passed, N failed"; exits non-zero when anything failed.
 set -uo pipefail
@@ -102,7 +107,11 @@ case "$what" in
             /usr/bin/python3 "$work/test/chaos/chaos.py" --bindir "$("$PG_CONFIG" --bindir)" \
             --dir "$work/tmp_chaos" --port 58250 --seconds "$seconds" --mode "$mode" 2>&1 | tee -a "$log"
         [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
-    *) echo "usage: test/run.sh [all|regress|isolation|tap [FILES...]|bench|bench-scale|package|ha|chaos [--minutes N]]" >&2; exit 2 ;;
+    conformance)
+        le_as_pg env LE_CONFORMANCE_ARGS="${*:---reps 20}" make -C "$work" -s PG_CONFIG="$PG_CONFIG" \
+            installcheck-tap PROVE_FLAGS=-v PROVE_TESTS=test/t/142_conformance.pl 2>&1 | tee -a "$log"
+        [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
+    *) echo "usage: test/run.sh [all|regress|isolation|tap [FILES...]|bench|bench-scale|package|ha|chaos [--minutes N]|conformance [OPTIONS]]" >&2; exit 2 ;;
 esac
 
 # Show what failed, from the copy the tests ran in.

@@ -2,13 +2,15 @@
 # project needs are installed (installing them when run as root) and sets
 # PG_CONFIG.  Works on a fresh Debian 12 machine with or without PostgreSQL.
 
-LE_PACKAGES="make gcc gdb postgresql-15 postgresql-server-dev-15 libpq-dev libipc-run-perl pgbouncer python3-psycopg2 spin faketime"
+LE_PACKAGES="make gcc gdb postgresql-15 postgresql-server-dev-15 libpq-dev libipc-run-perl pgbouncer python3-psycopg2 spin faketime nodejs openjdk-17-jdk-headless libpostgresql-jdbc-java"
 
 le_ensure_packages() {   # [EXTRA_PACKAGE...]: also needed by this run
     local missing=() p
     for p in $LE_PACKAGES "$@"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
     done
+    # examples/node: Debian's nodejs needs its npm package; other builds of nodejs bring npm along
+    command -v npm >/dev/null 2>&1 || missing+=(npm)
     if [ ${#missing[@]} -gt 0 ]; then
         if [ "$(id -u)" -ne 0 ]; then
             echo "missing Debian packages: ${missing[*]}" >&2
