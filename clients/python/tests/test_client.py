@@ -1,0 +1,265 @@
+"""Tests of the Python client against a running server with the extension.
+
+Run by test/t/140_python_client.pl (a throwaway node, a virtual environment
+made with the documented pip command); by hand:
+LE_TEST_DSN='host=... dbname=... user=SUPERUSER' venv/bin/python -m unittest -v tests/test_client.py
+
+They prove, from the Python side, G1 (one holder: two leases of one
+process are two owners), G3 (the token rises after a takeover), G4 (the
+release is compare-and-release), G5 (a stale fenced write gets LE001; the
+work ends before the server-side end of its period: is_leader/lost in
+threads, cancellation in asyncio, SIGKILL of the child in run()).
+No assertion depends on absolute timings: moments are compared with the
+server's expiry of the same period.
+"""
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+import psycopg
+
+import leader_election as le
+
+DSN = os.environ.get("LE_TEST_DSN", "")
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def admin():
+    return psycopg.connect(DSN, autocommit=True)
+
+
+def schema(conn):
+    return conn.execute("SELECT n.nspname FROM pg_extension x JOIN pg_namespace n ON n.oid = x.extnamespace"
+                        " WHERE x.extname = 'leader_election'").fetchone()[0]
+
+
+class RowLock:
+    """Holds the lease row FOR UPDATE from another session (as superuser), so every le_renew hangs
+    until leader_election.lock_timeout; .expires_at is the server's expiry once the lock is held."""
+
+    def __init__(self, key):
+        self.conn = admin()
+        self.key = key
+
+    def __enter__(self):
+        s = schema(self.conn)
+        self.conn.execute("BEGIN")
+        self.expires_at = self.conn.execute(
+            f'SELECT extract(epoch FROM expires_at)::float8 FROM "{s}".le_lease WHERE lease_key = %s FOR UPDATE',
+            (self.key,)).fetchone()[0]
+        return self
+
+    def __exit__(self, *exc):
+        self.conn.execute("ROLLBACK")
+        self.conn.close()
+
+
+def history(conn, key):
+    return conn.execute("SELECT holder, fencing_token, end_reason FROM le_lease_history WHERE lease_key = %s"
+                        " ORDER BY fencing_token", (key,)).fetchall()
+
+
+class SyncTests(unittest.TestCase):
+    def test_acquire_renew_release(self):
+        with admin() as a:
+            with le.lead(DSN, "py-basic", ttl="1s") as lease:
+                self.assertTrue(lease.is_leader())
+                self.assertIsNotNone(lease.token)
+                first = a.execute("SELECT holder, fencing_token, renewed_at FROM le_leases WHERE lease_key = 'py-basic'").fetchone()
+                self.assertEqual(first[:2], (lease.owner_id, lease.token))
+                time.sleep(1.5)             # longer than the ttl: only renewals keep it
+                self.assertTrue(lease.is_leader(), lease.lost_reason)
+                later = a.execute("SELECT holder, fencing_token, renewed_at, is_valid FROM le_leases"
+                                  " WHERE lease_key = 'py-basic'").fetchone()
+                self.assertEqual(later[:2], first[:2])
+                self.assertGreater(later[2], first[2])
+                self.assertTrue(later[3])
+            self.assertFalse(lease.is_leader())
+            self.assertEqual(lease.lost_reason, "released")
+            row = a.execute("SELECT holder FROM le_leases WHERE lease_key = 'py-basic'").fetchone()
+            self.assertIsNone(row[0])
+            self.assertEqual(history(a, "py-basic")[-1], (lease.owner_id, lease.token, "released"))
+
+    def test_two_leases_one_process(self):
+        with le.lead(DSN, "py-two-a", ttl="5s", name="same") as a, \
+                le.lead(DSN, "py-two-b", ttl="5s", name="same") as b:
+            self.assertNotEqual(a.owner_id, b.owner_id)
+            self.assertTrue(a.owner_id.startswith("same-") and b.owner_id.startswith("same-"))
+            self.assertTrue(a.is_leader() and b.is_leader())
+            # the same name on a held key is another owner: refused, not shared
+            with self.assertRaises(le.NotAcquired) as cm:
+                le.lead(DSN, "py-two-a", ttl="5s", name="same", timeout=0.3).acquire()
+            self.assertEqual(cm.exception.holder, a.owner_id)
+
+    def test_takeover_token_rises_and_stale_write_fails(self):
+        with admin() as a:
+            a.execute("DROP TABLE IF EXISTS py_fenced")
+            a.execute("CREATE TABLE py_fenced (id int, note text, fencing_token bigint NOT NULL)")
+            a.execute("SELECT le_protect('py_fenced', 'py-fence')")
+            work = psycopg.connect(DSN)
+            old = le.lead(DSN, "py-fence", ttl="10s", renew_every="4s").acquire()
+            with old.transaction(work):
+                work.execute("INSERT INTO py_fenced VALUES (%(id)s, %(note)s, %(fencing_token)s)",
+                             old.stamp(id=1, note="old"))
+                work.execute("INSERT INTO py_fenced VALUES (2, 'old', %s)", (old.token,))
+            with old.transaction(work):    # DELETE carries the token only in the setting
+                self.assertEqual(work.execute("SELECT current_setting('leader_election.fencing_token')").fetchone()[0],
+                                 str(old.token))
+                work.execute("DELETE FROM py_fenced WHERE id = 2")
+            self.assertEqual(a.execute("SELECT count(*) FROM py_fenced").fetchone()[0], 1)
+            a.execute("SELECT le_force_release('py-fence')")
+            with le.lead(DSN, "py-fence", ttl="5s") as new:
+                self.assertGreater(new.token, old.token)
+                self.assertTrue(old.is_leader())   # it has not heard yet: advisory, the fence decides
+                with self.assertRaises(psycopg.Error) as cm:
+                    with old.transaction(work):
+                        work.execute("DELETE FROM py_fenced")
+                self.assertEqual(cm.exception.sqlstate, "LE001")
+                with new.transaction(work):
+                    work.execute("INSERT INTO py_fenced VALUES (3, 'new', %s)", (new.token,))
+                # the old lease's next renewal is refused: lost
+                self.assertTrue(old.lost.wait(10))
+                self.assertEqual(old.lost_reason, "lost")
+                self.assertFalse(old.is_leader())
+                with self.assertRaises(le.NotLeader):
+                    with old.transaction(work):
+                        pass
+            self.assertFalse(old.release())        # compare-and-release: no longer ours
+            self.assertEqual(a.execute("SELECT array_agg(id ORDER BY id) FROM py_fenced").fetchone()[0], [1, 3])
+            work.close()
+
+    def test_hung_renewals_end_leadership_before_expiry(self):
+        with le.lead(DSN, "py-hung", ttl="2s") as lease:
+            time.sleep(0.3)
+            with RowLock("py-hung") as lock:
+                self.assertTrue(lease.lost.wait(10))
+                lost_wall = time.time()
+                self.assertFalse(lease.is_leader())
+                self.assertEqual(lease.lost_reason, "deadline_passed")
+                self.assertLess(lost_wall, lock.expires_at)   # before the server's expiry of that period
+
+
+class AsyncTests(unittest.TestCase):
+    def test_body_cancelled_before_deadline(self):
+        seen = {}
+
+        async def main():
+            lease = le.lead_async(DSN, "py-async", ttl="2s")
+            lock = None
+            try:
+                async with lease:
+                    seen["token"] = lease.token
+                    lock = RowLock("py-async").__enter__()
+                    try:
+                        while True:
+                            seen["last_deadline"] = lease.deadline()
+                            seen["last_wall"] = time.time()
+                            await asyncio.sleep(0.01)
+                    except asyncio.CancelledError:
+                        seen["cancelled"] = le.now()
+                        raise
+            except le.LeadershipLost:
+                seen["reason"] = lease.lost_reason
+            finally:
+                if lock is not None:
+                    seen["expires_at"] = lock.expires_at
+                    lock.__exit__(None, None, None)
+            self.assertEqual(asyncio.current_task().cancelling(), 0)   # LeadershipLost, not a stray cancel
+
+        asyncio.run(main())
+        self.assertIn("cancelled", seen)
+        self.assertLess(seen["cancelled"], seen["last_deadline"])
+        self.assertLess(seen["last_wall"], seen["expires_at"])
+        self.assertEqual(seen["reason"], "deadline_near")
+
+    def test_async_fenced_transaction(self):
+        async def main():
+            async with await psycopg.AsyncConnection.connect(DSN) as conn:
+                async with le.lead_async(DSN, "py-async-tx", ttl="5s") as lease:
+                    async with lease.transaction(conn):
+                        cur = await conn.execute("SELECT current_setting('leader_election.fencing_token')")
+                        return lease.token, (await cur.fetchone())[0]
+
+        token, setting = asyncio.run(main())
+        self.assertEqual(setting, str(token))
+
+
+def stubborn(info, path):
+    """Ignores SIGTERM and appends its token and the wall time to `path` every 20 ms."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    while True:
+        with open(path, "a") as f:
+            f.write(f"{info.token} {time.time():.6f}\n")
+        time.sleep(0.02)
+
+
+class RunTests(unittest.TestCase):
+    def test_child_dead_before_deadline_even_ignoring_sigterm(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "writes")
+            out = {}
+            t = threading.Thread(target=lambda: out.update(r=le.run(DSN, "py-run", stubborn, path, ttl="2s")))
+            t.start()
+            deadline = time.time() + 10
+            while not os.path.exists(path) and time.time() < deadline:
+                time.sleep(0.02)
+            self.assertTrue(os.path.exists(path), "the child runs")
+            time.sleep(0.3)
+            with RowLock("py-run") as lock:
+                t.join(15)
+                self.assertFalse(t.is_alive())
+                expires_at = lock.expires_at
+            r = out["r"]
+            self.assertEqual(r.returncode, -signal.SIGKILL)    # SIGTERM was ignored: killed
+            self.assertEqual(r.reason, "deadline_passed")
+            with open(path) as f:
+                writes = [line.split() for line in f if re.match(r"^\d+ \d+\.\d+$", line.strip())]
+            self.assertEqual({w[0] for w in writes}, {str(r.token)})
+            last = float(writes[-1][1])
+            self.assertLess(last, expires_at)        # dead before the server-side end of the period
+            time.sleep(0.1)
+            with open(path) as f:
+                self.assertEqual(len(f.readlines()), len(writes), "nothing writes after run() returned")
+
+    def test_command_and_sigterm_release(self):
+        code = ("import sys, leader_election as le\n"
+                "r = le.run(sys.argv[1], 'py-run-cmd', ['sh', '-c', 'echo $LE_FENCING_TOKEN; exec sleep 30'], ttl='5s')\n"
+                "print(r.reason, r.returncode, r.token, flush=True)\n")
+        p = subprocess.Popen([sys.executable, "-c", code, DSN], stdout=subprocess.PIPE, text=True)
+        token = p.stdout.readline().strip()
+        self.assertTrue(token.isdigit(), token)
+        p.send_signal(signal.SIGTERM)
+        out, _ = p.communicate(timeout=15)
+        reason, rc, tok = out.split()
+        self.assertEqual((reason, rc, tok), ("signal", str(-signal.SIGTERM), token))
+        with admin() as a:
+            self.assertEqual(history(a, "py-run-cmd")[-1][1:], (int(token), "released"))
+
+
+class ReadmeTest(unittest.TestCase):
+    def test_readme_example_runs(self):
+        with open(os.path.join(HERE, "..", "README.md")) as f:
+            blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
+        self.assertTrue(blocks)
+        with admin() as a:
+            a.execute("DROP TABLE IF EXISTS invoices")
+            a.execute("CREATE TABLE invoices (customer text, amount numeric, fencing_token bigint NOT NULL)")
+            a.execute("SELECT le_protect('invoices', 'nightly-billing')")
+            env = dict(os.environ, DATABASE_URL=DSN)
+            out = subprocess.run([sys.executable, "-c", blocks[0]], env=env, capture_output=True, text=True, timeout=30)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            rows = a.execute("SELECT customer, fencing_token FROM invoices").fetchall()
+            self.assertEqual(len(rows), 1)
+            self.assertIn(f"token {rows[0][1]}", out.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
