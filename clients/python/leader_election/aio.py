@@ -36,9 +36,9 @@ class AsyncLease(Lease):
         self._cancelled_by_us = False
 
     @contextlib.asynccontextmanager
-    async def transaction(self, conn):
+    async def transaction(self, conn, check=True):
         """`async with lease.transaction(aconn) as tx:` the asyncio twin of Lease.transaction()."""
-        if not self.is_leader():
+        if self.token is None or (check and not self.is_leader()):
             raise c.NotLeader(f'not leading lease "{self.key}"')
         async with conn.transaction() as tx:
             await conn.execute("SELECT pg_catalog.set_config('leader_election.fencing_token', %s, true)",
