@@ -83,7 +83,12 @@ class AsyncLease(Lease):
         return ok
 
     async def __aenter__(self):
-        await self.acquire()
+        try:
+            await self.acquire()
+        except BaseException:
+            c.close_quietly(self._conn)
+            self._conn = None
+            raise
         self._body = asyncio.current_task()
         self._arm()
         return self
@@ -93,8 +98,8 @@ class AsyncLease(Lease):
         if self._cancel_handle is not None:
             self._cancel_handle.cancel()
         await self.release()
-        if self._cancelled_by_us and exc_type is asyncio.CancelledError:
-            if body is not None and hasattr(body, "uncancel"):
+        if self._cancelled_by_us and exc_type in (asyncio.CancelledError, None):
+            if body is not None and body.cancelling():
                 body.uncancel()
             raise c.LeadershipLost(f'lease "{self.key}" ended ({self.lost_reason}): body cancelled')
         return False

@@ -146,7 +146,12 @@ class Lease:
         return ok
 
     def __enter__(self):
-        return self.acquire()
+        try:
+            return self.acquire()
+        except BaseException:
+            c.close_quietly(self._conn)
+            self._conn = None
+            raise
 
     def __exit__(self, *exc):
         self.release()
