@@ -19,6 +19,7 @@ import select
 import socket
 import time
 
+import psycopg
 from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
@@ -207,6 +208,8 @@ def drive(gen, deadline):
             want = gen.send(None)
     except StopIteration as stop:
         return stop.value
+    except psycopg.Error as e:          # libpq calls (consume_input, flush) on a broken connection
+        raise LeaseError(f"connection lost: {e}") from e
     finally:
         gen.close()
 
@@ -234,6 +237,8 @@ async def drive_async(gen, deadline):
             want = gen.send(None)
     except StopIteration as stop:
         return stop.value
+    except psycopg.Error as e:
+        raise LeaseError(f"connection lost: {e}") from e
     finally:
         gen.close()
 

@@ -279,10 +279,10 @@ class Lease:
                                                (self.key, self.owner_id, self.token, t.ttl_sql())),
                                   sent + bound)
                     rtt = c.now() - sent
-                except c.LeaseError as e:
+                except Exception as e:          # LeaseError, or anything unexpected: retry, never die
                     c.close_quietly(conn)
                     conn = None
-                    if e.sqlstate in c.PERMANENT_SQLSTATES:
+                    if getattr(e, "sqlstate", None) in c.PERMANENT_SQLSTATES:
                         self._end("renew_failed")
                         return
                     left = self._deadline - c.now()

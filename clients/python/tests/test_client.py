@@ -10,7 +10,9 @@ release is compare-and-release), G5 (a stale fenced write gets LE001; the
 work ends before the server-side end of its period: is_leader/lost in
 threads, cancellation in asyncio, SIGKILL of the child in run()).
 No assertion depends on absolute timings: moments are compared with the
-server's expiry of the same period.
+server's expiry of the same period.  The renewal reconnects after its
+backend is terminated, and abandons a renewal hung on a frozen backend for
+a new connection, keeping the token.
 """
 
 import asyncio
@@ -141,6 +143,34 @@ class SyncTests(unittest.TestCase):
             self.assertFalse(old.release())        # compare-and-release: no longer ours
             self.assertEqual(a.execute("SELECT array_agg(id ORDER BY id) FROM py_fenced").fetchone()[0], [1, 3])
             work.close()
+
+    def renew_backend(self, a, lease):
+        for _ in range(100):
+            row = a.execute("SELECT pid FROM pg_stat_activity WHERE application_name = 'leader_election renew'"
+                            " AND usename = current_user ORDER BY backend_start DESC LIMIT 1").fetchone()
+            if row:
+                return row[0]
+            time.sleep(0.05)
+        self.fail("no renewal connection")
+
+    def test_renewal_reconnects(self):
+        with admin() as a, le.lead(DSN, "py-reconnect", ttl="2s") as lease:
+            token = lease.token
+            first = self.renew_backend(a, lease)
+            a.execute("SELECT pg_terminate_backend(%s)", (first,))
+            time.sleep(1.0)
+            frozen = self.renew_backend(a, lease)
+            self.assertNotEqual(frozen, first)
+            # a frozen backend: the renewal on it hangs, is abandoned, and another connection renews
+            os.kill(frozen, signal.SIGSTOP)
+            try:
+                time.sleep(2.5)                     # longer than the ttl
+                self.assertTrue(lease.is_leader(), lease.lost_reason)
+                self.assertEqual(lease.token, token)
+                row = a.execute("SELECT fencing_token, is_valid FROM le_leases WHERE lease_key = 'py-reconnect'").fetchone()
+                self.assertEqual(row, (token, True))
+            finally:
+                os.kill(frozen, signal.SIGCONT)
 
     def test_hung_renewals_end_leadership_before_expiry(self):
         with le.lead(DSN, "py-hung", ttl="2s") as lease:
