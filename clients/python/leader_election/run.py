@@ -139,7 +139,11 @@ def run(dsn, key, target, *args, ttl="15s", grace=None, kill_margin=0.1, env=Non
 
 
 def _supervise(lease, target, args, env, grace, kill_margin, stop):
-    pid, popen = _spawn(target, args, lease, env)
+    try:
+        pid, popen = _spawn(target, args, lease, env)
+    except BaseException:           # e.g. the command does not exist: nothing runs, give the lease back
+        lease.release()
+        raise
     try:
         pidfd = os.pidfd_open(pid)
     except (AttributeError, OSError):

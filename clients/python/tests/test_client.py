@@ -146,8 +146,10 @@ class SyncTests(unittest.TestCase):
 
     def renew_backend(self, a, lease):
         for _ in range(100):
-            row = a.execute("SELECT pid FROM pg_stat_activity WHERE application_name = 'leader_election renew'"
-                            " AND usename = current_user ORDER BY backend_start DESC LIMIT 1").fetchone()
+            # by its last statement: PGAPPNAME (set by the TAP harness) overrides the fallback application name
+            row = a.execute("SELECT pid FROM pg_stat_activity WHERE query LIKE %s AND pid <> pg_backend_pid()"
+                            " AND state = 'idle' ORDER BY backend_start DESC LIMIT 1",
+                            ("%.le_renew(%",)).fetchone()
             if row:
                 return row[0]
             time.sleep(0.05)
@@ -276,6 +278,12 @@ class RunTests(unittest.TestCase):
             time.sleep(0.1)
             with open(path) as f:
                 self.assertEqual(len(f.readlines()), len(writes), "nothing writes after run() returned")
+
+    def test_missing_command_releases(self):
+        with self.assertRaises(FileNotFoundError):
+            le.run(DSN, "py-run-missing", ["/nonexistent/command"], ttl="5s")
+        with admin() as a:
+            self.assertEqual(history(a, "py-run-missing")[-1][2], "released")
 
     def test_command_and_sigterm_release(self):
         code = ("import sys, leader_election as le\n"
