@@ -4,7 +4,8 @@
 # G3 (the token rises after a takeover), G4 (compare-and-release), G5 (a
 # stale fenced write gets LE001; with renewals hung, leadership ends before
 # the server's expiry: lost/is_leader in threads, cancellation in asyncio,
-# SIGKILL of a child ignoring SIGTERM in run()); the README example runs.
+# SIGKILL of a child ignoring SIGTERM in run()), G11 (a follower is woken by
+# the release it watches); the README example runs.
 # The conformance probe leads, writes through the fence and releases on
 # SIGTERM.
 use strict;

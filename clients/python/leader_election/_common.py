@@ -12,6 +12,7 @@ the confirmed le_acquire/le_renew was SENT + ttl - safety margin, never
 later; nothing here reads the wall clock for a decision.
 """
 
+import json
 import os
 import random
 import re
@@ -268,6 +269,28 @@ class Statements:
                         f" FROM {q}.le_acquire($1, $2, $3::pg_catalog.interval)")
         self.renew = f"SELECT {q}.le_renew($1, $2, $3::pg_catalog.int8, $4::pg_catalog.interval)"
         self.release = f"SELECT {q}.le_release($1, $2, $3::pg_catalog.int8)"
+        self.watch = f"SELECT {q}.le_watch($1)"
+        self.unwatch = f"SELECT {q}.le_unwatch($1)"
+
+
+LISTEN_SQL = "LISTEN leader_election"
+
+
+def released_heard(pgconn, key):
+    """Read what arrived on a campaign connection: True when a notification says that `key` was
+    released.  Payloads are unauthenticated hints: they only make the next le_acquire come early."""
+    heard = False
+    pgconn.consume_input()
+    while True:
+        n = pgconn.notifies()
+        if n is None:
+            return heard
+        try:
+            msg = json.loads(n.extra.decode())
+            heard = heard or (isinstance(msg, dict) and msg.get("lease_key") == key
+                              and msg.get("event") in ("released", "force_released"))
+        except (ValueError, UnicodeDecodeError):
+            pass
 
 
 def schema_from(result):

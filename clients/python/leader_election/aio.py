@@ -55,6 +55,7 @@ class AsyncLease(Lease):
             if await self._attempt_async():
                 self._task = asyncio.create_task(self._renew_task(), name=f"leader_election renew {self.key}")
                 self._arm()
+                await self._unwatch_async()
                 return self
             delay = self.timing.retry_delay()
             if end is not None:
@@ -63,7 +64,7 @@ class AsyncLease(Lease):
                     raise c.NotAcquired(f'lease "{self.key}" not acquired within {timeout}s'
                                         f' (held by {self.holder})', self.holder)
                 delay = min(delay, left)
-            await asyncio.sleep(delay)
+            await self._wait_release_async(delay)
 
     async def release(self):
         """End the period and compare-and-release the lease (see Lease.release)."""
@@ -79,7 +80,7 @@ class AsyncLease(Lease):
         except c.LeaseError:
             ok = None
         c.close_quietly(self._conn)
-        self._conn = None
+        self._conn, self._watching = None, False
         return ok
 
     async def __aenter__(self):
@@ -156,12 +157,13 @@ class AsyncLease(Lease):
                                       sent + t.statement_timeout)
         except c.LeaseError as e:
             c.close_quietly(self._conn)
-            self._conn = None
+            self._conn, self._watching = None, False
             if e.sqlstate in c.PERMANENT_SQLSTATES or e.sqlstate == "42704":
                 raise
             return False
         self.holder = c.value(res, 2)
         if c.value(res, 0) != "t":
+            await self._watch_async()
             return False
         token = int(c.value(res, 1))
         deadline = sent + t.ttl - t.margin
@@ -170,6 +172,56 @@ class AsyncLease(Lease):
             return False
         self.token, self.expires_at, self._deadline = token, c.value(res, 3), deadline
         return True
+
+    async def _run_all(self, statements, bound):
+        try:
+            for sql, params in statements:
+                await c.drive_async(c._query_gen(self._conn, sql, params), c.now() + bound)
+            return True
+        except c.LeaseError as e:
+            c.close_quietly(self._conn)
+            self._conn = None
+            return e
+
+    async def _watch_async(self):
+        if self._watching or self._watch_failed or self._conn is None:
+            return
+        r = await self._run_all(((c.LISTEN_SQL, ()), (self._stmts.watch, (self.key,))), self.timing.statement_timeout)
+        self._watching = r is True
+        self._watch_failed = r is not True and r.sqlstate is not None
+
+    async def _unwatch_async(self):
+        if self._watching:
+            self._watching = False
+            await self._run_all((("UNLISTEN *", ()), (self._stmts.unwatch, (self.key,))),
+                                min(self.timing.statement_timeout, self.timing.renew_every))
+
+    async def _wait_release_async(self, delay):
+        """Sleep `delay`, less when the campaign connection hears that the lease was released."""
+        end = c.now() + delay
+        loop = asyncio.get_running_loop()
+        while c.now() < end:
+            if not self._watching or self._conn is None:
+                await asyncio.sleep(end - c.now())
+                return
+            fd = self._conn.socket
+            fut = loop.create_future()
+            loop.add_reader(fd, lambda: fut.done() or fut.set_result(None))
+            try:
+                await asyncio.wait_for(fut, end - c.now())
+            except asyncio.TimeoutError:
+                return
+            finally:
+                loop.remove_reader(fd)
+            try:
+                heard = c.released_heard(self._conn, self.key)
+            except Exception:
+                heard = False
+                c.close_quietly(self._conn)
+                self._conn, self._watching = None, False
+            if heard:
+                await asyncio.sleep(c.random.uniform(0, 0.01))
+                return
 
     async def _release_async(self, token):
         for _ in range(2):
@@ -182,7 +234,7 @@ class AsyncLease(Lease):
                 return c.value(res, 0) == "t"
             except c.LeaseError:
                 c.close_quietly(self._conn)
-                self._conn = None
+                self._conn, self._watching = None, False
         raise c.LeaseError(f'could not release lease "{self.key}"')
 
     async def _renew_task(self):

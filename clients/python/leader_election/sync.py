@@ -48,6 +48,8 @@ class Lease:
         self._stmts = None
         self._threads = []
         self._unknown_acquire = False
+        self._watching = False
+        self._watch_failed = False
 
     # --- public --------------------------------------------------------------
 
@@ -113,6 +115,7 @@ class Lease:
                 raise c.NotAcquired(f'lease "{self.key}": campaign cancelled', self.holder)
             if self._attempt():
                 self._start_threads()
+                self._unwatch()
                 return self
             delay = self.timing.retry_delay()
             if end is not None:
@@ -122,10 +125,7 @@ class Lease:
                     raise c.NotAcquired(f'lease "{self.key}" not acquired within {timeout}s'
                                         f' (held by {self.holder})', self.holder)
                 delay = min(delay, left)
-            if self.cancel is not None:
-                self.cancel.wait(delay)
-            else:
-                self._stop.wait(delay)
+            self._wait_release(delay)
 
     def release(self):
         """End the period (reason 'released' unless it already ended) and compare-and-release it
@@ -142,7 +142,7 @@ class Lease:
         except c.LeaseError:
             ok = None
         c.close_quietly(self._conn)
-        self._conn = None
+        self._conn, self._watching = None, False
         return ok
 
     def __enter__(self):
@@ -185,12 +185,13 @@ class Lease:
             if isinstance(e, c.Timeout):
                 self._unknown_acquire = True
             c.close_quietly(self._conn)
-            self._conn = None
+            self._conn, self._watching = None, False
             if e.sqlstate in c.PERMANENT_SQLSTATES or e.sqlstate == "42704":
                 raise
             return False
         self.holder = c.value(res, 2)
         if c.value(res, 0) != "t":
+            self._watch()
             return False
         token = int(c.value(res, 1))
         # new_period = f when we were not leading: with an owner id made for this Lease alone, only an
@@ -201,6 +202,56 @@ class Lease:
             return False
         self.token, self.expires_at, self._deadline = token, c.value(res, 3), deadline
         return True
+
+    def _watch(self):
+        """LISTEN and le_watch(key) on the campaign connection, so that a release wakes us at once."""
+        if self._watching or self._watch_failed or self._conn is None:
+            return
+        try:
+            for sql, params in ((c.LISTEN_SQL, ()), (self._stmts.watch, (self.key,))):
+                c.drive(c._query_gen(self._conn, sql, params), c.now() + self.timing.statement_timeout)
+            self._watching = True
+        except c.LeaseError as e:       # a server without le_watch, a timeout: polling alone
+            self._watch_failed = e.sqlstate is not None
+            c.close_quietly(self._conn)
+            self._conn = None
+
+    def _unwatch(self):
+        """Leading: stop listening, so that no notification piles up on the idle campaign connection."""
+        if not self._watching:
+            return
+        self._watching = False
+        try:
+            for sql, params in (("UNLISTEN *", ()), (self._stmts.unwatch, (self.key,))):
+                c.drive(c._query_gen(self._conn, sql, params),
+                        c.now() + min(self.timing.statement_timeout, self.timing.renew_every))
+        except c.LeaseError:
+            c.close_quietly(self._conn)
+            self._conn = None
+
+    def _wait_release(self, delay):
+        """Sleep `delay`, less when the campaign connection hears that the lease was released
+        (then 0-10 ms of random spread) or when the cancel event is set."""
+        end = c.now() + delay
+        while c.now() < end:
+            if self.cancel is not None and self.cancel.is_set():
+                return
+            slice_ = min(0.05, end - c.now())
+            if not self._watching or self._conn is None:
+                (self.cancel or self._stop).wait(slice_)
+                continue
+            p = c.select.poll()
+            p.register(self._conn.socket, c.select.POLLIN)
+            if p.poll(slice_ * 1000):
+                try:
+                    heard = c.released_heard(self._conn, self.key)
+                except Exception:
+                    heard = False
+                    c.close_quietly(self._conn)
+                    self._conn, self._watching = None, False
+                if heard:
+                    self._stop.wait(c.random.uniform(0, 0.01))
+                    return
 
     def _give_up(self):
         """After an acquire whose answer never came, the server may have granted it late: take it
@@ -225,7 +276,7 @@ class Lease:
                 return c.value(res, 0) == "t"
             except c.LeaseError:
                 c.close_quietly(self._conn)
-                self._conn = None
+                self._conn, self._watching = None, False
         raise c.LeaseError(f'could not release lease "{self.key}"')
 
     # --- leadership -------------------------------------------------------------

@@ -12,7 +12,8 @@ threads, cancellation in asyncio, SIGKILL of the child in run()).
 No assertion depends on absolute timings: moments are compared with the
 server's expiry of the same period.  The renewal reconnects after its
 backend is terminated, and abandons a renewal hung on a frozen backend for
-a new connection, keeping the token.
+a new connection, keeping the token.  A follower is woken by a release
+(G11) instead of waiting for its next poll.
 """
 
 import asyncio
@@ -95,6 +96,34 @@ class SyncTests(unittest.TestCase):
             row = a.execute("SELECT holder FROM le_leases WHERE lease_key = 'py-basic'").fetchone()
             self.assertIsNone(row[0])
             self.assertEqual(history(a, "py-basic")[-1], (lease.owner_id, lease.token, "released"))
+
+    def test_follower_woken_by_release(self):
+        # the follower polls only every 60 s: it gets the lease within its 10 s timeout only
+        # because the release is announced (LISTEN, le_watch) and wakes it
+        leader = le.lead(DSN, "py-wake", ttl="5s").acquire()
+        got = {}
+        t = threading.Thread(target=lambda: got.update(
+            lease=le.lead(DSN, "py-wake", ttl="5s", retry=60, timeout=10).acquire()))
+        t.start()
+        time.sleep(0.5)                         # the follower was refused once and listens
+        leader.release()
+        t.join(15)
+        self.assertIn("lease", got)
+        self.assertGreater(got["lease"].token, leader.token)
+        got["lease"].release()
+
+    def test_follower_woken_by_release_async(self):
+        async def main():
+            leader = await le.lead_async(DSN, "py-wake-async", ttl="5s").acquire()
+            follower = asyncio.create_task(le.lead_async(DSN, "py-wake-async", ttl="5s", retry=60, timeout=10).acquire())
+            await asyncio.sleep(0.5)
+            await leader.release()
+            lease = await follower
+            await lease.release()
+            return leader.token, lease.token
+
+        old, new = asyncio.run(main())
+        self.assertGreater(new, old)
 
     def test_two_leases_one_process(self):
         with le.lead(DSN, "py-two-a", ttl="5s", name="same") as a, \
