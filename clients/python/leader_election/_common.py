@@ -18,6 +18,7 @@ import random
 import re
 import select
 import socket
+import sys
 import time
 
 import psycopg
@@ -90,7 +91,7 @@ def make_owner_id(name=None):
 
     Every call returns a different id, so two leases in one process, or two
     processes given the same name, are always different owners."""
-    base = name if name else os.path.basename(os.sys.argv[0] or "python") or "python"
+    base = name if name else os.path.basename(sys.argv[0] if sys.argv and sys.argv[0] else "python") or "python"
     host = socket.gethostname().split(".")[0] or "host"
     oid = f"{base}-{host}-{os.getpid()}-{random.getrandbits(48):012x}"
     encoded = oid.encode()

@@ -91,7 +91,8 @@ class Lease:
         """A dict of column values with this period's token added under `column`.
 
         `cur.execute("INSERT INTO t (a, fencing_token) VALUES (%(a)s, %(fencing_token)s)",
-        lease.stamp(a=1))`.  Raises NotLeader when the token is not held."""
+        lease.stamp(a=1))`.  It does not look at the deadline (the fence judges the token); raises
+        NotLeader before the lease was acquired."""
         if self.token is None:
             raise c.NotLeader(f'not leading lease "{self.key}"')
         row = dict(values or {}, **more)
