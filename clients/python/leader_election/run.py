@@ -1,0 +1,201 @@
+"""run(): the work runs in a child process that is dead before the deadline.
+
+Threaded Python cannot be interrupted safely, so the strongest mode runs
+the work in a child process in a process group of its own (a command with
+subprocess, a function with fork) while the parent's main thread watches
+the period: at kill deadline - grace the group gets SIGTERM (and SIGCONT),
+at the kill deadline (local deadline - kill_margin, 100 ms by default) it
+gets SIGKILL, and the lease is released only after the parent reaped the
+child, as `pg_leader run` does.
+
+Invariant: the child is reaped before the local deadline passes, unless
+the kernel takes longer than kill_margin to deliver SIGKILL (or the child
+is in uninterruptible sleep, or the parent itself is frozen: then the
+fence stops its writes).
+"""
+
+import collections
+import ctypes
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import traceback
+
+from . import _common as c
+from .sync import Lease
+
+RunResult = collections.namedtuple("RunResult", "returncode reason token")
+RunResult.__doc__ = """What run() did: returncode (the child's exit status, -N when signal N killed it),
+reason ('exited': the work ended on its own; 'lost', 'renew_failed', 'deadline_passed': the period ended
+and the work was stopped; 'signal': run() got SIGTERM), token (the period's fencing token)."""
+
+LeaseInfo = collections.namedtuple("LeaseInfo", "dsn key owner_id token expires_at")
+LeaseInfo.__doc__ = "The lease as a function run by run() sees it in its child process."
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _pdeathsig():
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except Exception:
+        pass
+
+
+def _fork_function(fn, info, args, parent):
+    pid = os.fork()
+    if pid:
+        try:
+            os.setpgid(pid, pid)
+        except OSError:
+            pass
+        return pid
+    code = 1
+    try:
+        os.setpgid(0, 0)
+        _pdeathsig()
+        if os.getppid() != parent:
+            os._exit(1)
+        for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(s, signal.SIG_DFL)
+        rc = fn(info, *args)
+        code = rc if isinstance(rc, int) and not isinstance(rc, bool) else 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def _spawn(target, args, lease, env):
+    info = LeaseInfo(lease.dsn, lease.key, lease.owner_id, lease.token, lease.expires_at)
+    if callable(target):
+        return _fork_function(target, info, args, os.getpid()), None
+    argv = [target, *args] if isinstance(target, str) else [*target, *args]
+    child_env = dict(os.environ if env is None else env)
+    child_env.update(LE_LEASE_KEY=lease.key, LE_FENCING_TOKEN=str(lease.token), LE_OWNER_ID=lease.owner_id,
+                     LE_EXPIRES_AT=lease.expires_at or "", LE_DSN=lease.dsn or "")
+    p = subprocess.Popen(argv, env=child_env, process_group=0, close_fds=True)
+    return p.pid, p
+
+
+def _killpg(pgid, sig):
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run(dsn, key, target, *args, ttl="15s", grace=None, kill_margin=0.1, env=None, **options):
+    """Lead `key` and run the work in a child process that is guaranteed dead before the deadline.
+
+    `target` is a command (a string naming a program, or a list of arguments; `args` are appended;
+    it gets LE_LEASE_KEY, LE_FENCING_TOKEN, LE_OWNER_ID, LE_EXPIRES_AT and LE_DSN in its environment)
+    or a function, called in a forked child as target(info, *args) with a LeaseInfo (dsn, key,
+    owner_id, token, expires_at); its return value (an int) is the child's exit status.  The child
+    leads a process group of its own, and a forked child dies with the parent (PR_SET_PDEATHSIG).
+
+    run() campaigns as lead() does (options: timeout, name, owner_id, safety_margin,
+    renew_every, retry, jitter, connect_timeout, statement_timeout; a SIGTERM ends the campaign,
+    when run() is called from the main thread), starts the child once it leads,
+    and renews.  Let D be the local deadline of the last confirmed renewal.  Without a newer renewal,
+    the child's group gets SIGTERM at D - kill_margin - grace and SIGKILL at D - kill_margin, whatever
+    it does with SIGTERM; a period that ends earlier (renewal answered NULL, permanent error) or a
+    SIGTERM to run() gives the child `grace` (default min(5 s, (ttl - margin - kill_margin)/3)) but
+    never beyond D - kill_margin.  The parent reaps the child, SIGKILLs what is left of its group,
+    then releases the lease (compare-and-release), and returns a RunResult.  Descendants that left
+    the group (setsid) are out of reach; if the whole machine or the parent is frozen, only the
+    fence stops stale writes: the work must stamp its writes with the token."""
+    probe = c.Timing(ttl, **{k: v for k, v in options.items() if k in ("safety_margin",)})
+    kill_margin = c.seconds(kill_margin, "kill_margin")
+    budget = probe.ttl - probe.margin - kill_margin
+    grace = min(5.0, budget / 3) if grace is None else c.seconds(grace, "grace")
+    if budget <= 0 or grace > budget / 2:
+        raise ValueError(f"grace must be at most (ttl - margin - kill_margin)/2 = {max(budget, 0) / 2:.3f}s")
+    stop = threading.Event()
+    lease = Lease(dsn, key, ttl, renew_by=kill_margin + grace, cancel=stop, **options)
+    old = None
+    if threading.current_thread() is threading.main_thread():
+        old = signal.signal(signal.SIGTERM, lambda s, f: stop.set())
+    try:
+        try:
+            lease.acquire()
+        except c.NotAcquired:
+            if stop.is_set():
+                return RunResult(None, "signal", None)
+            raise
+        return _supervise(lease, target, args, env, grace, kill_margin, stop)
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
+
+
+def _supervise(lease, target, args, env, grace, kill_margin, stop):
+    try:
+        pid, popen = _spawn(target, args, lease, env)
+    except BaseException:           # e.g. the command does not exist: nothing runs, give the lease back
+        lease.release()
+        raise
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        pidfd = None
+    last_deadline = lease.deadline()
+    ended_at = None                 # when the period ended or run() was asked to stop
+    reason = "exited"
+    term_sent = kill_sent = False
+    status = None
+    try:
+        while status is None:
+            t = c.now()
+            if lease.is_leader() and not stop.is_set():
+                last_deadline = lease.deadline()
+            elif ended_at is None:
+                ended_at = t
+                reason = "signal" if stop.is_set() else (lease.lost_reason or "deadline_passed")
+            kill_at = last_deadline - kill_margin
+            term_at = kill_at - grace
+            if ended_at is not None:
+                term_at = min(term_at, ended_at)
+                kill_at = min(kill_at, ended_at + grace)
+            if t >= term_at and not term_sent:
+                _killpg(pid, signal.SIGTERM)
+                _killpg(pid, signal.SIGCONT)
+                term_sent = True
+                if ended_at is None:
+                    ended_at, reason = t, "deadline_passed"
+            if t >= kill_at and not kill_sent:
+                _killpg(pid, signal.SIGKILL)
+                kill_sent = True
+            wpid, st = os.waitpid(pid, os.WNOHANG)
+            if wpid:
+                status = st
+                break
+            nxt = min(term_at if not term_sent else kill_at, kill_at) - c.now()
+            wait = max(0.0, min(0.05, nxt)) if not kill_sent else 0.01
+            if pidfd is not None:
+                p = select.poll()
+                p.register(pidfd, select.POLLIN)
+                p.poll(wait * 1000)
+            else:
+                stop.wait(wait)
+    finally:
+        if status is None:          # an exception in the parent: the child must not outlive it
+            _killpg(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        _killpg(pid, signal.SIGKILL)        # whatever of its group is left
+        if pidfd is not None:
+            os.close(pidfd)
+        code = None if status is None else os.waitstatus_to_exitcode(status)
+        if popen is not None:
+            popen.returncode = code
+        lease.release()
+    return RunResult(code, reason, lease.token)

@@ -1,0 +1,373 @@
+"""Leases for threaded (synchronous) code: `with lead(dsn, key) as lease:`.
+
+A Lease is one ownership period.  Acquiring uses one connection; renewing
+runs in a thread of its own on a second connection, so work never delays a
+renewal; a watchdog thread ends the period at its local deadline even when
+a renewal hangs.  Python cannot stop the body of a `with` block safely, so
+in this mode is_leader() and `lost` are advisory: the fence (a token the
+database checks in the same transaction as the write) is the guarantee.
+
+Invariant: is_leader() is true only before the local deadline (send time
+of the last confirmed acquire/renew + ttl - safety margin), and a token,
+once its period ended, is never reported as held again.
+"""
+
+import contextlib
+import threading
+
+from . import _common as c
+
+
+class Lease:
+    """One ownership period of `key`.  Create it with lead(); see lead() for the parameters.
+
+    Attributes: key, owner_id, token (None until acquired), expires_at (the server's expiry at the
+    last confirmed acquire/renew, text), lost (threading.Event, set when the period ended),
+    lost_reason ('lost', 'renew_failed', 'deadline_passed', 'released')."""
+
+    def __init__(self, dsn, key, ttl="15s", *, name=None, owner_id=None, timeout=None, cancel=None,
+                 on_lost=None, renew_by=0.0, **timing):
+        if not key or len(key.encode()) > 200:
+            raise ValueError("lease key must be 1 to 200 bytes")
+        self.dsn = dsn
+        self.key = key
+        self.owner_id = owner_id or c.make_owner_id(name)
+        self.timing = c.Timing(ttl, renew_by=renew_by, **timing)
+        self.timeout = None if timeout is None else float(timeout)
+        self.cancel = cancel
+        self.on_lost = on_lost
+        self.token = None
+        self.expires_at = None
+        self.holder = None
+        self.lost = threading.Event()
+        self.lost_reason = None
+        self._deadline = 0.0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._conn = None
+        self._stmts = None
+        self._threads = []
+        self._unknown_acquire = False
+        self._watching = False
+        self._watch_failed = False
+
+    # --- public --------------------------------------------------------------
+
+    def is_leader(self):
+        """True while this period lasts by the local monotonic deadline (read at every call).
+
+        Advisory in threaded code: the period can end right after it returned True. Every write
+        that matters must carry the token through the fence (transaction(), stamp())."""
+        return self.token is not None and not self.lost.is_set() and c.now() < self._deadline
+
+    def remaining(self):
+        """Seconds left before the local deadline (0 when not leading)."""
+        if not self.is_leader():
+            return 0.0
+        return max(0.0, self._deadline - c.now())
+
+    def deadline(self):
+        """The local deadline on the clock of leader_election.now() (CLOCK_BOOTTIME)."""
+        return self._deadline
+
+    @contextlib.contextmanager
+    def transaction(self, conn, check=True):
+        """`with lease.transaction(conn) as tx:` a psycopg transaction stamped with the token.
+
+        Begins a transaction (a savepoint inside one) on the psycopg Connection `conn` and runs
+        `SELECT set_config('leader_election.fencing_token', token, true)` first, so every fenced
+        write in it (INSERT, UPDATE, DELETE, TRUNCATE on tables under le_protect) is judged with this
+        period's token: after a takeover the database refuses it (SQLSTATE LE001 or LE002) and nothing
+        commits.  Raises NotLeader without touching `conn` when the local deadline has passed
+        (check=False: stamp the period's token anyway and let the fence alone judge it)."""
+        if self.token is None or (check and not self.is_leader()):
+            raise c.NotLeader(f'not leading lease "{self.key}"')
+        with conn.transaction() as tx:
+            conn.execute("SELECT pg_catalog.set_config('leader_election.fencing_token', %s, true)",
+                         (str(self.token),))
+            yield tx
+
+    def stamp(self, values=None, column="fencing_token", **more):
+        """A dict of column values with this period's token added under `column`.
+
+        `cur.execute("INSERT INTO t (a, fencing_token) VALUES (%(a)s, %(fencing_token)s)",
+        lease.stamp(a=1))`.  It does not look at the deadline (the fence judges the token); raises
+        NotLeader before the lease was acquired."""
+        if self.token is None:
+            raise c.NotLeader(f'not leading lease "{self.key}"')
+        row = dict(values or {}, **more)
+        row[column] = self.token
+        return row
+
+    def acquire(self, timeout=None):
+        """Campaign until this process holds the lease; returns self.
+
+        Tries le_acquire every `retry` seconds (+- jitter) until it is granted, or raises
+        NotAcquired after `timeout` seconds (None: wait for ever; 0: one attempt), or when the
+        `cancel` event given to lead() is set.  Permanent errors (permission denied, missing
+        extension, bad input) raise LeaseError at once."""
+        if self.token is not None:
+            raise RuntimeError("a Lease is one ownership period: call lead() again for another")
+        timeout = self.timeout if timeout is None else timeout
+        end = None if timeout is None else c.now() + timeout
+        while True:
+            if self.cancel is not None and self.cancel.is_set():
+                self._give_up()
+                raise c.NotAcquired(f'lease "{self.key}": campaign cancelled', self.holder)
+            if self._attempt():
+                self._start_threads()
+                self._unwatch()
+                return self
+            delay = self.timing.retry_delay()
+            if end is not None:
+                left = end - c.now()
+                if left <= 0:
+                    self._give_up()
+                    raise c.NotAcquired(f'lease "{self.key}" not acquired within {timeout}s'
+                                        f' (held by {self.holder})', self.holder)
+                delay = min(delay, left)
+            self._wait_release(delay)
+
+    def release(self):
+        """End the period (reason 'released' unless it already ended) and compare-and-release it
+        on the server with our owner id and token, so that a follower gets it at once.  Returns
+        the server's answer (False when it was no longer ours), None when it could not be asked."""
+        self._end("released")
+        self._stop.set()
+        for t in self._threads:
+            t.join(self.timing.statement_timeout + self.timing.connect_timeout + 1)
+        if self.token is None:
+            return None
+        try:
+            ok = self._release_token(self.token)
+        except c.LeaseError:
+            ok = None
+        c.close_quietly(self._conn)
+        self._conn, self._watching = None, False
+        return ok
+
+    def __enter__(self):
+        try:
+            return self.acquire()
+        except BaseException:
+            c.close_quietly(self._conn)
+            self._conn = None
+            raise
+
+    def __exit__(self, *exc):
+        self.release()
+        return False
+
+    # --- campaign --------------------------------------------------------------
+
+    def _connect(self, purpose, bound):
+        conn = c.drive(c._connect_gen(c.lease_conninfo(self.dsn, purpose, self.timing.connect_timeout)),
+                       c.now() + bound)
+        if self._stmts is None:
+            try:
+                res = c.drive(c._query_gen(conn, c.SCHEMA_SQL), c.now() + self.timing.statement_timeout)
+                self._stmts = c.Statements(c.schema_from(res))
+            except BaseException:
+                c.close_quietly(conn)
+                raise
+        return conn
+
+    def _attempt(self):
+        t = self.timing
+        try:
+            if self._conn is None:
+                self._conn = self._connect("campaign", t.connect_timeout)
+            sent = c.now()
+            # Extension point: a server whose le_acquire can wait for the lease (a `wait` argument)
+            # could replace the polling below; this client does not depend on one.
+            res = c.drive(c._query_gen(self._conn, self._stmts.acquire, (self.key, self.owner_id, t.ttl_sql())),
+                          sent + t.statement_timeout)
+        except c.LeaseError as e:
+            if isinstance(e, c.Timeout):
+                self._unknown_acquire = True
+            c.close_quietly(self._conn)
+            self._conn, self._watching = None, False
+            if e.sqlstate in c.PERMANENT_SQLSTATES or e.sqlstate == "42704":
+                raise
+            return False
+        self.holder = c.value(res, 2)
+        if c.value(res, 0) != "t":
+            self._watch()
+            return False
+        token = int(c.value(res, 1))
+        # new_period = f when we were not leading: with an owner id made for this Lease alone, only an
+        # earlier attempt of ours whose answer was lost can have been granted it: the same period.
+        deadline = sent + t.ttl - t.margin
+        if c.now() >= deadline:          # the answer came too late to act on
+            self._release_token(token)
+            return False
+        self.token, self.expires_at, self._deadline = token, c.value(res, 3), deadline
+        return True
+
+    def _watch(self):
+        """LISTEN and le_watch(key) on the campaign connection, so that a release wakes us at once."""
+        if self._watching or self._watch_failed or self._conn is None:
+            return
+        try:
+            for sql, params in ((c.LISTEN_SQL, ()), (self._stmts.watch, (self.key,))):
+                c.drive(c._query_gen(self._conn, sql, params), c.now() + self.timing.statement_timeout)
+            self._watching = True
+        except c.LeaseError as e:       # a server without le_watch, a timeout: polling alone
+            self._watch_failed = e.sqlstate is not None
+            c.close_quietly(self._conn)
+            self._conn = None
+
+    def _unwatch(self):
+        """Leading: stop listening, so that no notification piles up on the idle campaign connection."""
+        if not self._watching:
+            return
+        self._watching = False
+        try:
+            for sql, params in (("UNLISTEN *", ()), (self._stmts.unwatch, (self.key,))):
+                c.drive(c._query_gen(self._conn, sql, params),
+                        c.now() + min(self.timing.statement_timeout, self.timing.renew_every))
+        except c.LeaseError:
+            c.close_quietly(self._conn)
+            self._conn = None
+
+    def _wait_release(self, delay):
+        """Sleep `delay`, less when the campaign connection hears that the lease was released
+        (then 0-10 ms of random spread) or when the cancel event is set."""
+        end = c.now() + delay
+        while c.now() < end:
+            if self.cancel is not None and self.cancel.is_set():
+                return
+            slice_ = min(0.05, end - c.now())
+            if not self._watching or self._conn is None:
+                (self.cancel or self._stop).wait(slice_)
+                continue
+            p = c.select.poll()
+            p.register(self._conn.socket, c.select.POLLIN)
+            if p.poll(slice_ * 1000):
+                try:
+                    heard = c.released_heard(self._conn, self.key)
+                except Exception:
+                    heard = False
+                    c.close_quietly(self._conn)
+                    self._conn, self._watching = None, False
+                if heard:
+                    self._stop.wait(c.random.uniform(0, 0.01))
+                    return
+
+    def _give_up(self):
+        """After an acquire whose answer never came, the server may have granted it late: take it
+        back (once, bounded) so that it does not block the key for a ttl."""
+        if not self._unknown_acquire:
+            return
+        self._unknown_acquire = False
+        try:
+            if self._attempt():
+                self._release_token(self.token)
+                self.token = None
+        except c.LeaseError:
+            pass
+
+    def _release_token(self, token):
+        for _ in range(2):
+            try:
+                if self._conn is None:
+                    self._conn = self._connect("campaign", self.timing.connect_timeout)
+                res = c.drive(c._query_gen(self._conn, self._stmts.release, (self.key, self.owner_id, token)),
+                              c.now() + self.timing.statement_timeout)
+                return c.value(res, 0) == "t"
+            except c.LeaseError:
+                c.close_quietly(self._conn)
+                self._conn, self._watching = None, False
+        raise c.LeaseError(f'could not release lease "{self.key}"')
+
+    # --- leadership -------------------------------------------------------------
+
+    def _end(self, reason):
+        with self._lock:
+            if self.lost.is_set():
+                return
+            self.lost_reason = reason
+            self._deadline = min(self._deadline, c.now())
+            self.lost.set()
+        if self.on_lost is not None and reason != "released":
+            try:
+                self.on_lost(self)
+            except Exception:
+                pass
+
+    def _start_threads(self):
+        for target, what in ((self._renew_loop, "renew"), (self._watchdog, "deadline")):
+            th = threading.Thread(target=target, name=f"leader_election {what} {self.key}", daemon=True)
+            self._threads.append(th)
+            th.start()
+
+    def _watchdog(self):
+        while not self.lost.is_set():
+            left = self._deadline - c.now()
+            if left <= 0:
+                self._end("deadline_passed")
+                return
+            self._stop.wait(min(left, 0.5))
+            if self._stop.is_set():
+                return
+
+    def _renew_loop(self):
+        t = self.timing
+        conn, rtt = None, 0.0
+        next_at = self._deadline - (t.ttl - t.margin) + t.renew_every
+        try:
+            while not self.lost.is_set():
+                if self._stop.wait(max(0.0, next_at - c.now())):
+                    return
+                if c.now() >= self._deadline:
+                    self._end("deadline_passed")
+                    return
+                try:
+                    bound = t.attempt_bound(self._deadline, rtt)
+                    if conn is None:
+                        conn = self._connect("renew", min(t.connect_timeout, max(bound, 3 * rtt)))
+                    sent = c.now()
+                    res = c.drive(c._query_gen(conn, self._stmts.renew,
+                                               (self.key, self.owner_id, self.token, t.ttl_sql())),
+                                  sent + bound)
+                    rtt = c.now() - sent
+                except Exception as e:          # LeaseError, or anything unexpected: retry, never die
+                    c.close_quietly(conn)
+                    conn = None
+                    if getattr(e, "sqlstate", None) in c.PERMANENT_SQLSTATES:
+                        self._end("renew_failed")
+                        return
+                    left = self._deadline - c.now()
+                    next_at = c.now() + min(t.renew_every / 4, 0.2, max(left / 4, 0.0)) * (0.75 + 0.5 * c.random.random())
+                    continue
+                expiry = c.value(res, 0)
+                if expiry is None:
+                    self._end("lost")
+                    return
+                with self._lock:
+                    if not self.lost.is_set() and c.now() < self._deadline:
+                        self._deadline = max(self._deadline, sent + t.ttl - t.margin)
+                        self.expires_at = expiry
+                next_at = sent + t.renew_every
+        finally:
+            c.close_quietly(conn)
+
+
+def lead(dsn, key, ttl="15s", **options):
+    """Lead `key`: `with lead(dsn, "billing", ttl="15s") as lease:` ... `lease.token`.
+
+    Entering the block campaigns until the lease is granted (NotAcquired after `timeout` seconds
+    when given); leaving it releases the lease (compare-and-release with the token).  While inside,
+    a thread renews on its own connection every `renew_every` (default a third of ttl - margin), each
+    attempt bounded by the statement timeout and by half the time left, reconnecting and retrying
+    with jitter; `lease.is_leader()` reads the local monotonic deadline at every call and
+    `lease.lost` is set when the period ends (within milliseconds of the deadline, by a watchdog
+    thread, even when renewals hang).  The body is NOT interrupted: use `lease.transaction(conn)` or
+    `lease.stamp()` so that the database fences every write, or run() for work that must be killed.
+
+    Options: name (owner id prefix; ids are NAME-host-pid-random, new for every Lease), owner_id
+    (use exactly this id: it must be unique per process), timeout, cancel (a threading.Event that
+    ends the campaign), on_lost (callable(lease), run in a library thread), safety_margin,
+    renew_every, retry (default 2 s), jitter (0.2), connect_timeout, statement_timeout (5 s).
+    Durations are seconds or strings such as '500ms', '15s'."""
+    return Lease(dsn, key, ttl, **options)

@@ -1,0 +1,350 @@
+"""Tests of the Python client against a running server with the extension.
+
+Run by test/t/140_python_client.pl (a throwaway node, a virtual environment
+made with the documented pip command); by hand:
+LE_TEST_DSN='host=... dbname=... user=SUPERUSER' venv/bin/python -m unittest -v tests/test_client.py
+
+They prove, from the Python side, G1 (one holder: two leases of one
+process are two owners), G3 (the token rises after a takeover), G4 (the
+release is compare-and-release), G5 (a stale fenced write gets LE001; the
+work ends before the server-side end of its period: is_leader/lost in
+threads, cancellation in asyncio, SIGKILL of the child in run()).
+No assertion depends on absolute timings: moments are compared with the
+server's expiry of the same period.  The renewal reconnects after its
+backend is terminated, and abandons a renewal hung on a frozen backend for
+a new connection, keeping the token.  A follower is woken by a release
+(G11) instead of waiting for its next poll.
+"""
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+import psycopg
+
+import leader_election as le
+
+DSN = os.environ.get("LE_TEST_DSN", "")
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIGURES = []       # measured margins, printed at the end (never asserted as absolute times)
+
+
+def tearDownModule():
+    for line in FIGURES:
+        print("figure:", line, file=sys.stderr)
+
+
+def admin():
+    return psycopg.connect(DSN, autocommit=True)
+
+
+def schema(conn):
+    return conn.execute("SELECT n.nspname FROM pg_extension x JOIN pg_namespace n ON n.oid = x.extnamespace"
+                        " WHERE x.extname = 'leader_election'").fetchone()[0]
+
+
+class RowLock:
+    """Holds the lease row FOR UPDATE from another session (as superuser), so every le_renew hangs
+    until leader_election.lock_timeout; .expires_at is the server's expiry once the lock is held."""
+
+    def __init__(self, key):
+        self.conn = admin()
+        self.key = key
+
+    def __enter__(self):
+        s = schema(self.conn)
+        self.conn.execute("BEGIN")
+        self.expires_at = self.conn.execute(
+            f'SELECT extract(epoch FROM expires_at)::float8 FROM "{s}".le_lease WHERE lease_key = %s FOR UPDATE',
+            (self.key,)).fetchone()[0]
+        return self
+
+    def __exit__(self, *exc):
+        self.conn.execute("ROLLBACK")
+        self.conn.close()
+
+
+def history(conn, key):
+    return conn.execute("SELECT holder, fencing_token, end_reason FROM le_lease_history WHERE lease_key = %s"
+                        " ORDER BY fencing_token", (key,)).fetchall()
+
+
+class SyncTests(unittest.TestCase):
+    def test_acquire_renew_release(self):
+        with admin() as a:
+            with le.lead(DSN, "py-basic", ttl="1s") as lease:
+                self.assertTrue(lease.is_leader())
+                self.assertIsNotNone(lease.token)
+                first = a.execute("SELECT holder, fencing_token, renewed_at FROM le_leases WHERE lease_key = 'py-basic'").fetchone()
+                self.assertEqual(first[:2], (lease.owner_id, lease.token))
+                time.sleep(1.5)             # longer than the ttl: only renewals keep it
+                self.assertTrue(lease.is_leader(), lease.lost_reason)
+                later = a.execute("SELECT holder, fencing_token, renewed_at, is_valid FROM le_leases"
+                                  " WHERE lease_key = 'py-basic'").fetchone()
+                self.assertEqual(later[:2], first[:2])
+                self.assertGreater(later[2], first[2])
+                self.assertTrue(later[3])
+            self.assertFalse(lease.is_leader())
+            self.assertEqual(lease.lost_reason, "released")
+            row = a.execute("SELECT holder FROM le_leases WHERE lease_key = 'py-basic'").fetchone()
+            self.assertIsNone(row[0])
+            self.assertEqual(history(a, "py-basic")[-1], (lease.owner_id, lease.token, "released"))
+
+    def test_follower_woken_by_release(self):
+        # the follower polls only every 60 s: it gets the lease within its 10 s timeout only
+        # because the release is announced (LISTEN, le_watch) and wakes it
+        leader = le.lead(DSN, "py-wake", ttl="5s").acquire()
+        got = {}
+        t = threading.Thread(target=lambda: got.update(
+            lease=le.lead(DSN, "py-wake", ttl="5s", retry=60, timeout=10).acquire()))
+        t.start()
+        time.sleep(0.5)                         # the follower was refused once and listens
+        leader.release()
+        t.join(15)
+        self.assertIn("lease", got)
+        self.assertGreater(got["lease"].token, leader.token)
+        got["lease"].release()
+
+    def test_follower_woken_by_release_async(self):
+        async def main():
+            leader = await le.lead_async(DSN, "py-wake-async", ttl="5s").acquire()
+            follower = asyncio.create_task(le.lead_async(DSN, "py-wake-async", ttl="5s", retry=60, timeout=10).acquire())
+            await asyncio.sleep(0.5)
+            await leader.release()
+            lease = await follower
+            await lease.release()
+            return leader.token, lease.token
+
+        old, new = asyncio.run(main())
+        self.assertGreater(new, old)
+
+    def test_two_leases_one_process(self):
+        with le.lead(DSN, "py-two-a", ttl="5s", name="same") as a, \
+                le.lead(DSN, "py-two-b", ttl="5s", name="same") as b:
+            self.assertNotEqual(a.owner_id, b.owner_id)
+            self.assertTrue(a.owner_id.startswith("same-") and b.owner_id.startswith("same-"))
+            self.assertTrue(a.is_leader() and b.is_leader())
+            # the same name on a held key is another owner: refused, not shared
+            with self.assertRaises(le.NotAcquired) as cm:
+                le.lead(DSN, "py-two-a", ttl="5s", name="same", timeout=0.3).acquire()
+            self.assertEqual(cm.exception.holder, a.owner_id)
+
+    def test_takeover_token_rises_and_stale_write_fails(self):
+        with admin() as a:
+            a.execute("DROP TABLE IF EXISTS py_fenced")
+            a.execute("CREATE TABLE py_fenced (id int, note text, fencing_token bigint NOT NULL)")
+            a.execute("SELECT le_protect('py_fenced', 'py-fence')")
+            work = psycopg.connect(DSN)
+            old = le.lead(DSN, "py-fence", ttl="3s").acquire()
+            with old.transaction(work):
+                work.execute("INSERT INTO py_fenced VALUES (%(id)s, %(note)s, %(fencing_token)s)",
+                             old.stamp(id=1, note="old"))
+                work.execute("INSERT INTO py_fenced VALUES (2, 'old', %s)", (old.token,))
+            with old.transaction(work):    # DELETE carries the token only in the setting
+                self.assertEqual(work.execute("SELECT current_setting('leader_election.fencing_token')").fetchone()[0],
+                                 str(old.token))
+                work.execute("DELETE FROM py_fenced WHERE id = 2")
+            self.assertEqual(a.execute("SELECT count(*) FROM py_fenced").fetchone()[0], 1)
+            a.execute("SELECT le_force_release('py-fence')")
+            with le.lead(DSN, "py-fence", ttl="5s") as new:
+                self.assertGreater(new.token, old.token)
+                # whether or not the old lease has heard yet, the fence refuses its token
+                with self.assertRaises(psycopg.Error) as cm:
+                    with old.transaction(work, check=False):
+                        work.execute("DELETE FROM py_fenced")
+                self.assertEqual(cm.exception.sqlstate, "LE001")
+                with new.transaction(work):
+                    work.execute("INSERT INTO py_fenced VALUES (3, 'new', %s)", (new.token,))
+                # the old lease's next renewal is refused: lost
+                self.assertTrue(old.lost.wait(10))
+                self.assertEqual(old.lost_reason, "lost")
+                self.assertFalse(old.is_leader())
+                with self.assertRaises(le.NotLeader):
+                    with old.transaction(work):
+                        pass
+            self.assertFalse(old.release())        # compare-and-release: no longer ours
+            self.assertEqual(a.execute("SELECT array_agg(id ORDER BY id) FROM py_fenced").fetchone()[0], [1, 3])
+            work.close()
+
+    def renew_backend(self, a, lease):
+        for _ in range(100):
+            # by its last statement: PGAPPNAME (set by the TAP harness) overrides the fallback application name
+            row = a.execute("SELECT pid FROM pg_stat_activity WHERE query LIKE %s AND pid <> pg_backend_pid()"
+                            " AND state = 'idle' ORDER BY backend_start DESC LIMIT 1",
+                            ("%.le_renew(%",)).fetchone()
+            if row:
+                return row[0]
+            time.sleep(0.05)
+        self.fail("no renewal connection")
+
+    def test_renewal_reconnects(self):
+        with admin() as a, le.lead(DSN, "py-reconnect", ttl="2s") as lease:
+            token = lease.token
+            first = self.renew_backend(a, lease)
+            a.execute("SELECT pg_terminate_backend(%s)", (first,))
+            time.sleep(1.0)
+            frozen = self.renew_backend(a, lease)
+            self.assertNotEqual(frozen, first)
+            # a frozen backend: the renewal on it hangs, is abandoned, and another connection renews
+            os.kill(frozen, signal.SIGSTOP)
+            try:
+                time.sleep(2.5)                     # longer than the ttl
+                self.assertTrue(lease.is_leader(), lease.lost_reason)
+                self.assertEqual(lease.token, token)
+                row = a.execute("SELECT fencing_token, is_valid FROM le_leases WHERE lease_key = 'py-reconnect'").fetchone()
+                self.assertEqual(row, (token, True))
+            finally:
+                os.kill(frozen, signal.SIGCONT)
+
+    def test_hung_renewals_end_leadership_before_expiry(self):
+        with le.lead(DSN, "py-hung", ttl="2s") as lease:
+            time.sleep(0.3)
+            with RowLock("py-hung") as lock:
+                self.assertTrue(lease.lost.wait(10))
+                lost_wall = time.time()
+                self.assertFalse(lease.is_leader())
+                self.assertEqual(lease.lost_reason, "deadline_passed")
+                self.assertLess(lost_wall, lock.expires_at)   # before the server's expiry of that period
+                FIGURES.append(f"threads, ttl 2 s, renewals hung: lost set {1000 * (lock.expires_at - lost_wall):.0f} ms"
+                               " before the server's expiry")
+
+
+class AsyncTests(unittest.TestCase):
+    def test_body_cancelled_before_deadline(self):
+        seen = {}
+
+        async def main():
+            lease = le.lead_async(DSN, "py-async", ttl="2s")
+            lock = None
+            try:
+                async with lease:
+                    seen["token"] = lease.token
+                    lock = RowLock("py-async").__enter__()
+                    try:
+                        while True:
+                            seen["last_deadline"] = lease.deadline()
+                            seen["last_wall"] = time.time()
+                            await asyncio.sleep(0.01)
+                    except asyncio.CancelledError:
+                        seen["cancelled"] = le.now()
+                        seen["expires_at"] = lock.expires_at
+                        lock.__exit__(None, None, None)     # so that the release is not kept waiting
+                        lock = None
+                        raise
+            except le.LeadershipLost:
+                seen["reason"] = lease.lost_reason
+            finally:
+                if lock is not None:
+                    seen["expires_at"] = lock.expires_at
+                    lock.__exit__(None, None, None)
+            self.assertEqual(asyncio.current_task().cancelling(), 0)   # LeadershipLost, not a stray cancel
+
+        asyncio.run(main())
+        self.assertIn("cancelled", seen)
+        self.assertLess(seen["cancelled"], seen["last_deadline"])
+        self.assertLess(seen["last_wall"], seen["expires_at"])
+        self.assertEqual(seen["reason"], "deadline_near")
+        FIGURES.append(f"asyncio, ttl 2 s, renewals hung: body cancelled {1000 * (seen['last_deadline'] - seen['cancelled']):.0f} ms"
+                       f" before the local deadline, last step {1000 * (seen['expires_at'] - seen['last_wall']):.0f} ms"
+                       " before the server's expiry")
+
+    def test_async_fenced_transaction(self):
+        async def main():
+            async with await psycopg.AsyncConnection.connect(DSN) as conn:
+                async with le.lead_async(DSN, "py-async-tx", ttl="5s") as lease:
+                    async with lease.transaction(conn):
+                        cur = await conn.execute("SELECT current_setting('leader_election.fencing_token')")
+                        return lease.token, (await cur.fetchone())[0]
+
+        token, setting = asyncio.run(main())
+        self.assertEqual(setting, str(token))
+
+
+def stubborn(info, path):
+    """Ignores SIGTERM and appends its token and the wall time to `path` every 20 ms."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    while True:
+        with open(path, "a") as f:
+            f.write(f"{info.token} {time.time():.6f}\n")
+        time.sleep(0.02)
+
+
+class RunTests(unittest.TestCase):
+    def test_child_dead_before_deadline_even_ignoring_sigterm(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "writes")
+            out = {}
+            # the release comes while the row is still locked: let it wait 300 ms, not 2 s, per attempt
+            dsn = psycopg.conninfo.make_conninfo(DSN, options="-c leader_election.lock_timeout=300ms")
+            t = threading.Thread(target=lambda: out.update(r=le.run(dsn, "py-run", stubborn, path, ttl="2s")))
+            t.start()
+            deadline = time.time() + 10
+            while not os.path.exists(path) and time.time() < deadline:
+                time.sleep(0.02)
+            self.assertTrue(os.path.exists(path), "the child runs")
+            time.sleep(0.3)
+            with RowLock("py-run") as lock:
+                t.join(15)
+                self.assertFalse(t.is_alive())
+                expires_at = lock.expires_at
+            r = out["r"]
+            self.assertEqual(r.returncode, -signal.SIGKILL)    # SIGTERM was ignored: killed
+            self.assertEqual(r.reason, "deadline_passed")
+            with open(path) as f:
+                writes = [line.split() for line in f if re.match(r"^\d+ \d+\.\d+$", line.strip())]
+            self.assertEqual({w[0] for w in writes}, {str(r.token)})
+            last = float(writes[-1][1])
+            self.assertLess(last, expires_at)        # dead before the server-side end of the period
+            FIGURES.append(f"run(), ttl 2 s, renewals hung, child ignoring SIGTERM: last write {1000 * (expires_at - last):.0f} ms"
+                           " before the server's expiry")
+            time.sleep(0.1)
+            with open(path) as f:
+                self.assertEqual(len(f.readlines()), len(writes), "nothing writes after run() returned")
+
+    def test_missing_command_releases(self):
+        with self.assertRaises(FileNotFoundError):
+            le.run(DSN, "py-run-missing", ["/nonexistent/command"], ttl="5s")
+        with admin() as a:
+            self.assertEqual(history(a, "py-run-missing")[-1][2], "released")
+
+    def test_command_and_sigterm_release(self):
+        code = ("import sys, leader_election as le\n"
+                "r = le.run(sys.argv[1], 'py-run-cmd', ['sh', '-c', 'echo $LE_FENCING_TOKEN; exec sleep 30'], ttl='5s')\n"
+                "print(r.reason, r.returncode, r.token, flush=True)\n")
+        p = subprocess.Popen([sys.executable, "-c", code, DSN], stdout=subprocess.PIPE, text=True)
+        token = p.stdout.readline().strip()
+        self.assertTrue(token.isdigit(), token)
+        p.send_signal(signal.SIGTERM)
+        out, _ = p.communicate(timeout=15)
+        reason, rc, tok = out.split()
+        self.assertEqual((reason, rc, tok), ("signal", str(-signal.SIGTERM), token))
+        with admin() as a:
+            self.assertEqual(history(a, "py-run-cmd")[-1][1:], (int(token), "released"))
+
+
+class ReadmeTest(unittest.TestCase):
+    def test_readme_example_runs(self):
+        with open(os.path.join(HERE, "..", "README.md")) as f:
+            blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
+        self.assertTrue(blocks)
+        with admin() as a:
+            a.execute("DROP TABLE IF EXISTS invoices")
+            a.execute("CREATE TABLE invoices (customer text, amount numeric, fencing_token bigint NOT NULL)")
+            a.execute("SELECT le_protect('invoices', 'nightly-billing')")
+            env = dict(os.environ, DATABASE_URL=DSN)
+            out = subprocess.run([sys.executable, "-c", blocks[0]], env=env, capture_output=True, text=True, timeout=30)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            rows = a.execute("SELECT customer, fencing_token FROM invoices").fetchall()
+            self.assertEqual(len(rows), 1)
+            self.assertIn(f"token {rows[0][1]}", out.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
