@@ -60,7 +60,7 @@ static const struct
 /* SVG geometry (pixels). */
 #define SVG_W		960
 #define SVG_LEFT	200
-#define SVG_RIGHT	40
+#define SVG_RIGHT	50
 #define SVG_TOP		50
 #define LANE_H		40
 #define BAR_Y		16			/* bar top within its lane */
