@@ -677,11 +677,15 @@ watch_event(const wstate *w, const char *event, const char *key, int64_t token,
 /*
  * Print the periods of key with tokens from..to (inclusive) from the
  * history: grants of those after from, and ends of those that ended
- * (from's only when not told yet).  *found: the history has period to;
- * *ended: it has ended.  Returns false when the query failed.
+ * (from's only when not told yet).  A period from that the history lacks
+ * (leader_election.history = off) and that we saw held is told "ended", at
+ * its expiry or the next grant, whichever came first, else at now_ts.
+ * *found: the history has period to; *ended: it has ended.  Returns false
+ * when the query failed.
  */
 static bool
-watch_explain(wstate *w, wlease *l, int64_t from, int64_t to, bool *found, bool *ended)
+watch_explain(wstate *w, wlease *l, int64_t from, int64_t to, const char *now_ts,
+			  bool *found, bool *ended)
 {
 	char		sql[1024];
 	char		a[32],
@@ -706,6 +710,15 @@ watch_explain(wstate *w, wlease *l, int64_t from, int64_t to, bool *found, bool 
 		return false;
 	}
 	*found = *ended = false;
+	if (from > 0 && l->holder != NULL && !l->end_told &&
+		(PQntuples(r) == 0 || strtoll(PQgetvalue(r, 0, 0), NULL, 10) != from))
+	{
+		const char *by = PQntuples(r) > 0 ? PQgetvalue(r, 0, 2) : now_ts;
+
+		if (l->expires != NULL && strcmp(l->expires, by) < 0)
+			by = l->expires;
+		watch_event(w, "ended", l->key, from, l->holder, by, NULL);
+	}
 	for (int i = 0; i < PQntuples(r); i++)
 	{
 		int64_t		t = strtoll(PQgetvalue(r, i, 0), NULL, 10);
@@ -792,7 +805,7 @@ watch_compare(wstate *w, wlease *l, PGresult *r, int i)
 	if (!w->first && token > l->token)
 	{
 		/* from the end of our last period to the grant of the current one */
-		if (!watch_explain(w, l, l->token, token, &found, &ended))
+		if (!watch_explain(w, l, l->token, token, PQgetvalue(r, i, 7), &found, &ended))
 			return false;
 		/* not recorded (leader_election.history = off): the row tells */
 		if (!found && holder != NULL)
@@ -807,7 +820,7 @@ watch_compare(wstate *w, wlease *l, PGresult *r, int i)
 	else if (!w->first && same && l->holder != NULL && holder == NULL)
 	{
 		/* released or force released: the history says which */
-		if (!l->end_told && !watch_explain(w, l, token, token, &found, &ended))
+		if (!l->end_told && !watch_explain(w, l, token, token, PQgetvalue(r, i, 7), &found, &ended))
 			return false;
 		l->end_told = true;
 	}
@@ -839,7 +852,7 @@ watch_snapshot(wstate *w)
 
 	snprintf(sql, sizeof(sql),
 			 "SELECT lease_key, holder, fencing_token, " ISO("expires_at") ", is_valid, "
-			 ISO("acquired_at") ", " ISO("renewed_at") " FROM %s.le_leases "
+			 ISO("acquired_at") ", " ISO("renewed_at") ", " ISO("pg_catalog.clock_timestamp()") " FROM %s.le_leases "
 			 "WHERE $1::pg_catalog.text IS NULL OR lease_key OPERATOR(pg_catalog.=) $1 ORDER BY lease_key",
 			 w->o->schema_q);
 	r = le_exec(w->o->conn, sql, 1, params, w->o->timeout_ms, err, sizeof(err), NULL);

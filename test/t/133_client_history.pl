@@ -7,7 +7,8 @@
 # how it ended, bars that follow each other in token order without
 # overlapping (one holder at a time) at the x their start times give, and
 # the holders' names as they are.  The table and JSON forms hold the same
-# periods; a bad --since is a usage error (64).
+# periods; a current period left unrecorded by leader_election.history = off
+# is shown from le_leases; a bad --since is a usage error (64).
 use strict;
 use warnings;
 use FindBin;
@@ -149,6 +150,16 @@ is($rc, 0, 'history --since TIMESTAMP exits 0');
 is_deeply([ map { $_->{fencing_token} } @{ decode_json($out) } ], [$t4], '--since in the future: only the open period');
 ($rc, $out, $err) = cli('history', '-d', $dsn, '-l', 'k', '--json', '--since', '1h');
 is(scalar @{ decode_json($out) }, scalar @periods, '--since 1h: every period');
+# a period leader_election.history = off did not record: from le_leases
+my $t5 = sql("SET leader_election.history = off; SELECT fencing_token FROM le_acquire('k2', 'erin', '30 seconds')");
+($rc, $out, $err) = cli('history', '-d', $dsn, '-l', 'k2', '--json');
+is_deeply([ map { "$_->{fencing_token} $_->{holder} $_->{state}" } @{ decode_json($out) } ],
+	["$t5 erin held"], 'an unrecorded current period is shown from le_leases');
+($rc, $out, $err) = cli('history', '-d', $dsn, '--svg', "$dir/all.svg");
+$seen = decode_json(`python3 $checker $dir/all.svg $dir/all.png`);
+is($seen->{lanes_attr}, @holders + 1, 'every lease: one lane per key and holder');
+is($seen->{lanes}[-1], 'k2: erin', 'lanes of several keys are labelled with the key');
+
 ($rc, $out, $err) = cli('history', '-d', $dsn, '-l', 'k', '--since', 'yesterdayish');
 is($rc, 64, 'bad --since: bad usage (64)');
 like($err, qr/invalid --since/, 'bad --since explained');

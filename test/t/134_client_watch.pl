@@ -1,7 +1,8 @@
 # G3, G11: "pg_leader watch" prints every change of a lease as it happens,
 # in order: grants with their rising tokens, a renewal (-v), an expiry that
 # nobody took over (found by polling: expiries send no NOTIFY), a release, a
-# force release; each event matches the server's history.  A forged NOTIFY
+# force release; each event matches the server's history.  A period that
+# leader_election.history = off left unrecorded is seen granted and ended.  A forged NOTIFY
 # payload prints nothing (watch reads the tables, never the payload).
 # SIGTERM ends it with status 0; a bad --poll is a usage error (64).
 use strict;
@@ -65,6 +66,11 @@ sql("SELECT le_force_release('k')");
 my $t4 = sql("SELECT fencing_token FROM le_acquire('k', 'alice', '30 seconds')");
 sql("SELECT le_release('k', 'alice', $t4)");
 @e = wait_events(9);
+# a period the history does not record: granted from the lease row, "ended"
+my $t6 = sql("SET leader_election.history = off; SELECT fencing_token FROM le_acquire('k', 'erin', '30 seconds')");
+@e = wait_events(10);
+sql("SELECT le_release('k', 'erin', $t6)");
+@e = wait_events(11);
 usleep(300_000);
 
 $h->signal('TERM');
@@ -76,7 +82,7 @@ is_deeply([ map { "$_->{event} $_->{fencing_token} " . ($_->{holder} // '-') } @
 	[
 		"granted $t1 alice", "expired $t1 alice", "granted $t2 bob", "renewed $t2 bob",
 		"released $t2 bob", "granted $t3 carol", "force_released $t3 carol",
-		"granted $t4 alice", "released $t4 alice"
+		"granted $t4 alice", "released $t4 alice", "granted $t6 erin", "ended $t6 erin"
 	],
 	'the events in order') or diag($out);
 
@@ -85,16 +91,18 @@ my %hist = map { my @f = split /\|/; ($f[0] => \@f) } split /\n/, sql(
 	"SELECT fencing_token, holder, to_char(timezone('UTC', acquired_at), 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), "
 	  . "to_char(timezone('UTC', ended_at), 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), end_reason "
 	  . "FROM le_lease_history WHERE lease_key = 'k'");
+ok(!exists $hist{$t6}, "period $t6 is not in the history");
 for my $ev (@e)
 {
 	my $p = $hist{ $ev->{fencing_token} };
-	next if $ev->{event} eq 'renewed';
+	next if $ev->{event} eq 'renewed' || $ev->{fencing_token} == $t6;
 	is($ev->{holder}, $p->[1], "$ev->{event} $ev->{fencing_token}: holder as recorded");
 	my $ts = $ev->{event} eq 'granted' ? $p->[2] : $p->[3];
 	is($ev->{ts}, $ts, "$ev->{event} $ev->{fencing_token}: time as recorded");
 	is($ev->{event}, $p->[4], "end of $ev->{fencing_token} as recorded")
 	  if $ev->{event} ne 'granted';
 }
+cmp_ok($e[-1]{ts}, 'ge', $e[-2]{ts}, 'the unrecorded period ends after its grant');
 my @ts = map { $_->{ts} } @e;
 is_deeply(\@ts, [ sort @ts ], 'events in time order');
 
