@@ -601,6 +601,7 @@ lh_history(const lh_options *o)
  */
 static volatile sig_atomic_t watch_stop = 0;
 static int	watch_pipe[2] = {-1, -1};
+static int	watch_out_errno = 0;	/* stdout failed: watch ends */
 
 /* SIGINT/SIGTERM: end watch. */
 static void
@@ -671,7 +672,12 @@ watch_event(const wstate *w, const char *event, const char *key, int64_t token,
 			printf(" expires=%s", expires);
 		putchar('\n');
 	}
-	fflush(stdout);
+	/* a reader that went away (EPIPE: SIGPIPE is ignored) ends watch */
+	if ((fflush(stdout) != 0 || ferror(stdout)) && watch_out_errno == 0)
+	{
+		watch_out_errno = errno ? errno : EIO;
+		watch_stop = 1;
+	}
 }
 
 /*
@@ -966,6 +972,12 @@ lh_watch(const lh_options *o)
 		}
 	}
 	PQfinish(o->conn);
+	if (watch_out_errno != 0 && watch_out_errno != EPIPE)
+	{
+		fprintf(stderr, "pg_leader: error: could not write to standard output: %s\n",
+				strerror(watch_out_errno));
+		status = LH_EXIT_INTERNAL;
+	}
 	for (int i = 0; i < w.n; i++)
 	{
 		free(w.l[i].key);

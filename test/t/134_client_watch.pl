@@ -4,7 +4,8 @@
 # force release; each event matches the server's history.  A period that
 # leader_election.history = off left unrecorded is seen granted and ended.  A forged NOTIFY
 # payload prints nothing (watch reads the tables, never the payload).
-# SIGTERM ends it with status 0; a bad --poll is a usage error (64).
+# SIGTERM and SIGINT end it with status 0, so does a reader that went
+# away; a bad --poll is a usage error (64).
 use strict;
 use warnings;
 use FindBin;
@@ -123,6 +124,19 @@ like($out, qr/^\S+Z granted key=other token=$t5 holder=dave\n/, 'text line of a 
 $h->signal('INT');
 $h->finish;
 is($? >> 8, 0, 'SIGINT ends watch with status 0');
+
+# a reader that goes away ends watch (SIGPIPE is ignored: EPIPE)
+my $sh = join(' ', map { "'$_'" } @pgl, 'watch', '-d', $dsn, '-l', 'k3', '--poll', '100ms');
+($out, $err) = ('', '');
+$h = IPC::Run::start([ 'sh', '-c', "$sh | head -n 1; echo head-done" ], \$in, '>', \$out, '2>', \$err,
+	IPC::Run::timeout(60));
+ok(wait_for(sub { $h->pump_nb; $err =~ /watching lease "k3"/ }, 10), 'watch into a pipe is ready');
+my $t7 = sql("SELECT fencing_token FROM le_acquire('k3', 'fay', '30 seconds')");
+ok(wait_for(sub { $h->pump_nb; $out =~ /granted key=k3 token=$t7 holder=fay\n/ }, 10),
+	'the reader got the grant, and left');
+sql("SELECT le_release('k3', 'fay', $t7)");
+ok(wait_for(sub { $h->pump_nb if $h->pumpable; $out =~ /head-done/ }, 10), 'watch ends at its next line');
+$h->finish;
 
 $node->stop;
 done_testing();
