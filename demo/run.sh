@@ -9,6 +9,9 @@
 # summary, then removes everything it created.
 #
 #   demo/run.sh          (or: make demo)
+#   demo/run.sh --svg doc/history.svg
+#                        also draw the lease's ownership timeline there
+#                        (pg_leader history --svg)
 #
 # On a fresh Debian machine run it as root: it installs missing packages,
 # builds and installs the extension and pg_leader, and runs the throwaway
@@ -16,6 +19,14 @@
 # port 5499, no TCP).  Set PG_CONFIG to use another PostgreSQL installation.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
+svg_out=
+if [ "${1:-}" = --svg ] && [ -n "${2:-}" ]; then
+    svg_out=$(realpath -m "$2")
+    set -- --svg "$svg_out"
+elif [ $# -gt 0 ]; then
+    echo "usage: demo/run.sh [--svg FILE]" >&2
+    exit 64
+fi
 . "$here/test/lib/prereq.sh"
 le_root_or_sudo "$here/demo/run.sh" "$@"
 
@@ -225,6 +236,11 @@ stale=$(sql "SELECT count(*) FROM invoices i JOIN le_lease_history h
                ON h.lease_key = '$KEY' AND h.fencing_token = i.fencing_token
             WHERE i.written_at > coalesce(h.ended_at, 'infinity')")
 echo "  rows written after their token's ownership period ended: $stale"
+if [ -n "$svg_out" ]; then
+    le_as_pg "$PGL" history -d "host=$tmp port=$PORT dbname=demo" -l "$KEY" --svg "$tmp/history.svg"
+    cp "$tmp/history.svg" "$svg_out"
+    echo "  ownership timeline (pg_leader history --svg): $svg_out"
+fi
 echo "  demo took $(( ($(now_ms) - t_begin) / 1000 )) s"
 if [ "$stale" -ne 0 ] || [ "$rejected" -lt 1 ] || [ "$T2" -le "$T1" ] || [ "$T3" -le "$T2" ] ||
    [ "$T4" -le "$T3" ]; then

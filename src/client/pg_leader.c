@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "le_client.h"
+#include "pg_leader_history.h"
 #include "supervise.h"
 
 #ifndef PG_LEADER_VERSION
@@ -1183,6 +1184,8 @@ help(void)
 		   "  %1$s run     -d DSN -l KEY [OPTION]... -- COMMAND [ARG]...\n"
 		   "  %1$s status  -d DSN [-l KEY] [--json] [--timeout D]\n"
 		   "  %1$s release -d DSN -l KEY --owner ID --token N [--timeout D]\n"
+		   "  %1$s history -d DSN [-l KEY] [--since WHEN] [--svg FILE | --json]\n"
+		   "  %1$s watch   -d DSN [-l KEY] [--json] [--poll D] [-v]\n"
 		   "  %1$s --version\n\n", progname);
 	printf("Options:\n"
 		   "  -d, --dbname=DSN         libpq connection string or URI (default: PG* environment)\n"
@@ -1204,14 +1207,20 @@ help(void)
 		   "      --max-runtime=DURATION   stop the command (exit 80) after it ran this long\n"
 		   "      --heartbeat-file=FILE    with --heartbeat-timeout: the command must touch FILE\n"
 		   "      --heartbeat-timeout=DURATION  stop the command (exit 80) when FILE is older\n"
-		   "      --timeout=DURATION   status, release: give up after this long (default 10s)\n"
+		   "      --timeout=DURATION   status, release: give up after this long (default 10s);\n"
+		   "                           history, watch: the longest wait for one query\n"
 		   "      --status-file=FILE   run: write \"command N\" or \"pg_leader N WHY\" there at exit\n"
 		   "      --keep-fds           run: the command keeps the descriptors 3 and up that pg_leader\n"
 		   "                           got (LISTEN_FDS for LISTEN_PID=pg_leader's pid: always)\n"
 		   "      --loop               campaign again after the command ends or leadership is lost\n"
 		   "      --log-format=FORMAT  text (default) or json; one line per event on stderr\n"
-		   "  -v, --verbose            also log every renewal\n"
-		   "      --json               status: print JSON instead of a table\n"
+		   "  -v, --verbose            also log every renewal (watch: print renewals)\n"
+		   "      --json               status, history: print JSON instead of a table;\n"
+		   "                           watch: one JSON object a line\n"
+		   "      --svg=FILE           history: draw the ownership timeline as SVG into FILE\n"
+		   "      --since=WHEN         history: periods that ended since WHEN, a duration ago\n"
+		   "                           (10m, 2h) or a timestamp (default: all recorded)\n"
+		   "      --poll=DURATION      watch: look for expiries this often (default 1s)\n"
 		   "      --token=N            release: the fencing token to release\n"
 		   "  -V, --version            show the version and exit\n"
 		   "  -h, --help               show this help and exit\n\n"
@@ -1231,7 +1240,8 @@ help(void)
 		   "  128+N when pg_leader itself got signal N (the command was stopped, the lease released)\n"
 		   "  A command may exit with any of these itself: --status-file tells which it was.\n"
 		   "status: 0, or 1 when -l KEY names no lease; release: 0 released, 1 not held;\n"
-		   "both 81 on --timeout.\n");
+		   "both 81 on --timeout.  history: 0.  watch: runs until SIGINT or SIGTERM, then 0;\n"
+		   "69 when the connection is lost.\n");
 }
 
 /* Parse a duration option or exit with a usage error. */
@@ -1298,6 +1308,9 @@ typedef struct options
 	int64_t		heartbeat_timeout;
 	int64_t		timeout;
 	bool		grace_set;
+	const char *svg;			/* history --svg FILE */
+	const char *since;			/* history --since */
+	int64_t		poll;			/* watch --poll */
 	char	  **command;
 } options;
 
@@ -1389,6 +1402,17 @@ set_option(options *o, int c)
 		case 20:
 			keep_fds = true;
 			break;
+		case 21:
+			if (optarg[0] == '\0')
+				usage_error("--svg needs a file name");
+			o->svg = optarg;
+			break;
+		case 22:
+			o->since = optarg;
+			break;
+		case 23:
+			o->poll = duration_arg("poll", optarg);
+			break;
 		case 19:
 			{
 				/* created empty now: a reader sees "" until pg_leader exits */
@@ -1442,6 +1466,9 @@ parse_options(int argc, char **argv, options *o)
 		{"timeout", required_argument, NULL, 18},
 		{"status-file", required_argument, NULL, 19},
 		{"keep-fds", no_argument, NULL, 20},
+		{"svg", required_argument, NULL, 21},
+		{"since", required_argument, NULL, 22},
+		{"poll", required_argument, NULL, 23},
 		{"version", no_argument, NULL, 'V'},
 		{"verbose", no_argument, NULL, 'v'},
 		{"help", no_argument, NULL, 'h'},
@@ -1458,6 +1485,7 @@ parse_options(int argc, char **argv, options *o)
 	o->jitter = defaults.retry_jitter_pct;
 	o->grace = 5000;
 	o->timeout = 10000;
+	o->poll = 1000;
 	o->connect_timeout = defaults.connect_timeout_ms;
 	o->statement_timeout = defaults.statement_timeout_ms;
 	optind = 1;
@@ -1886,6 +1914,34 @@ cmd_release(const options *o)
 	fprintf(stderr, "%s: lease \"%s\" is not held by owner %s with token %" PRId64 " (nothing released)\n",
 			progname, o->lease, o->owner, o->token);
 	return EXIT_NOT_RELEASED;
+}
+
+/*
+ * pg_leader history and pg_leader watch (src/client/pg_leader_history.c),
+ * on a connection made as for status.
+ */
+static int
+cmd_history_watch(const options *o, bool watch)
+{
+	char		schema_q[600];
+	lh_options	h;
+
+	if (watch && (o->svg || o->since))
+		usage_error("--svg and --since are for history");
+	if (!watch && o->svg && o->json)
+		usage_error("--svg and --json do not go together");
+	check_dsn(o->dsn);
+	memset(&h, 0, sizeof(h));
+	h.conn = connect_or_exit(o, schema_q, sizeof(schema_q));
+	h.schema_q = schema_q;
+	h.lease = o->lease;
+	h.svg = o->svg;
+	h.since = o->since;
+	h.json = o->json;
+	h.verbose = verbose;
+	h.poll_ms = o->poll;
+	h.timeout_ms = o->timeout;
+	return watch ? lh_watch(&h) : lh_history(&h);
 }
 
 /* Environment variables we set for the command (replacing inherited ones). */
@@ -2924,7 +2980,7 @@ main(int argc, char **argv)
 			open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY) < 0)
 			return EXIT_INTERNAL;
 	if (argc < 2)
-		usage_error("missing command (run, status or release)");
+		usage_error("missing command (run, status, release, history or watch)");
 	cmd = argv[1];
 	if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0)
 	{
@@ -2953,6 +3009,8 @@ main(int argc, char **argv)
 		return cmd_status(&o);
 	if (strcmp(cmd, "release") == 0)
 		return cmd_release(&o);
-	usage_error("unknown command \"%s\" (run, status or release)", cmd);
+	if (strcmp(cmd, "history") == 0 || strcmp(cmd, "watch") == 0)
+		return cmd_history_watch(&o, strcmp(cmd, "watch") == 0);
+	usage_error("unknown command \"%s\" (run, status, release, history or watch)", cmd);
 	return EXIT_USAGE;
 }
