@@ -22,7 +22,7 @@ use Test::More;
 use LeClientTest;
 
 # test/lib/prereq.sh installs librsvg2-bin and libxml2-utils: a missing tool fails.
-BAIL_OUT('rsvg-convert is not installed (apt-get install librsvg2-bin)')
+die 'rsvg-convert is not installed (apt-get install librsvg2-bin)'
   unless system('command -v rsvg-convert >/dev/null 2>&1') == 0;
 
 my ($node, $dsn, $dir) = start_node('client_history');
