@@ -6,9 +6,11 @@
 package leaderelection
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -54,7 +56,7 @@ func serverLease(t *testing.T, pool *pgxpool.Pool, key string) (holder *string, 
 }
 
 func fastOpts() Options {
-	return Options{Name: "t", TTL: 1500 * time.Millisecond, Retry: 100 * time.Millisecond}
+	return Options{Name: "t", TTL: 2 * time.Second, Retry: 100 * time.Millisecond}
 }
 
 // G1, G2: acquire, several renewals (the server's expiry moves), release.
@@ -300,14 +302,36 @@ func TestExitProcess(t *testing.T) {
 	key := testKey(t)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestExitProcess$")
 	cmd.Env = append(os.Environ(), "LE_TEST_EXIT_CHILD="+key)
-	out, err := cmd.Output()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if !strings.HasPrefix(line, "working token=") {
+		cmd.Process.Kill() //nolint:errcheck
+		t.Fatalf("child said %q (%v)", line, err)
+	}
+	// every renewal hangs from now on: the period ends, the work goes on
+	locker, err := pool.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locker.Rollback(context.Background()) //nolint:errcheck
+	if _, err := locker.Exec(context.Background(), "SELECT 1 FROM le_lease WHERE lease_key = $1 FOR UPDATE", key); err != nil {
+		t.Fatal(err)
+	}
+	rest, _ := io.ReadAll(stdout)
+	err = cmd.Wait()
 	exited := time.Now()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 71 {
-		t.Fatalf("child: %v, output %q", err, out)
+		t.Fatalf("child: %v, output %q", err, rest)
 	}
-	if !strings.Contains(string(out), "working token=") || strings.Contains(string(out), "returned") {
-		t.Fatalf("child output %q", out)
+	if strings.Contains(string(rest), "returned") {
+		t.Fatalf("child output %q", rest)
 	}
 	h, _, exp := serverLease(t, pool, key)
 	if h == nil || !exited.Before(*exp) {

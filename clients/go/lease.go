@@ -79,7 +79,7 @@ func wrap(err error) error {
 // before the work function returned; errors.Is(err, ErrLost) holds.
 type LostError struct{ Reason string }
 
-func (e *LostError) Error() string { return ErrLost.Error() + ": " + e.Reason }
+func (e *LostError) Error() string        { return ErrLost.Error() + ": " + e.Reason }
 func (e *LostError) Is(target error) bool { return target == ErrLost }
 
 // Reasons a period ends (Lease.Reason).
