@@ -14,8 +14,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 gp=${LE_GO_GOPATH:-$here/.gopath}
 mkdir -p "$gp/src"
 ln -sfn "$here" "$gp/src/leaderelection"
-GO111MODULE=off GOPATH="$gp:/usr/share/gocode" GOPROXY=off GOFLAGS= GOCACHE=${GOCACHE:-$gp/cache}
-export GO111MODULE GOPATH GOPROXY GOFLAGS GOCACHE
+GO111MODULE=off GOPATH="$gp:/usr/share/gocode" GOPROXY=off GOFLAGS=
+export GO111MODULE GOPATH GOPROXY GOFLAGS
+# the user's build cache when there is one (faster rebuilds), else a private one
+case $(go env GOCACHE 2>/dev/null) in ''|off) GOCACHE=$gp/cache; export GOCACHE ;; esac
 pkgs="leaderelection leaderelection/example leaderelection/cmd/le-conformance-probe"
 case ${1:-build} in
 build)

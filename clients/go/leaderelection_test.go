@@ -59,7 +59,7 @@ func fastOpts() Options {
 	return Options{Name: "t", TTL: 2 * time.Second, Retry: 100 * time.Millisecond}
 }
 
-// G1, G2: acquire, several renewals (the server's expiry moves), release.
+// G1, G4: acquire, several renewals (the server's expiry moves), release.
 func TestAcquireRenewRelease(t *testing.T) {
 	pool := testPool(t)
 	key := testKey(t)
@@ -96,7 +96,7 @@ func TestAcquireRenewRelease(t *testing.T) {
 	}
 }
 
-// G1, G2: two Runs in one process with the same name are two owners: the
+// G1, G3: two Runs in one process with the same name are two owners: the
 // second does not lead while the first does, takes over when it stops,
 // with a higher token.
 func TestTwoRunsTakeover(t *testing.T) {
@@ -152,7 +152,7 @@ func TestTwoRunsTakeover(t *testing.T) {
 	}
 }
 
-// G9, G3: with the lease row locked from outside every renewal hangs; the
+// Local deadline (doc/client.md), G7: with the lease row locked from outside every renewal hangs; the
 // work's context must be cancelled, and Lost closed, before the server's
 // expiry; Run returns a LostError.
 func TestHungRenewals(t *testing.T) {
@@ -195,7 +195,7 @@ func TestHungRenewals(t *testing.T) {
 	t.Logf("cancelled %v before the server's expiry", exp.Sub(cancelledAt))
 }
 
-// G3: an administrator's force release makes the next renewal return NULL:
+// G4: an administrator's force release makes the next renewal return NULL:
 // Lost closes with reason renew_refused.
 func TestRenewRefused(t *testing.T) {
 	pool := testPool(t)
@@ -220,7 +220,7 @@ func TestRenewRefused(t *testing.T) {
 	}
 }
 
-// G3: Tx declares the token (a DELETE passes the fence only with it) and a
+// G5: Tx declares the token (a DELETE passes the fence only with it) and a
 // holder's old token gets LE001 after a takeover.
 func TestFencedTx(t *testing.T) {
 	pool := testPool(t)
@@ -291,7 +291,7 @@ func TestFencedTx(t *testing.T) {
 	}
 }
 
-// G9: ExitProcess ends a process whose work ignores its context before the
+// Local deadline (doc/client.md): ExitProcess ends a process whose work ignores its context before the
 // server's expiry (run in a child process: this test binary, re-executed).
 func TestExitProcess(t *testing.T) {
 	if os.Getenv("LE_TEST_EXIT_CHILD") != "" {
