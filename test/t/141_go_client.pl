@@ -84,7 +84,7 @@ my $t0 = time;
 while ($pout !~ /"ev":"write","ok":true/ && time - $t0 < 20) { $h->pump_nb; usleep(50_000); }
 $h->signal('TERM');
 $h->finish;
-is($h->result, 0, 'the probe exits 0 on SIGTERM') or diag($err);
+is($h->full_result(0), 0, 'the probe exits 0 on SIGTERM') or diag($err);
 my @ev = map { /"ev":"(\w+)"/ ? $1 : () } split /\n/, $pout;
 is($ev[0], 'leader', 'first event: leader');
 ok((grep { $_ eq 'act' } @ev) && (grep { $_ eq 'write' } @ev), 'act and write events');
