@@ -357,3 +357,63 @@ func exitChild() {
 	fmt.Println("returned")
 	os.Exit(0)
 }
+
+// G11: a follower that polls only every 30 s takes over at once when the
+// leader releases: the release is announced to the key's watchers.
+func TestReleaseWakesFollower(t *testing.T) {
+	pool := testPool(t)
+	key := testKey(t)
+	ctxA, stopA := context.WithCancel(context.Background())
+	first := make(chan *Lease, 1)
+	doneA := make(chan error, 1)
+	go func() {
+		doneA <- Run(ctxA, pool, key, fastOpts(), func(ctx context.Context, l *Lease) error {
+			first <- l
+			<-ctx.Done()
+			return nil
+		})
+	}()
+	a := <-first
+	slow := fastOpts()
+	slow.Retry = 30 * time.Second
+	ctxB, stopB := context.WithCancel(context.Background())
+	defer stopB()
+	second := make(chan *Lease, 1)
+	go Run(ctxB, pool, key, slow, func(ctx context.Context, l *Lease) error { //nolint:errcheck
+		second <- l
+		<-ctx.Done()
+		return nil
+	})
+	// wait until A renewed (its connection's last statement is le_renew)
+	// and B's first le_acquire was refused (the other one's is le_acquire)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var ready bool
+		if err := pool.QueryRow(context.Background(), `
+			SELECT count(*) FILTER (WHERE query LIKE '%le_renew(%') = 1
+			   AND count(*) FILTER (WHERE query LIKE '%le_acquire(%') = 1
+			  FROM pg_stat_activity WHERE application_name = $1 AND state = 'idle'`,
+			ApplicationName).Scan(&ready); err != nil {
+			t.Fatal(err)
+		}
+		if ready {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the follower never campaigned")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stopA()
+	<-doneA
+	released := time.Now()
+	select {
+	case b := <-second:
+		if b.Token() <= a.Token() {
+			t.Fatalf("token %d after %d", b.Token(), a.Token())
+		}
+		t.Logf("follower led %v after the release (its poll interval: %v)", time.Since(released), slow.Retry)
+	case <-time.After(slow.Retry / 3):
+		t.Fatal("the follower waited for its poll: the release did not wake it")
+	}
+}

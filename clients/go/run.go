@@ -13,6 +13,7 @@ import (
 	"context"
 	cryptorand "crypto/rand"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand"
@@ -40,6 +41,7 @@ type elector struct {
 	rnd        *rand.Rand
 	lastToken  int64 // token of the last period, never led on again
 	unknown    bool  // an acquire whose outcome we do not know was sent
+	lastWake   time.Time
 }
 
 // Run campaigns for key until it leads or ctx is done, then runs fn with a
@@ -125,13 +127,81 @@ func (e *elector) query(ctx context.Context, timeout time.Duration, sql string, 
 			return err
 		}
 		e.conn = c
+		// wake-ups: releases of a watched lease are announced (best effort:
+		// without them, campaigns poll every retry interval)
+		if _, err := c.Exec(qctx, "LISTEN leader_election"); err == nil {
+			c.Exec(qctx, "SELECT le_watch($1)", e.key) //nolint:errcheck
+		}
+		if c.IsClosed() {
+			e.conn = nil
+			return errors.New("leaderelection: connection closed while setting up LISTEN")
+		}
 	}
 	err := e.conn.QueryRow(qctx, sql, args...).Scan(dest...)
 	var pe *pgconn.PgError
-	if err != nil && !errors.As(err, &pe) {
+	if err != nil && (!errors.As(err, &pe) || e.conn.IsClosed()) {
 		e.closeConn()
 	}
 	return err
+}
+
+// wait sleeps d, or less when a release of our key is announced (then
+// after 0-10 ms of random spread). Payloads are hints only: anyone may
+// NOTIFY, so a wake-up costs at most one early le_acquire per 100 ms.
+func (e *elector) wait(ctx context.Context, d time.Duration) bool {
+	end := time.Now().Add(d)
+	for e.conn != nil {
+		left := time.Until(end)
+		if left <= 0 {
+			return true
+		}
+		wctx, cancel := context.WithTimeout(ctx, left)
+		n, err := e.conn.WaitForNotification(wctx)
+		cancel()
+		if ctx.Err() != nil {
+			return false
+		}
+		if err != nil && n == nil {
+			if e.conn.IsClosed() {
+				e.closeConn()
+			}
+			if time.Now().Before(end) && e.conn != nil {
+				continue
+			}
+			break
+		}
+		if n != nil && e.released(n.Payload) && time.Since(e.lastWake) >= 100*time.Millisecond {
+			e.lastWake = time.Now()
+			return sleep(ctx, time.Duration(e.rnd.Int63n(int64(10*time.Millisecond))))
+		}
+	}
+	return sleep(ctx, time.Until(end))
+}
+
+func (e *elector) released(payload string) bool {
+	var p struct {
+		Event    string `json:"event"`
+		LeaseKey string `json:"lease_key"`
+	}
+	if len(payload) > 8000 || json.Unmarshal([]byte(payload), &p) != nil {
+		return false
+	}
+	return p.LeaseKey == e.key && (p.Event == "released" || p.Event == "force_released")
+}
+
+// drain drops the notifications buffered while leading (they carry nothing
+// a leader needs; only le_renew's answer ends a period).
+func (e *elector) drain() {
+	if e.conn == nil {
+		return
+	}
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	for {
+		if n, _ := e.conn.WaitForNotification(done); n == nil {
+			return
+		}
+	}
 }
 
 func permanent(err error) bool {
@@ -169,7 +239,7 @@ func (e *elector) campaign(ctx context.Context) (*Lease, error) {
 			// still ours from a period that ended here: never lead on it again
 			e.unknown = false
 			e.release(*token)
-			wait = 0
+			wait = e.retry() / 20
 		case newPeriod != nil && !*newPeriod && !e.unknown:
 			// granted as "already yours" though we never held it: another
 			// process shares our owner id; neither lead on it nor release it
@@ -181,12 +251,12 @@ func (e *elector) campaign(ctx context.Context) (*Lease, error) {
 			if !time.Now().Before(l.deadline.Add(-e.o.Grace)) {
 				e.lastToken = l.token // the reply came too late to lead on
 				e.release(l.token)
-				wait = 0
+				wait = e.retry() / 20
 				break
 			}
 			return l, nil
 		}
-		if !sleep(ctx, wait) {
+		if !e.wait(ctx, wait) {
 			return nil, ctx.Err()
 		}
 	}
@@ -226,6 +296,7 @@ loop:
 			break loop
 		case <-next.C:
 			next.Reset(e.renew(ctx, l))
+			e.drain()
 		}
 	}
 	next.Stop()

@@ -6,7 +6,8 @@
 #    the token; a stale one gets LE001), G7 and doc/client.md's local
 #    deadline (with every renewal hung the work's context is cancelled and
 #    Lost closes before the server's expiry; ExitProcess ends a process
-#    whose work ignores its context before that expiry);
+#    whose work ignores its context before that expiry), G11 (a release
+#    wakes a follower long before its next poll);
 #  - README.md's example is clients/go/example/main.go verbatim, and runs;
 #  - the conformance probe (test/conformance/probe-go) leads, writes fenced
 #    rows, and on SIGTERM reports the end, releases and exits 0.
@@ -44,12 +45,12 @@ ok($built, 'the Go package, example and probe build offline') or diag($err);
 my %result;
 $result{$2} = $1 while $out =~ /^--- (PASS|FAIL): (\w+)/mg;
 for my $t (qw(TestAcquireRenewRelease TestTwoRunsTakeover TestHungRenewals TestRenewRefused
-	TestFencedTx TestExitProcess))
+	TestFencedTx TestExitProcess TestReleaseWakesFollower))
 {
 	is($result{$t} // 'missing', 'PASS', "go test $t");
 }
 like($out, qr/^ok\s+leaderelection/m, 'go test passes as a whole') or diag("$out\n$err");
-note($_) for $out =~ /^\s+\S+\.go:\d+: (.*before the server's expiry)$/mg;
+note($_) for $out =~ /^\s+\S+\.go:\d+: (.*(?:before the server's expiry|after the release).*)$/mg;
 
 # README.md shows example/main.go verbatim
 my $readme = slurp_file("$gdir/README.md");
