@@ -62,6 +62,9 @@ func Run(ctx context.Context, pool *pgxpool.Pool, key string, opts Options, fn F
 		return err
 	}
 	cfg := pool.Config().ConnConfig
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = map[string]string{}
+	}
 	cfg.RuntimeParams["application_name"] = ApplicationName
 	var seed [8]byte
 	cryptorand.Read(seed[:]) //nolint:errcheck // a zero seed still works

@@ -34,6 +34,8 @@ my $dsn = $node->connstr('postgres');
 my ($out, $err) = ('', '');
 my $built = IPC::Run::run(["$gdir/build.sh", 'build'], '>', \$out, '2>', \$err);
 ok($built, 'the Go package, example and probe build offline') or diag($err);
+($out, $err) = ('', '');
+ok(IPC::Run::run(["$gdir/build.sh", 'vet'], '>', \$out, '2>', \$err), 'go vet finds nothing') or diag($err);
 
 # the package's own tests
 ($out, $err) = ('', '');
