@@ -66,6 +66,10 @@ func Run(ctx context.Context, pool *pgxpool.Pool, key string, opts Options, fn F
 		cfg.RuntimeParams = map[string]string{}
 	}
 	cfg.RuntimeParams["application_name"] = ApplicationName
+	if _, set := cfg.RuntimeParams["statement_timeout"]; !set {
+		// the server's own bound too, for a statement whose client gave up
+		cfg.RuntimeParams["statement_timeout"] = fmt.Sprint(o.StatementTimeout.Milliseconds())
+	}
 	var seed [8]byte
 	cryptorand.Read(seed[:]) //nolint:errcheck // a zero seed still works
 	e := &elector{key: key, owner: newOwnerID(o.Name), o: o, cfg: cfg,

@@ -111,11 +111,9 @@ func (p *probe) period(ctx context.Context, l *le.Lease) error {
 		close(lostDone)
 	}()
 	defer func() { <-lostDone }()
-	for ctx.Err() == nil {
+	for ctx.Err() == nil && l.IsLeader() {
 		if p.ignoreCancel {
 			p.longTask(l)
-		} else if !l.IsLeader() {
-			break
 		} else {
 			p.unit(l)
 		}
