@@ -1,0 +1,419 @@
+// Tests of the Go client against a real server with the extension, whose
+// connection string is in LE_TEST_DSN (test/t/141_go_client.pl starts one).
+// Times are never asserted absolutely: only orders of events against the
+// server's own expiry.
+
+package leaderelection
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v4"
+	"github.com/jackc/pgx/v4/pgxpool"
+)
+
+func testPool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	dsn := os.Getenv("LE_TEST_DSN")
+	if dsn == "" {
+		t.Fatal("LE_TEST_DSN is not set (run through test/t/141_go_client.pl)")
+	}
+	pool, err := pgxpool.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+var keySeq int64
+
+func testKey(t *testing.T) string {
+	return fmt.Sprintf("go-%s-%d-%d", t.Name(), os.Getpid(), atomic.AddInt64(&keySeq, 1))
+}
+
+// serverLease reads the lease's row from le_leases.
+func serverLease(t *testing.T, pool *pgxpool.Pool, key string) (holder *string, token int64, expires *time.Time) {
+	t.Helper()
+	err := pool.QueryRow(context.Background(),
+		"SELECT holder, fencing_token, expires_at FROM le_leases WHERE lease_key = $1", key).
+		Scan(&holder, &token, &expires)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return
+}
+
+func fastOpts() Options {
+	return Options{Name: "t", TTL: 2 * time.Second, Retry: 100 * time.Millisecond}
+}
+
+// G1, G4: acquire, several renewals (the server's expiry moves), release.
+func TestAcquireRenewRelease(t *testing.T) {
+	pool := testPool(t)
+	key := testKey(t)
+	var owner string
+	var token int64
+	err := Run(context.Background(), pool, key, fastOpts(), func(ctx context.Context, l *Lease) error {
+		owner, token = l.Owner(), l.Token()
+		h, tok, exp0 := serverLease(t, pool, key)
+		if h == nil || *h != owner || tok != token {
+			return fmt.Errorf("server holder %v token %d, want %s %d", h, tok, owner, token)
+		}
+		for i := 0; i < 4; i++ {
+			time.Sleep(500 * time.Millisecond) // 2 s in all: longer than the ttl
+			if !l.IsLeader() {
+				return fmt.Errorf("not leader after %d renewal intervals (%s)", i, l.Reason())
+			}
+		}
+		if _, _, exp := serverLease(t, pool, key); !exp.After(*exp0) {
+			return fmt.Errorf("expiry did not move: %v then %v", exp0, exp)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, _, _ := serverLease(t, pool, key); h != nil {
+		t.Fatalf("not released: holder %s", *h)
+	}
+	var reason string
+	if err := pool.QueryRow(context.Background(),
+		"SELECT end_reason FROM le_lease_history WHERE lease_key = $1 AND fencing_token = $2",
+		key, token).Scan(&reason); err != nil || reason != "released" {
+		t.Fatalf("history end_reason %q, %v", reason, err)
+	}
+}
+
+// G1, G3: two Runs in one process with the same name are two owners: the
+// second does not lead while the first does, takes over when it stops,
+// with a higher token.
+func TestTwoRunsTakeover(t *testing.T) {
+	pool := testPool(t)
+	key := testKey(t)
+	opts := fastOpts()
+	opts.Recampaign = true
+	first := make(chan *Lease, 1)
+	ctxA, stopA := context.WithCancel(context.Background())
+	doneA := make(chan error, 1)
+	go func() {
+		doneA <- Run(ctxA, pool, key, opts, func(ctx context.Context, l *Lease) error {
+			first <- l
+			<-ctx.Done()
+			return nil
+		})
+	}()
+	a := <-first
+	var b *Lease
+	ctxB, stopB := context.WithCancel(context.Background())
+	defer stopB()
+	second := make(chan *Lease, 1)
+	go Run(ctxB, pool, key, opts, func(ctx context.Context, l *Lease) error { //nolint:errcheck
+		second <- l
+		<-ctx.Done()
+		return nil
+	})
+	select {
+	case b = <-second:
+		t.Fatalf("second Run leads (owner %s, token %d) while the first does (owner %s)", b.Owner(), b.Token(), a.Owner())
+	case <-time.After(opts.TTL + opts.Retry): // the first Run renews meanwhile
+	}
+	if !a.IsLeader() {
+		t.Fatalf("first Run lost its lease: %s", a.Reason())
+	}
+	stopA()
+	if err := <-doneA; !errors.Is(err, context.Canceled) {
+		t.Fatalf("first Run returned %v", err)
+	}
+	if a.Reason() != ReasonShutdown || a.IsLeader() {
+		t.Fatalf("first lease: reason %q, leader %v", a.Reason(), a.IsLeader())
+	}
+	select {
+	case b = <-second:
+	case <-time.After(10 * time.Second):
+		t.Fatal("second Run never took over")
+	}
+	if b.Owner() == a.Owner() {
+		t.Fatalf("same owner id in one process: %s", a.Owner())
+	}
+	if b.Token() <= a.Token() {
+		t.Fatalf("token did not rise on takeover: %d then %d", a.Token(), b.Token())
+	}
+}
+
+// Local deadline (doc/client.md), G7: with the lease row locked from outside every renewal hangs; the
+// work's context must be cancelled, and Lost closed, before the server's
+// expiry; Run returns a LostError.
+func TestHungRenewals(t *testing.T) {
+	pool := testPool(t)
+	key := testKey(t)
+	opts := fastOpts()
+	opts.StatementTimeout = 5 * time.Second // longer than the ttl: only the deadline bounds the attempts
+	var cancelledAt, lostAt time.Time
+	var reason string
+	locker, err := pool.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locker.Rollback(context.Background()) //nolint:errcheck
+	err = Run(context.Background(), pool, key, opts, func(ctx context.Context, l *Lease) error {
+		if _, err := locker.Exec(ctx, "SELECT 1 FROM le_lease WHERE lease_key = $1 FOR UPDATE", key); err != nil {
+			return err
+		}
+		select {
+		case <-l.Lost():
+			lostAt = time.Now()
+		case <-time.After(3 * opts.TTL):
+			return errors.New("Lost not closed")
+		}
+		<-ctx.Done()
+		cancelledAt = time.Now()
+		reason = l.Reason()
+		return nil
+	})
+	if !errors.Is(err, ErrLost) {
+		t.Fatalf("Run returned %v, want ErrLost", err)
+	}
+	if reason != ReasonDeadlinePassed {
+		t.Fatalf("reason %q", reason)
+	}
+	_, _, exp := serverLease(t, pool, key) // the row lock does not block this read
+	if !cancelledAt.Before(*exp) || !lostAt.Before(*exp) {
+		t.Fatalf("work cancelled at %v, lost at %v, server expiry %v", cancelledAt, lostAt, exp)
+	}
+	t.Logf("cancelled %v before the server's expiry", exp.Sub(cancelledAt))
+}
+
+// G4: an administrator's force release makes the next renewal return NULL:
+// Lost closes with reason renew_refused.
+func TestRenewRefused(t *testing.T) {
+	pool := testPool(t)
+	key := testKey(t)
+	err := Run(context.Background(), pool, key, fastOpts(), func(ctx context.Context, l *Lease) error {
+		if _, err := pool.Exec(ctx, "SELECT le_force_release($1)", key); err != nil {
+			return err
+		}
+		select {
+		case <-l.Lost():
+		case <-time.After(5 * time.Second):
+			return errors.New("Lost not closed")
+		}
+		if l.Reason() != ReasonRenewRefused || l.IsLeader() || ctx.Err() == nil {
+			return fmt.Errorf("reason %q leader %v ctx %v", l.Reason(), l.IsLeader(), ctx.Err())
+		}
+		return nil
+	})
+	var le *LostError
+	if !errors.As(err, &le) || le.Reason != ReasonRenewRefused {
+		t.Fatalf("Run returned %v", err)
+	}
+}
+
+// G5: Tx declares the token (a DELETE passes the fence only with it) and a
+// holder's old token gets LE001 after a takeover.
+func TestFencedTx(t *testing.T) {
+	pool := testPool(t)
+	key := testKey(t)
+	table := "go_fenced_" + strconv.Itoa(os.Getpid())
+	ctx := context.Background()
+	for _, q := range []string{
+		"DROP TABLE IF EXISTS " + table,
+		"CREATE TABLE " + table + " (v text, fencing_token bigint NOT NULL)",
+		"SELECT le_protect('" + table + "', '" + key + "')",
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var old *Lease
+	err := Run(ctx, pool, key, fastOpts(), func(ctx context.Context, l *Lease) error {
+		old = l
+		return l.Tx(ctx, pool, func(tx pgx.Tx) error {
+			var declared string
+			if err := tx.QueryRow(ctx, "SELECT current_setting('leader_election.fencing_token')").Scan(&declared); err != nil {
+				return err
+			}
+			if declared != strconv.FormatInt(l.Token(), 10) {
+				return fmt.Errorf("declared token %q, want %d", declared, l.Token())
+			}
+			if _, err := tx.Exec(ctx, "INSERT INTO "+table+" VALUES ('a', $1), ('b', $1)", l.Token()); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "DELETE FROM "+table+" WHERE v = 'b'") // needs the declared token
+			return err
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	var tok int64
+	if err := pool.QueryRow(ctx, "SELECT count(*), max(fencing_token) FROM "+table).Scan(&n, &tok); err != nil || n != 1 || tok != old.Token() {
+		t.Fatalf("rows %d token %d (%v), want 1 with %d", n, tok, err, old.Token())
+	}
+	err = Run(ctx, pool, key, fastOpts(), func(ctx context.Context, l *Lease) error {
+		if l.Token() <= old.Token() {
+			return fmt.Errorf("token %d after %d", l.Token(), old.Token())
+		}
+		err := old.Tx(ctx, pool, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "INSERT INTO "+table+" VALUES ('stale', $1)", old.Token())
+			return err
+		})
+		if !IsStale(err) || !errors.Is(err, ErrStale) || SQLState(err) != "LE001" {
+			return fmt.Errorf("stale write: %v (SQLSTATE %q), want LE001", err, SQLState(err))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// released now: a write with the old token finds no holder
+	err = old.Tx(ctx, pool, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "INSERT INTO "+table+" VALUES ('late', $1)", old.Token())
+		return err
+	})
+	if SQLState(err) != "LE001" && !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("write after release: %v", err)
+	}
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("%d rows after the rejected writes (%v)", n, err)
+	}
+}
+
+// Local deadline (doc/client.md): ExitProcess ends a process whose work ignores its context before the
+// server's expiry (run in a child process: this test binary, re-executed).
+func TestExitProcess(t *testing.T) {
+	if os.Getenv("LE_TEST_EXIT_CHILD") != "" {
+		exitChild()
+		return
+	}
+	pool := testPool(t)
+	key := testKey(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestExitProcess$")
+	cmd.Env = append(os.Environ(), "LE_TEST_EXIT_CHILD="+key)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if !strings.HasPrefix(line, "working token=") {
+		cmd.Process.Kill() //nolint:errcheck
+		t.Fatalf("child said %q (%v)", line, err)
+	}
+	// every renewal hangs from now on: the period ends, the work goes on
+	locker, err := pool.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locker.Rollback(context.Background()) //nolint:errcheck
+	if _, err := locker.Exec(context.Background(), "SELECT 1 FROM le_lease WHERE lease_key = $1 FOR UPDATE", key); err != nil {
+		t.Fatal(err)
+	}
+	rest, _ := io.ReadAll(stdout)
+	err = cmd.Wait()
+	exited := time.Now()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 71 {
+		t.Fatalf("child: %v, output %q", err, rest)
+	}
+	if strings.Contains(string(rest), "returned") {
+		t.Fatalf("child output %q", rest)
+	}
+	h, _, exp := serverLease(t, pool, key)
+	if h == nil || !exited.Before(*exp) {
+		t.Fatalf("child exited at %v, server expiry %v (holder %v)", exited, exp, h)
+	}
+	t.Logf("child gone %v before the server's expiry", exp.Sub(exited))
+}
+
+func exitChild() {
+	key := os.Getenv("LE_TEST_EXIT_CHILD")
+	pool, err := pgxpool.Connect(context.Background(), os.Getenv("LE_TEST_DSN"))
+	if err != nil {
+		os.Exit(3)
+	}
+	opts := fastOpts()
+	opts.OnOverrun, opts.ExitCode = ExitProcess, 71
+	Run(context.Background(), pool, key, opts, func(ctx context.Context, l *Lease) error { //nolint:errcheck
+		fmt.Printf("working token=%d\n", l.Token())
+		for { // ignores ctx, and the lease: only the process's end stops it
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+	fmt.Println("returned")
+	os.Exit(0)
+}
+
+// G11: a follower that polls only every 30 s takes over at once when the
+// leader releases: the release is announced to the key's watchers.
+func TestReleaseWakesFollower(t *testing.T) {
+	pool := testPool(t)
+	key := testKey(t)
+	ctxA, stopA := context.WithCancel(context.Background())
+	first := make(chan *Lease, 1)
+	doneA := make(chan error, 1)
+	go func() {
+		doneA <- Run(ctxA, pool, key, fastOpts(), func(ctx context.Context, l *Lease) error {
+			first <- l
+			<-ctx.Done()
+			return nil
+		})
+	}()
+	a := <-first
+	slow := fastOpts()
+	slow.Retry = 30 * time.Second
+	ctxB, stopB := context.WithCancel(context.Background())
+	defer stopB()
+	second := make(chan *Lease, 1)
+	go Run(ctxB, pool, key, slow, func(ctx context.Context, l *Lease) error { //nolint:errcheck
+		second <- l
+		<-ctx.Done()
+		return nil
+	})
+	// wait until A renewed (its connection's last statement is le_renew)
+	// and B's first le_acquire was refused (the other one's is le_acquire)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var ready bool
+		if err := pool.QueryRow(context.Background(), `
+			SELECT count(*) FILTER (WHERE query LIKE '%le_renew(%') = 1
+			   AND count(*) FILTER (WHERE query LIKE '%le_acquire(%') = 1
+			  FROM pg_stat_activity WHERE application_name = $1 AND state = 'idle'`,
+			ApplicationName).Scan(&ready); err != nil {
+			t.Fatal(err)
+		}
+		if ready {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the follower never campaigned")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stopA()
+	<-doneA
+	released := time.Now()
+	select {
+	case b := <-second:
+		if b.Token() <= a.Token() {
+			t.Fatalf("token %d after %d", b.Token(), a.Token())
+		}
+		t.Logf("follower led %v after the release (its poll interval: %v)", time.Since(released), slow.Retry)
+	case <-time.After(slow.Retry / 3):
+		t.Fatal("the follower waited for its poll: the release did not wake it")
+	}
+}

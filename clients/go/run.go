@@ -1,0 +1,394 @@
+// Run: campaign for a lease, run the work function while leading, renew on
+// a dedicated connection, release when the work returns.
+//
+// One invariant: the work function runs only inside a period this Run was
+// granted, its context is cancelled at the period's stop point at the
+// latest (before the local deadline, itself at least Margin before the
+// server's expiry), and a token is released and never led on again once
+// its period ended.
+
+package leaderelection
+
+import (
+	"context"
+	cryptorand "crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgconn"
+	"github.com/jackc/pgx/v4"
+	"github.com/jackc/pgx/v4/pgxpool"
+)
+
+// Func is the work of one period: it should return soon after ctx is done.
+type Func func(ctx context.Context, l *Lease) error
+
+// ApplicationName is the application_name of Run's own connection.
+const ApplicationName = "leaderelection renew"
+
+type elector struct {
+	key, owner string
+	o          Options
+	cfg        *pgx.ConnConfig
+	conn       *pgx.Conn // campaign and renewal connection, never from the pool
+	rnd        *rand.Rand
+	lastToken  int64 // token of the last period, never led on again
+	unknown    bool  // an acquire whose outcome we do not know was sent
+	lastWake   time.Time
+}
+
+// Run campaigns for key until it leads or ctx is done, then runs fn with a
+// context that is cancelled at the period's stop point at the latest. It
+// renews on a connection of its own, opened with pool's configuration (not
+// taken from the pool: work that holds every pooled connection cannot delay
+// a renewal, and a hung renewal's connection is closed, not returned).
+// When fn returns, Run releases the lease (compare-and-release with the
+// token). Without opts.Recampaign it then returns fn's error, or a
+// *LostError when the period ended before fn returned, or nil; with it, it
+// campaigns again (after a retry interval when fn returned by itself) and
+// returns only when ctx is done or fn returned an error while leading.
+// Bad input, missing privileges or a missing extension end Run with an
+// *Error (SQLSTATE class 22, 28 or 42).
+func Run(ctx context.Context, pool *pgxpool.Pool, key string, opts Options, fn Func) error {
+	o, err := opts.resolve(key)
+	if err != nil {
+		return err
+	}
+	cfg := pool.Config().ConnConfig
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = map[string]string{}
+	}
+	cfg.RuntimeParams["application_name"] = ApplicationName
+	if _, set := cfg.RuntimeParams["statement_timeout"]; !set {
+		// the server's own bound too, for a statement whose client gave up
+		cfg.RuntimeParams["statement_timeout"] = fmt.Sprint(o.StatementTimeout.Milliseconds())
+	}
+	var seed [8]byte
+	cryptorand.Read(seed[:]) //nolint:errcheck // a zero seed still works
+	e := &elector{key: key, owner: newOwnerID(o.Name), o: o, cfg: cfg,
+		rnd: rand.New(rand.NewSource(int64(binary.BigEndian.Uint64(seed[:]))))}
+	defer e.closeConn()
+	for {
+		l, err := e.campaign(ctx)
+		if err != nil {
+			return err
+		}
+		ferr := e.lead(ctx, l, fn)
+		reason := l.Reason()
+		switch {
+		case ferr != nil && !errors.Is(ferr, context.Canceled) && !errors.Is(ferr, context.DeadlineExceeded):
+			return ferr
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case !o.Recampaign && reason == ReasonReturned:
+			return ferr
+		case !o.Recampaign:
+			return &LostError{Reason: reason}
+		case reason == ReasonReturned:
+			if !sleep(ctx, e.retry()) {
+				return ctx.Err()
+			}
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func (e *elector) retry() time.Duration {
+	return time.Duration(float64(e.o.Retry) * (1 + e.o.Jitter*(2*e.rnd.Float64()-1)))
+}
+
+func (e *elector) closeConn() {
+	if e.conn != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		e.conn.Close(ctx) //nolint:errcheck
+		cancel()
+		e.conn = nil
+	}
+}
+
+// query runs one statement on Run's connection within timeout; a failure
+// other than a server error abandons the connection.
+func (e *elector) query(ctx context.Context, timeout time.Duration, sql string, args []interface{}, dest ...interface{}) error {
+	qctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if e.conn == nil {
+		c, err := pgx.ConnectConfig(qctx, e.cfg)
+		if err != nil {
+			return err
+		}
+		e.conn = c
+		// wake-ups: releases of a watched lease are announced (best effort:
+		// without them, campaigns poll every retry interval)
+		if _, err := c.Exec(qctx, "LISTEN leader_election"); err == nil {
+			c.Exec(qctx, "SELECT le_watch($1)", e.key) //nolint:errcheck
+		}
+		if c.IsClosed() {
+			e.conn = nil
+			return errors.New("leaderelection: connection closed while setting up LISTEN")
+		}
+	}
+	err := e.conn.QueryRow(qctx, sql, args...).Scan(dest...)
+	var pe *pgconn.PgError
+	if err != nil && (!errors.As(err, &pe) || e.conn.IsClosed()) {
+		e.closeConn()
+	}
+	return err
+}
+
+// wait sleeps d, or less when a release of our key is announced (then
+// after 0-10 ms of random spread). Payloads are hints only: anyone may
+// NOTIFY, so a wake-up costs at most one early le_acquire per 100 ms.
+func (e *elector) wait(ctx context.Context, d time.Duration) bool {
+	end := time.Now().Add(d)
+	for e.conn != nil {
+		left := time.Until(end)
+		if left <= 0 {
+			return true
+		}
+		wctx, cancel := context.WithTimeout(ctx, left)
+		n, err := e.conn.WaitForNotification(wctx)
+		cancel()
+		if ctx.Err() != nil {
+			return false
+		}
+		if err != nil && n == nil {
+			if e.conn.IsClosed() {
+				e.closeConn()
+			}
+			if time.Now().Before(end) && e.conn != nil {
+				continue
+			}
+			break
+		}
+		if n != nil && e.released(n.Payload) && time.Since(e.lastWake) >= 100*time.Millisecond {
+			e.lastWake = time.Now()
+			return sleep(ctx, time.Duration(e.rnd.Int63n(int64(10*time.Millisecond))))
+		}
+	}
+	return sleep(ctx, time.Until(end))
+}
+
+func (e *elector) released(payload string) bool {
+	var p struct {
+		Event    string `json:"event"`
+		LeaseKey string `json:"lease_key"`
+	}
+	if len(payload) > 8000 || json.Unmarshal([]byte(payload), &p) != nil {
+		return false
+	}
+	return p.LeaseKey == e.key && (p.Event == "released" || p.Event == "force_released")
+}
+
+// drain drops the notifications buffered while leading (they carry nothing
+// a leader needs; only le_renew's answer ends a period).
+func (e *elector) drain() {
+	if e.conn == nil {
+		return
+	}
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	for {
+		if n, _ := e.conn.WaitForNotification(done); n == nil {
+			return
+		}
+	}
+}
+
+func permanent(err error) bool {
+	c := SQLState(err)
+	return strings.HasPrefix(c, "22") || strings.HasPrefix(c, "28") || strings.HasPrefix(c, "42")
+}
+
+// campaign calls le_acquire every retry interval until granted a new
+// period (returned with its deadline set) or ctx is done.
+func (e *elector) campaign(ctx context.Context) (*Lease, error) {
+	for {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var acquired, newPeriod *bool
+		var token *int64
+		sent := time.Now()
+		err := e.query(ctx, e.o.StatementTimeout,
+			"SELECT acquired, fencing_token, new_period FROM le_acquire($1, $2, $3::bigint * interval '1 millisecond')",
+			[]interface{}{e.key, e.owner, e.o.TTL.Milliseconds()}, &acquired, &token, &newPeriod)
+		wait := e.retry()
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return nil, ctx.Err()
+		case err != nil && permanent(err):
+			return nil, wrap(err)
+		case err != nil:
+			var pe *pgconn.PgError
+			e.unknown = e.unknown || !errors.As(err, &pe) // a reply lost: it may have been granted
+		case acquired == nil || !*acquired:
+			e.unknown = false
+		case token == nil:
+			e.unknown = false // not a reply le_acquire gives; try again later
+		case *token == e.lastToken:
+			// still ours from a period that ended here: never lead on it again
+			e.unknown = false
+			e.release(*token)
+			wait = e.retry() / 20
+		case newPeriod != nil && !*newPeriod && !e.unknown:
+			// granted as "already yours" though we never held it: another
+			// process shares our owner id; neither lead on it nor release it
+			wait = e.o.TTL
+		default:
+			e.unknown = false
+			l := &Lease{key: e.key, owner: e.owner, token: *token, grace: e.o.Grace,
+				deadline: sent.Add(e.o.TTL - e.o.Margin), lost: make(chan struct{})}
+			if !time.Now().Before(l.deadline.Add(-e.o.Grace)) {
+				e.lastToken = l.token // the reply came too late to lead on
+				e.release(l.token)
+				wait = e.retry() / 20
+				break
+			}
+			return l, nil
+		}
+		if !e.wait(ctx, wait) {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// lead runs fn for the period l, renews it until it ends, waits for fn and
+// releases. It returns fn's error.
+func (e *elector) lead(ctx context.Context, l *Lease, fn Func) error {
+	e.lastToken = l.token
+	wctx, cancel := context.WithCancel(ctx)
+	l.mu.Lock()
+	l.cancel = cancel
+	l.armStop()
+	l.mu.Unlock()
+	var exitMu sync.Mutex
+	returned := false
+	var exit *time.Timer
+	if e.o.OnOverrun == ExitProcess {
+		exit = e.armExit(l, &exitMu, &returned)
+	}
+	done := make(chan error, 1)
+	go func() { done <- fn(wctx, l) }()
+	var ferr error
+	fnDone := false
+	next := time.NewTimer(e.o.Renew)
+loop:
+	for {
+		select {
+		case ferr = <-done:
+			fnDone = true
+			l.end(ReasonReturned)
+			break loop
+		case <-ctx.Done():
+			l.end(ReasonShutdown)
+			break loop
+		case <-l.Lost():
+			break loop
+		case <-next.C:
+			next.Reset(e.renew(ctx, l))
+			e.drain()
+		}
+	}
+	next.Stop()
+	if !fnDone {
+		ferr = <-done
+	}
+	exitMu.Lock()
+	returned = true
+	exitMu.Unlock()
+	if exit != nil {
+		exit.Stop()
+	}
+	cancel()
+	e.release(l.token)
+	return ferr
+}
+
+// armExit: in ExitProcess mode, end the process at the local deadline if
+// fn has not returned by then.
+func (e *elector) armExit(l *Lease, mu *sync.Mutex, returned *bool) *time.Timer {
+	var t *time.Timer
+	var check func()
+	check = func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if *returned {
+			return
+		}
+		if left := time.Until(l.Deadline()); left > 0 {
+			t.Reset(left) // renewed meanwhile
+			return
+		}
+		fmt.Fprintf(os.Stderr, "leaderelection: work for key %q token %d did not return by the deadline; exiting with %d\n",
+			l.key, l.token, e.o.ExitCode)
+		os.Exit(e.o.ExitCode)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	t = time.AfterFunc(time.Until(l.Deadline()), check)
+	return t
+}
+
+// renew makes one renewal attempt and returns the wait before the next.
+// An attempt gets at most half the time left before the stop point, so a
+// hung one leaves room for another on a new connection.
+func (e *elector) renew(ctx context.Context, l *Lease) time.Duration {
+	left := time.Until(l.Deadline().Add(-e.o.Grace))
+	if left <= 0 {
+		return e.o.Renew
+	}
+	timeout := left / 2
+	if timeout > e.o.StatementTimeout {
+		timeout = e.o.StatementTimeout
+	}
+	if timeout < 10*time.Millisecond {
+		timeout = left
+	}
+	var renewed bool
+	sent := time.Now()
+	err := e.query(ctx, timeout,
+		"SELECT le_renew($1, $2, $3, $4::bigint * interval '1 millisecond') IS NOT NULL",
+		[]interface{}{e.key, e.owner, l.token, e.o.TTL.Milliseconds()}, &renewed)
+	switch {
+	case err == nil && !renewed:
+		l.end(ReasonRenewRefused)
+	case err == nil && l.extend(sent.Add(e.o.TTL-e.o.Margin)):
+		return e.o.Renew
+	}
+	wait := e.o.Renew / 4
+	if wait > 200*time.Millisecond {
+		wait = 200 * time.Millisecond
+	}
+	if q := time.Until(l.Deadline().Add(-e.o.Grace)) / 4; q < wait {
+		wait = q
+	}
+	if wait < time.Millisecond {
+		wait = time.Millisecond
+	}
+	return wait
+}
+
+// release: compare-and-release of token, best effort (a failed release
+// leaves the lease to expire; the token is never led on again).
+func (e *elector) release(token int64) {
+	var ok bool
+	e.query(context.Background(), e.o.StatementTimeout, //nolint:errcheck
+		"SELECT le_release($1, $2, $3)", []interface{}{e.key, e.owner, token}, &ok)
+}

@@ -1,0 +1,102 @@
+# The Go client (clients/go) against a real server:
+#  - builds offline from Debian's Go packages (clients/go/build.sh);
+#  - its go test suite: G1 (two Runs of one process are two owners, one
+#    leads), G3 (the token rises on takeover), G4 (renewals, release, a
+#    refused renewal ends the period), G5 (the fenced transaction declares
+#    the token; a stale one gets LE001), G7 and doc/client.md's local
+#    deadline (with every renewal hung the work's context is cancelled and
+#    Lost closes before the server's expiry; ExitProcess ends a process
+#    whose work ignores its context before that expiry), G11 (a release
+#    wakes a follower long before its next poll);
+#  - README.md's example is clients/go/example/main.go verbatim, and runs;
+#  - the conformance probe (test/conformance/probe-go) leads, writes fenced
+#    rows, and on SIGTERM reports the end, releases and exits 0.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use Time::HiRes qw(usleep);
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use IPC::Run;
+use LeNode;
+
+my $go = `sh -c 'command -v go'`;
+plan skip_all => 'no Go compiler (apt-get install golang-go golang-github-jackc-pgx-v4-dev)'
+  unless $go && -d '/usr/share/gocode/src/github.com/jackc/pgx/v4';
+
+my $root = "$FindBin::RealBin/../..";
+my $gdir = "$root/clients/go";
+my $node = le_node('go_client');
+my $dsn = $node->connstr('postgres');
+
+my ($out, $err) = ('', '');
+my $built = IPC::Run::run(["$gdir/build.sh", 'build'], '>', \$out, '2>', \$err);
+ok($built, 'the Go package, example and probe build offline') or diag($err);
+($out, $err) = ('', '');
+ok(IPC::Run::run(["$gdir/build.sh", 'vet'], '>', \$out, '2>', \$err), 'go vet finds nothing') or diag($err);
+
+# the package's own tests
+($out, $err) = ('', '');
+{
+	local $ENV{LE_TEST_DSN} = $dsn;
+	IPC::Run::run(["$gdir/build.sh", 'test', '-count=1', '-v', '-timeout=120s'],
+		'>', \$out, '2>', \$err);
+}
+my %result;
+$result{$2} = $1 while $out =~ /^--- (PASS|FAIL): (\w+)/mg;
+for my $t (qw(TestAcquireRenewRelease TestTwoRunsTakeover TestHungRenewals TestRenewRefused
+	TestFencedTx TestExitProcess TestReleaseWakesFollower))
+{
+	is($result{$t} // 'missing', 'PASS', "go test $t");
+}
+like($out, qr/^ok\s+leaderelection/m, 'go test passes as a whole') or diag("$out\n$err");
+note($_) for $out =~ /^\s+\S+\.go:\d+: (.*(?:before the server's expiry|after the release).*)$/mg;
+
+# README.md shows example/main.go verbatim
+my $readme = slurp_file("$gdir/README.md");
+my ($shown) = $readme =~ /<!-- example\/main\.go -->\n```go\n(.*?)```\n/s;
+is($shown, slurp_file("$gdir/example/main.go"), 'README.md shows example/main.go verbatim');
+
+# ... and it runs: one fenced row with the period's token
+$node->safe_psql('postgres', q{
+	CREATE TABLE invoices (customer text, fencing_token bigint NOT NULL);
+	SELECT le_protect('invoices', 'billing-scheduler');});
+($out, $err) = ('', '');
+{
+	local $ENV{DATABASE_URL} = $dsn;
+	IPC::Run::run(["$gdir/bin/example"], '>', \$out, '2>', \$err);
+}
+is($out, "done: <nil>\n", 'the example runs') or diag($err);
+is($node->safe_psql('postgres', q{
+	SELECT count(*) FROM invoices i JOIN le_lease_history h
+	    ON h.lease_key = 'billing-scheduler' AND h.fencing_token = i.fencing_token
+	 WHERE h.end_reason = 'released'}), '1', 'its row carries the token of a released period');
+
+# the conformance probe, briefly: lead, write, SIGTERM
+$node->safe_psql('postgres', q{
+	CREATE TABLE conformance_writes (client text, lease_key text, owner_id text,
+	    fencing_token bigint NOT NULL, written_at timestamptz DEFAULT clock_timestamp());
+	SELECT le_protect('conformance_writes', 'probe-key');});
+my $pout = '';
+my $h = IPC::Run::start(['env', '--default-signal', "$root/test/conformance/probe-go", '--dsn', $dsn,
+		'--key', 'probe-key', '--owner', 'probe', '--ttl-ms', '2000'],
+	'<', \undef, '>', \$pout, '2>', \$err);
+my $t0 = time;
+while ($pout !~ /"ev":"write","ok":true/ && time - $t0 < 20) { $h->pump_nb; usleep(50_000); }
+$h->signal('TERM');
+$h->finish;
+is($h->full_result(0), 0, 'the probe exits 0 on SIGTERM') or diag($err);
+my @ev = map { /"ev":"(\w+)"/ ? $1 : () } split /\n/, $pout;
+is($ev[0], 'leader', 'first event: leader');
+ok((grep { $_ eq 'act' } @ev) && (grep { $_ eq 'write' } @ev), 'act and write events');
+is(join(',', @ev[-2, -1]), 'lost,exit', 'last events: lost, exit');
+like($pout, qr/"ev":"lost","reason":"shutdown"/, 'lost with reason shutdown');
+my ($token) = $pout =~ /"ev":"leader".*?"token":(\d+)/;
+is($node->safe_psql('postgres', qq{
+	SELECT (SELECT count(*) FROM conformance_writes WHERE fencing_token = $token AND client = 'go') > 0
+	   AND (SELECT end_reason FROM le_lease_history WHERE lease_key = 'probe-key' AND fencing_token = $token)
+	       = 'released'}), 't', 'its rows carry its token, and it released the lease');
+
+done_testing();
