@@ -4,7 +4,8 @@
 # expiries and force releases per lease, the current token and holder, the
 # renewal margin the server saw, and the writes the fence refused per table
 # (counted in shared memory: the module is in shared_preload_libraries),
-# which survive the rollback of the refused transactions.  The rule files
+# which survive the rollback of the refused transactions.  The module works
+# with the 1.0 table, and the update counts what the history holds.  The rule files
 # of monitoring/ pass promtool check rules and promtool test rules.
 use strict;
 use warnings;
@@ -146,6 +147,22 @@ is(sample('leader_election_fence_refusals_refused_writes', relation => 'ledger')
 is(sample('leader_election_fence_refusals_refused_writes', relation => '(no table)'), 1,
 	'one refused le_fence_check');
 is(sample('leader_election_fence_refusal_counting'), 1, 'refusal counting is on');
+
+# The module with a 1.0 table (no metric columns, before ALTER EXTENSION
+# UPDATE): the lease calls work; the update counts the expiry the history
+# recorded, and later calls count on.
+sql(q{CREATE DATABASE old});
+$node->safe_psql('old', q{CREATE EXTENSION leader_election VERSION '1.0';
+	SELECT le_acquire('k', 'a', '1 second'); SELECT pg_sleep(1.1);
+	SELECT le_acquire('k', 'b', '30 seconds');
+	SELECT le_renew('k', 'b', fencing_token, '30 seconds') FROM le_leases;});
+is($node->safe_psql('old', q{SELECT holder, transitions FROM le_leases}), 'b|2',
+	'1.0 table: grants and renewals work');
+$node->safe_psql('old', q{ALTER EXTENSION leader_election UPDATE;
+	SELECT le_force_release('k');});
+is($node->safe_psql('old',
+		q{SELECT periods_granted, expiries, force_releases FROM le_lease_metrics}),
+	'2|1|1', 'updated: the recorded expiry counted, the force release after it too');
 
 # The counters are the server's: a restart starts them again, while the
 # counts of the lease row stay.
