@@ -141,6 +141,23 @@ le_lease_note_period_end(LeaseRow *row, const LeaseRow *old, TimestampTz now)
 		row->history_min_ended_at = ended_at;
 }
 
+/*
+ * Count the end of old's period, ended now, in row (the version about to
+ * be written): kept in the lease row, not only in the history, which is
+ * pruned.  A period that had lapsed is an expiry however it ends (as in
+ * the history); a valid one that le_force_release ended is a force release.
+ */
+static void
+le_lease_count_end(LeaseRow *row, const LeaseRow *old, TimestampTz now, bool forced)
+{
+	if (old->holder == NULL)
+		return;
+	if (old->expires_at <= now)
+		row->expiries++;
+	else if (forced)
+		row->force_releases++;
+}
+
 /* What the end of a period does to its history row (le_lease_plan_period_end). */
 typedef enum PeriodEnd
 {
@@ -243,6 +260,9 @@ le_lease_grant(LeaseStoreState *st, LeaseRow *row, char *owner, int64 ttl,
 	row->renewed_at = now;
 	row->expires_at = now + ttl;
 	row->transitions++;
+	le_lease_count_end(row, &old, now, false);
+	row->ttl_us = ttl;
+	row->renew_margin_us = row->renew_margin_min_us = -1;
 
 	/*
 	 * Periods past the retention are found first, so that the bound
@@ -489,6 +509,11 @@ retry:
 		PG_RETURN_NULL();
 	}
 
+	/* How much of the ttl was left when the renewal arrived. */
+	row.renew_margin_us = row.expires_at - now;
+	if (row.renew_margin_min_us < 0 || row.renew_margin_us < row.renew_margin_min_us)
+		row.renew_margin_min_us = row.renew_margin_us;
+	row.ttl_us = ttl;
 	row.renewed_at = now;
 	row.expires_at = now + ttl;
 	if (!le_rows_write(&st, &row))
@@ -588,6 +613,8 @@ retry:
 	row.holder = NULL;
 	row.holder_role = NULL;
 	row.expires_at = 0;
+	row.freed_at = now;
+	le_lease_count_end(&row, &old, now, owner == NULL);
 	end = le_lease_plan_period_end(&st, &row, &old, now);
 	if (!le_rows_write(&st, &row))
 		goto retry;				/* the row changed since it was read */

@@ -71,6 +71,30 @@
 #define Anum_le_lease_history_min_ended_at	13
 #define Natts_le_lease					13
 
+/*
+ * Columns appended by later versions of the SQL script: found by name,
+ * after the first Natts_le_lease, so that the module works with the
+ * table of every installed version (le_rows_metric_columns); at most
+ * LE_LEASE_MAX_NATTS columns in all.
+ */
+#define LE_LEASE_MAX_NATTS				32
+typedef enum LeMetricColumn
+{
+	LE_COL_EXPIRIES,
+	LE_COL_FORCE_RELEASES,
+	LE_COL_TTL_US,
+	LE_COL_FREED_AT,
+	LE_COL_RENEW_MARGIN_US,
+	LE_COL_RENEW_MARGIN_MIN_US,
+	LE_NMETRIC_COLS
+} LeMetricColumn;
+static const char *const le_metric_names[LE_NMETRIC_COLS] = {
+	"expiries", "force_releases", "ttl_us", "freed_at", "renew_margin_us", "renew_margin_min_us"
+};
+static const Oid le_metric_types[LE_NMETRIC_COLS] = {
+	INT8OID, INT8OID, INT8OID, TIMESTAMPTZOID, INT8OID, INT8OID
+};
+
 #define Anum_le_history_history_id		1
 #define Anum_le_history_lease_id		2
 #define Anum_le_history_lease_key		3
@@ -250,20 +274,83 @@ le_rows_relids(Oid nsp, Oid *lease_relid, Oid *key_indexid)
 	*key_indexid = le_rows_relid(nsp, LE_REL_LEASE_KEY);
 }
 
-/* Are the columns of rel the ones we read and write? */
+/*
+ * The attribute numbers of the metric columns of the le_lease last
+ * checked (0: the column is absent, as in the 1.0 table), looked up when
+ * its oid or number of columns changes.
+ */
+static struct
+{
+	Oid			relid;
+	int			natts;
+	AttrNumber	att[LE_NMETRIC_COLS];
+}			le_rows_metric_cols;
+
+/*
+ * Find the metric columns among those of le_lease after the first
+ * Natts_le_lease; false when one has the right name and a wrong type.
+ * Other columns there are left alone: never written, NULL in a new row.
+ */
+static bool
+le_rows_metric_columns(Relation rel)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	int			i;
+	int			m;
+
+	if (le_rows_metric_cols.relid == RelationGetRelid(rel) &&
+		le_rows_metric_cols.natts == desc->natts)
+		return true;
+	le_rows_metric_cols.relid = InvalidOid;
+	memset(le_rows_metric_cols.att, 0, sizeof(le_rows_metric_cols.att));
+	for (i = Natts_le_lease; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (att->attisdropped)
+			continue;
+		for (m = 0; m < LE_NMETRIC_COLS; m++)
+			if (strcmp(NameStr(att->attname), le_metric_names[m]) == 0)
+			{
+				if (att->atttypid != le_metric_types[m])
+					return false;
+				le_rows_metric_cols.att[m] = att->attnum;
+			}
+	}
+	le_rows_metric_cols.relid = RelationGetRelid(rel);
+	le_rows_metric_cols.natts = desc->natts;
+	return true;
+}
+
+/*
+ * Are the columns of rel the ones we read and write?  le_lease may have
+ * more (see LE_LEASE_MAX_NATTS), the history table not.
+ */
 static bool
 le_rows_layout_ok(Relation rel, const Oid *types, int natts)
 {
 	TupleDesc	desc = RelationGetDescr(rel);
 	int			i;
 
-	if (desc->natts != natts)
+	if (desc->natts != natts &&
+		(types != le_lease_types || desc->natts < natts || desc->natts > LE_LEASE_MAX_NATTS))
 		return false;
 	for (i = 0; i < natts; i++)
 		if (TupleDescAttr(desc, i)->attisdropped ||
 			TupleDescAttr(desc, i)->atttypid != types[i])
 			return false;
-	return true;
+	return types != le_lease_types || le_rows_metric_columns(rel);
+}
+
+/* A metric column's value in a deformed row, dflt when absent or NULL. */
+static int64
+le_rows_metric(const Datum *values, const bool *isnull, LeMetricColumn m, int64 dflt)
+{
+	AttrNumber	att = le_rows_metric_cols.att[m];
+
+	if (att == 0 || isnull[att - 1])
+		return dflt;
+	return DatumGetInt64(values[att - 1]);
 }
 
 /* Open a table of ours and check that its columns are the ones we write. */
@@ -335,6 +422,12 @@ le_rows_values_row(const Datum *values, const bool *isnull, LeaseRow *row)
 	row->transitions = DatumGetInt64(values[Anum_le_lease_transitions - 1]);
 	row->token_system_id = DatumGetInt64(values[Anum_le_lease_token_system_id - 1]);
 	row->history_min_ended_at = le_rows_time(values, isnull, Anum_le_lease_history_min_ended_at);
+	row->expiries = le_rows_metric(values, isnull, LE_COL_EXPIRIES, 0);
+	row->force_releases = le_rows_metric(values, isnull, LE_COL_FORCE_RELEASES, 0);
+	row->ttl_us = le_rows_metric(values, isnull, LE_COL_TTL_US, 0);
+	row->freed_at = le_rows_metric(values, isnull, LE_COL_FREED_AT, 0);
+	row->renew_margin_us = le_rows_metric(values, isnull, LE_COL_RENEW_MARGIN_US, -1);
+	row->renew_margin_min_us = le_rows_metric(values, isnull, LE_COL_RENEW_MARGIN_MIN_US, -1);
 }
 
 /* Copy the le_lease tuple in slot into *row (strings in the current context). */
@@ -464,8 +557,8 @@ le_rows_read_in_place(Relation rel, const char *key, ItemPointer hint, Buffer re
 	found = heap_hot_search_buffer(&tid, rel, buf, SnapshotSelf, &tup, &all_dead, true);
 	if (found)
 	{
-		Datum		values[Natts_le_lease];
-		bool		isnull[Natts_le_lease];
+		Datum		values[LE_LEASE_MAX_NATTS];
+		bool		isnull[LE_LEASE_MAX_NATTS];
 
 		heap_deform_tuple(&tup, RelationGetDescr(rel), values, isnull);
 		found = !isnull[Anum_le_lease_lease_key - 1] &&
@@ -1232,6 +1325,27 @@ le_rows_name_datum(const char *s, bool *isnull)
 	return NameGetDatum(n);
 }
 
+/* Set the metric columns of a row to write, those the table has (replace). */
+static void
+le_rows_metric_values(const LeaseRow *row, Datum *values, bool *nulls, bool *replace)
+{
+	const AttrNumber *att = le_rows_metric_cols.att;
+	const int64 v[LE_NMETRIC_COLS] = {
+		row->expiries, row->force_releases, row->ttl_us, row->freed_at,
+		row->renew_margin_us, row->renew_margin_min_us
+	};
+	const int64 null_value[LE_NMETRIC_COLS] = {-1, -1, 0, 0, -1, -1};
+	int			m;
+
+	for (m = 0; m < LE_NMETRIC_COLS; m++)
+		if (att[m] != 0)
+		{
+			replace[att[m] - 1] = true;
+			nulls[att[m] - 1] = (v[m] == null_value[m]);
+			values[att[m] - 1] = Int64GetDatum(v[m]);
+		}
+}
+
 /*
  * Write every mutable column of the lease row that le_rows_lock returned
  * in this call (its id and key must be the row's); true when written.  A
@@ -1248,16 +1362,17 @@ le_rows_name_datum(const char *s, bool *isnull)
 bool
 le_rows_write(LeaseStoreState *st, const LeaseRow *row)
 {
-	Datum		values[Natts_le_lease];
-	bool		nulls[Natts_le_lease];
-	bool		replace[Natts_le_lease];
+	Datum		values[LE_LEASE_MAX_NATTS];
+	bool		nulls[LE_LEASE_MAX_NATTS];
+	bool		replace[LE_LEASE_MAX_NATTS];
 	Relation	rel;
 	HeapTuple	newtup;
 
 	if (st->locked_tuple == NULL)
 		elog(ERROR, "leader_election: writing lease \"%s\" without its row lock", row->lease_key);
 	le_rows_check(row);
-	memset(replace, true, sizeof(replace));
+	memset(replace, false, sizeof(replace));
+	memset(replace, true, Natts_le_lease * sizeof(bool));
 	memset(nulls, false, sizeof(nulls));
 	replace[Anum_le_lease_lease_id - 1] = false;
 	replace[Anum_le_lease_lease_key - 1] = false;
@@ -1279,6 +1394,7 @@ le_rows_write(LeaseStoreState *st, const LeaseRow *row)
 		le_rows_time_datum(row->history_min_ended_at, &nulls[Anum_le_lease_history_min_ended_at - 1]);
 
 	rel = le_rows_lease(st);
+	le_rows_metric_values(row, values, nulls, replace);
 	if (!st->lease_rowex)
 		LockRelationOid(st->lease_relid, RowExclusiveLock);
 	st->lease_rowex = true;
@@ -1784,8 +1900,9 @@ le_rows_create(LeaseStoreState *st, const char *key)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
-	Datum		values[Natts_le_lease];
-	bool		nulls[Natts_le_lease];
+	Datum		values[LE_LEASE_MAX_NATTS];
+	bool		nulls[LE_LEASE_MAX_NATTS];
+	LeaseRow	fresh;
 
 	PreventCommandIfReadOnly("INSERT");
 	memset(nulls, true, sizeof(nulls));
@@ -1810,7 +1927,14 @@ le_rows_create(LeaseStoreState *st, const char *key)
 	{
 		Relation	rel = le_rows_open(st->lease_relid, RowExclusiveLock,
 									   le_lease_types, Natts_le_lease);
-		HeapTuple	tup = heap_form_tuple(RelationGetDescr(rel), values, nulls);
+		HeapTuple	tup;
+		bool		replace[LE_LEASE_MAX_NATTS];
+
+		/* The metric columns start at 0 (counters) or NULL. */
+		memset(&fresh, 0, sizeof(fresh));
+		fresh.renew_margin_us = fresh.renew_margin_min_us = -1;
+		le_rows_metric_values(&fresh, values, nulls, replace);
+		tup = heap_form_tuple(RelationGetDescr(rel), values, nulls);
 
 		simple_heap_insert(rel, tup);
 		le_rows_index_tuple(rel, tup);
