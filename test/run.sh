@@ -42,7 +42,11 @@ le_root_or_sudo "$here/test/run.sh" "$@"
 # The package check installs a .deb instead of building into PostgreSQL's tree.
 [ "${1:-}" = package ] && exec "$here/test/package.sh"
 # The HA run also needs Patroni and etcd (installed here when root).
-if [ "${1:-}" = ha ]; then le_ensure_packages patroni etcd-server || exit 1; else le_ensure_packages || exit 1; fi
+case "${1:-all}" in
+    ha) le_ensure_packages patroni etcd-server || exit 1 ;;
+    all|tap) le_ensure_packages $LE_SUITE_PACKAGES || exit 1 ;;
+    *) le_ensure_packages || exit 1 ;;
+esac
 le_build_install "$here" || exit 1
 
 what=${1:-all}

@@ -2,15 +2,22 @@
 # project needs are installed (installing them when run as root) and sets
 # PG_CONFIG.  Works on a fresh Debian 12 machine with or without PostgreSQL.
 
-LE_PACKAGES="make gcc gdb postgresql-15 postgresql-server-dev-15 libpq-dev libipc-run-perl pgbouncer python3-psycopg2 spin faketime nodejs openjdk-17-jdk-headless libpostgresql-jdbc-java python3-psycopg python3-venv python3-setuptools librsvg2-bin libxml2-utils golang-go golang-github-jackc-pgx-v4-dev"
+LE_PACKAGES="make gcc gdb postgresql-15 postgresql-server-dev-15 libpq-dev libipc-run-perl pgbouncer python3-psycopg2 spin faketime"
+# What the TAP tests of the client libraries, examples and tools need on top
+# (test/run.sh and test/run.sh tap install them; other entry points do not).
+LE_SUITE_PACKAGES="librsvg2-bin libxml2-utils python3-psycopg python3-venv python3-setuptools python3-wheel golang-go golang-github-jackc-pgx-v4-dev nodejs openjdk-17-jdk-headless libpostgresql-jdbc-java prometheus prometheus-postgres-exporter"
 
 le_ensure_packages() {   # [EXTRA_PACKAGE...]: also needed by this run
     local missing=() p
     for p in $LE_PACKAGES "$@"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
     done
-    # examples/node: Debian's nodejs needs its npm package; other builds of nodejs bring npm along
-    command -v npm >/dev/null 2>&1 || missing+=(npm)
+    # examples/node: Debian's nodejs needs its npm package; other builds of
+    # nodejs (which conflict with it) bring npm along
+    case " $* " in
+        *" nodejs "*) command -v npm >/dev/null 2>&1 || dpkg-query -W -f='${Status}' nodejs 2>/dev/null |
+                        grep -q "install ok installed" || missing+=(npm) ;;
+    esac
     if [ ${#missing[@]} -gt 0 ]; then
         if [ "$(id -u)" -ne 0 ]; then
             echo "missing Debian packages: ${missing[*]}" >&2

@@ -22,8 +22,9 @@ use LeNode;
 
 my $exporter = '/usr/bin/prometheus-postgres-exporter';
 my $promtool = '/usr/bin/promtool';
-plan skip_all => "prometheus-postgres-exporter not installed at $exporter" unless -x $exporter;
-plan skip_all => "promtool not installed at $promtool" unless -x $promtool;
+# test/lib/prereq.sh installs both for the suite: a missing one fails this test.
+die "prometheus-postgres-exporter not installed at $exporter" unless -x $exporter;
+die "promtool not installed at $promtool (apt-get install prometheus)" unless -x $promtool;
 
 my $monitoring = "$FindBin::Bin/../../monitoring";
 
