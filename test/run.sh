@@ -77,8 +77,16 @@ run_target() {
 rc=0
 case "$what" in
     all)
-        run_target installcheck-regress || rc=1
+        # pg_regress and the isolation tester each start a temporary server
+        # of their own: they run side by side, and the output of pg_regress
+        # follows the isolation tester's.
+        rlog=$(mktemp /tmp/le-test-regress.XXXXXX)
+        le_as_pg make -C "$work" -s PG_CONFIG="$PG_CONFIG" installcheck-regress >"$rlog" 2>&1 &
+        rpid=$!
         run_target installcheck-isolation || rc=1
+        wait "$rpid" || rc=1
+        tee -a "$log" <"$rlog"
+        rm -f "$rlog"
         run_target installcheck-tap PROVE_FLAGS="-v --timer -j$tap_jobs" PROVE_TESTS="$(tap_files)" || rc=1 ;;
     regress|isolation) run_target "installcheck-$what" || rc=1 ;;
     tap) run_target installcheck-tap PROVE_FLAGS="-v --timer -j$tap_jobs" PROVE_TESTS="${*:-$(tap_files)}" || rc=1 ;;
