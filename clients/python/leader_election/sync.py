@@ -50,6 +50,7 @@ class Lease:
         self._unknown_acquire = False
         self._watching = False
         self._watch_failed = False
+        self._acquire_rtt = 0.0
 
     # --- public --------------------------------------------------------------
 
@@ -202,6 +203,7 @@ class Lease:
             self._release_token(token)
             return False
         self.token, self.expires_at, self._deadline = token, c.value(res, 3), deadline
+        self._acquire_rtt = c.now() - sent
         return True
 
     def _watch(self):
@@ -313,9 +315,13 @@ class Lease:
 
     def _renew_loop(self):
         t = self.timing
-        conn, rtt = None, 0.0
+        conn, rtt = None, self._acquire_rtt
         next_at = self._deadline - (t.ttl - t.margin) + t.renew_every
         try:
+            try:                        # connect now, with all the time before the first renewal
+                conn = self._connect("renew", t.first_connect_bound(self._deadline))
+            except c.LeaseError:
+                conn = None             # the renewal connects again and retries
             while not self.lost.is_set():
                 if self._stop.wait(max(0.0, next_at - c.now())):
                     return
