@@ -141,6 +141,9 @@ class Probe:
             self.proc.wait()
         self.reader.join(timeout=2)
         self.errlog.close()
+        with open(os.path.join(self.run.logdir, '%s-%s.events' % (self.key, self.tag)), 'w') as f:
+            for ev in self.events:      # the stream the judgement used, for a failure's diagnosis
+                f.write(json.dumps(ev) + '\n')
 
 
 def first_leader(probes, timeout):
