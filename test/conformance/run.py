@@ -327,6 +327,46 @@ def sc_handoff(r):
     r.handoff_ms = (ev['wall_us'] - rows[0][0]) / 1000.0
 
 
+class TakeOver:
+    """The harness as the newer owner: it force-releases the lease and acquires it in one
+    transaction (no probe can get it in between), then renews it on a connection of its own
+    until done(), so that during a probe's stall a newer token is held whatever the probes'
+    libraries do, and the stale write must fail with LE001."""
+
+    def __init__(self, r):
+        self.r, self.owner, self.ttl_ms = r, 'conformance-harness-%s' % r.key, 2 * r.run.ttl_ms
+        self.conn = r.run.admin.connect()
+        self.conn.autocommit = False
+        with self.conn.cursor() as cur:
+            cur.execute('SELECT le_force_release(%s)', [r.key])
+            cur.execute("SELECT acquired, fencing_token FROM le_acquire(%s, %s, %s * interval '1 ms')",
+                        [r.key, self.owner, self.ttl_ms])
+            self.acquired, self.token = cur.fetchone()
+        self.conn.commit()
+        self.conn.autocommit = True
+
+    def hold(self, done, timeout):
+        """Renew every half ttl until done() or timeout s; False when a renewal was refused."""
+        end = time.time() + timeout
+        while not done() and time.time() < end:
+            time.sleep(min(0.02, max(0.0, end - time.time())))
+            if time.time() >= getattr(self, 'next_renew', 0):
+                with self.conn.cursor() as cur:
+                    cur.execute("SELECT le_renew(%s, %s, %s, %s * interval '1 ms')",
+                                [self.r.key, self.owner, self.token, self.ttl_ms])
+                    if cur.fetchone()[0] is None:
+                        return False
+                self.next_renew = time.time() + self.ttl_ms / 2000.0
+        return True
+
+    def release(self):
+        try:
+            with self.conn.cursor() as cur:
+                cur.execute('SELECT le_release(%s, %s, %s)', [self.r.key, self.owner, self.token])
+        finally:
+            self.conn.close()
+
+
 def sc_stall(r):
     ttl = r.run.ttl
     a = r.probe('a', extra=['--stall-once-ms', str(int(3000 * ttl))])
@@ -335,21 +375,23 @@ def sc_stall(r):
         return
     writes = a.of('write')
     first = next(i for i, e in enumerate(writes) if e.get('ok'))
-    r.probe('b')
-    time.sleep(0.3 * ttl)       # inside the stall (3 ttl) by now
     tok = writes[first]['token']
-    r.run.admin.sql('SELECT le_force_release(%s)', [r.key])
-    # a new period (b's, or a's own next one: its library saw the lease lost)
-    end, newer = time.time() + 2 * ttl, False
-    while not newer and time.time() < end:
-        newer = bool(r.run.admin.sql('SELECT 1 FROM le_lease_history WHERE lease_key = %s'
-                                     ' AND fencing_token > %s', [r.key, tok]))
-        time.sleep(0.05)
-    if not newer:
-        r.problems.append('no new period while the holder was stalled')
-    end = time.time() + 5 * ttl
-    while len(a.of('write')) <= first + 1 and time.time() < end:
-        time.sleep(0.02)
+    r.probe('b')                # a campaigner, which gets the lease after the harness's period
+    time.sleep(0.3 * ttl)       # inside the stall (3 ttl) by now
+    if len(a.of('write')) > first + 1:
+        r.problems.append('the probe wrote again %.0f ms after its first write: no stall'
+                          % (0.3 * r.run.ttl_ms))
+        return
+    t = TakeOver(r)
+    try:
+        if not t.acquired or t.token <= tok:
+            r.problems.append('the harness could not take the lease over (acquired %s, token %s after %s)'
+                              % (t.acquired, t.token, tok))
+            return
+        if not t.hold(lambda: len(a.of('write')) > first + 1, 5 * ttl):
+            r.problems.append("the harness's takeover period ended before the stalled write")
+    finally:
+        t.release()
     writes = a.of('write')
     if len(writes) <= first + 1:
         r.problems.append('the stalled write never finished')
