@@ -312,6 +312,7 @@ def sc_handoff(r):
     other = b if p is a else a
     tok = p.of('leader')[0]['token']
     time.sleep(0.5 * r.run.ttl)
+    termed_us = time.time() * 1e6
     p.signal(signal.SIGTERM)
     ev = other.wait(lambda e: e.get('ev') == 'leader', 5 * r.run.ttl)
     if ev is None:
@@ -320,6 +321,10 @@ def sc_handoff(r):
     rows = r.run.admin.sql(
         "SELECT extract(epoch FROM ended_at)::float8 * 1e6, end_reason FROM le_lease_history"
         " WHERE lease_key = %s AND fencing_token = %s", [r.key, tok])
+    if rows and rows[0][1] != 'released' and rows[0][0] < termed_us:
+        r.problems.append('the leader lost its period (end_reason %s) %.0f ms before the SIGTERM'
+                          % (rows[0][1], (termed_us - rows[0][0]) / 1000))
+        return
     if not rows or rows[0][1] != 'released':
         r.problems.append('the SIGTERMed leader did not release (end_reason %s)'
                           % (rows[0][1] if rows else 'missing'))

@@ -101,7 +101,7 @@ class Probe:
                 emit("act", token=lease.token, wall_us=wall_us())
                 if self.stall_pending and self.wrote:
                     self.stall_pending = False
-                    time.sleep(a.stall_once_ms / 1000)
+                    self.stop.wait(a.stall_once_ms / 1000)     # a SIGTERM ends the pause too
                 self.write(lease)
                 self.stop.wait(a.interval_ms / 1000)
         finally:
