@@ -178,11 +178,37 @@ class Rep:
         return self.probe('a', **kw), self.probe('b', **kw)
 
     def leader(self):
-        p = first_leader(self.probes, 5 * self.run.ttl + 10)
+        """The probe leading a period still valid two ttl after it began, once it acted in it: faults
+        are injected into a steady period, not into one still starting up (a loaded machine can
+        starve a probe just started; such a period is judged all the same).  A renewal that reaches
+        the server is sent before the client's local deadline, and only a confirmed one moves that
+        deadline, so a period valid at 2 ttl had a renewal confirmed.  Sets self.token."""
+        ttl = self.run.ttl
+        p = first_leader(self.probes, 5 * ttl + 10)
         if p is None:
             self.problems.append('no probe became leader')
-        elif p.wait(lambda e: e.get('ev') == 'act', 2 * self.run.ttl) is None:
-            self.problems.append('the leader %s did not act' % p.tag)
+            return None
+        c, end, tok = self.run.admin.connect(), time.time() + 5 * ttl + 10, None
+        try:
+            with c.cursor() as cur:
+                while time.time() < end:
+                    cur.execute("SELECT fencing_token FROM le_leases WHERE lease_key = %s AND is_valid"
+                                " AND clock_timestamp() >= acquired_at + %s * interval '2 ms'",
+                                [self.key, self.run.ttl_ms])
+                    row = cur.fetchone()
+                    holders = [q for q in self.probes if row and any(e.get('token') == row[0] for e in q.of('leader'))]
+                    if holders:
+                        p, tok = holders[0], row[0]
+                        break
+                    time.sleep(0.05)
+        finally:
+            c.close()
+        if tok is None:
+            self.problems.append('no period of a probe lasted 2 ttl within %.0f s' % (5 * ttl + 10))
+            return None
+        self.token = tok
+        if p.wait(lambda e: e.get('ev') == 'act' and e.get('token') == tok, 2 * ttl) is None:
+            self.problems.append('the leader %s did not act in its period %s' % (p.tag, tok))
         return p
 
 
@@ -274,7 +300,7 @@ def sc_forged_notify(r):
     if not p:
         return
     other = b if p is a else a
-    tok = p.of('leader')[0]['token']
+    tok = r.token
     forged = [
         {'event': 'released', 'lease_key': r.key, 'holder': None, 'fencing_token': tok, 'expires_at': None},
         {'event': 'acquired', 'lease_key': r.key, 'holder': other.owner, 'fencing_token': tok + 100,
@@ -310,11 +336,11 @@ def sc_handoff(r):
     if not p:
         return
     other = b if p is a else a
-    tok = p.of('leader')[0]['token']
+    tok = r.token
     time.sleep(0.5 * r.run.ttl)
     termed_us = time.time() * 1e6
     p.signal(signal.SIGTERM)
-    ev = other.wait(lambda e: e.get('ev') == 'leader', 5 * r.run.ttl)
+    ev = other.wait(lambda e: e.get('ev') == 'leader' and e.get('token', 0) > tok, 5 * r.run.ttl)
     if ev is None:
         r.problems.append('no takeover within 5 ttl after the SIGTERM of the leader')
         return

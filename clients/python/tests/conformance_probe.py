@@ -140,6 +140,10 @@ class Probe:
 
     def main(self):
         signal.signal(signal.SIGTERM, lambda s, f: self.stop.set())
+        try:                            # the work's connection is ready before the first period
+            self.conn = psycopg.connect(self.a.dsn, connect_timeout=5)
+        except psycopg.Error:
+            self.conn = None            # write() connects again
         while not self.done():
             (self.run_period if self.a.ignore_cancel else self.period)()
         emit("exit", code=0)
