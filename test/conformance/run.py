@@ -177,12 +177,13 @@ class Rep:
     def pair(self, **kw):
         return self.probe('a', **kw), self.probe('b', **kw)
 
-    def leader(self):
-        """The probe leading a period still valid two ttl after it began, once it acted in it: faults
-        are injected into a steady period, not into one still starting up (a loaded machine can
-        starve a probe just started; such a period is judged all the same).  A renewal that reaches
-        the server is sent before the client's local deadline, and only a confirmed one moves that
-        deadline, so a period valid at 2 ttl had a renewal confirmed.  Sets self.token."""
+    def leader(self, settle=2):
+        """The probe leading a period still valid `settle` ttl after it began, once it acted in it:
+        faults are injected into a steady period, not into one still starting up (a loaded machine
+        can starve a probe just started; such a period is judged all the same).  A renewal that
+        reaches the server is sent before the client's local deadline, and only a confirmed one
+        moves that deadline, so a period valid at 2 ttl had a renewal confirmed.  settle=0: a period
+        the server saw renewed once (for periods shorter than 2 ttl by design).  Sets self.token."""
         ttl = self.run.ttl
         p = first_leader(self.probes, 5 * ttl + 10)
         if p is None:
@@ -193,8 +194,9 @@ class Rep:
             with c.cursor() as cur:
                 while time.time() < end:
                     cur.execute("SELECT fencing_token FROM le_leases WHERE lease_key = %s AND is_valid"
-                                " AND clock_timestamp() >= acquired_at + %s * interval '2 ms'",
-                                [self.key, self.run.ttl_ms])
+                                " AND renewed_at > acquired_at"
+                                " AND clock_timestamp() >= acquired_at + %s * interval '1 ms'",
+                                [self.key, settle * self.run.ttl_ms])
                     row = cur.fetchone()
                     holders = [q for q in self.probes if row and any(e.get('token') == row[0] for e in q.of('leader'))]
                     if holders:
@@ -204,7 +206,7 @@ class Rep:
         finally:
             c.close()
         if tok is None:
-            self.problems.append('no period of a probe lasted 2 ttl within %.0f s' % (5 * ttl + 10))
+            self.problems.append('no period of a probe lasted %s ttl within %.0f s' % (settle, 5 * ttl + 10))
             return None
         self.token = tok
         if p.wait(lambda e: e.get('ev') == 'act' and e.get('token') == tok, 2 * ttl) is None:
@@ -436,7 +438,7 @@ def sc_stall(r):
 
 def sc_ignore_cancel(r):
     r.pair(extra=['--ignore-cancel'])
-    p = r.leader()
+    p = r.leader(settle=0)      # each period is one task of 2 ttl: inject within it
     if p:
         lock_lease_row(r, 2.5 * r.run.ttl)
         time.sleep(r.run.ttl)
