@@ -287,7 +287,10 @@ def sc_terminate(r):
     if not p:
         return
     for _ in range(3):
-        pids = backends(r, p.app)
+        pids, end = backends(r, p.app), time.time() + r.run.ttl
+        while not pids and time.time() < end:     # the probe may still be reconnecting
+            time.sleep(0.05)
+            pids = backends(r, p.app)
         if not pids:
             r.problems.append('no backend of %s found' % p.app)
         for pid in pids:
