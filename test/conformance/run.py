@@ -141,6 +141,9 @@ class Probe:
             self.proc.wait()
         self.reader.join(timeout=2)
         self.errlog.close()
+        with open(os.path.join(self.run.logdir, '%s-%s.events' % (self.key, self.tag)), 'w') as f:
+            for ev in self.events:      # the stream the judgement used, for a failure's diagnosis
+                f.write(json.dumps(ev) + '\n')
 
 
 def first_leader(probes, timeout):
@@ -174,12 +177,40 @@ class Rep:
     def pair(self, **kw):
         return self.probe('a', **kw), self.probe('b', **kw)
 
-    def leader(self):
-        p = first_leader(self.probes, 5 * self.run.ttl + 10)
+    def leader(self, settle=2):
+        """The probe leading a period still valid `settle` ttl after it began, once it acted in it:
+        faults are injected into a steady period, not into one still starting up (a loaded machine
+        can starve a probe just started; such a period is judged all the same).  A renewal that
+        reaches the server is sent before the client's local deadline, and only a confirmed one
+        moves that deadline, so a period valid at 2 ttl had a renewal confirmed.  settle=0: a period
+        the server saw renewed once (for periods shorter than 2 ttl by design).  Sets self.token."""
+        ttl = self.run.ttl
+        p = first_leader(self.probes, 5 * ttl + 10)
         if p is None:
             self.problems.append('no probe became leader')
-        elif p.wait(lambda e: e.get('ev') == 'act', 2 * self.run.ttl) is None:
-            self.problems.append('the leader %s did not act' % p.tag)
+            return None
+        c, end, tok = self.run.admin.connect(), time.time() + 5 * ttl + 10, None
+        try:
+            with c.cursor() as cur:
+                while time.time() < end:
+                    cur.execute("SELECT fencing_token FROM le_leases WHERE lease_key = %s AND is_valid"
+                                " AND renewed_at > acquired_at"
+                                " AND clock_timestamp() >= acquired_at + %s * interval '1 ms'",
+                                [self.key, settle * self.run.ttl_ms])
+                    row = cur.fetchone()
+                    holders = [q for q in self.probes if row and any(e.get('token') == row[0] for e in q.of('leader'))]
+                    if holders:
+                        p, tok = holders[0], row[0]
+                        break
+                    time.sleep(0.05)
+        finally:
+            c.close()
+        if tok is None:
+            self.problems.append('no period of a probe lasted %s ttl within %.0f s' % (settle, 5 * ttl + 10))
+            return None
+        self.token = tok
+        if p.wait(lambda e: e.get('ev') == 'act' and e.get('token') == tok, 2 * ttl) is None:
+            self.problems.append('the leader %s did not act in its period %s' % (p.tag, tok))
         return p
 
 
@@ -256,7 +287,10 @@ def sc_terminate(r):
     if not p:
         return
     for _ in range(3):
-        pids = backends(r, p.app)
+        pids, end = backends(r, p.app), time.time() + r.run.ttl
+        while not pids and time.time() < end:     # the probe may still be reconnecting
+            time.sleep(0.05)
+            pids = backends(r, p.app)
         if not pids:
             r.problems.append('no backend of %s found' % p.app)
         for pid in pids:
@@ -271,7 +305,7 @@ def sc_forged_notify(r):
     if not p:
         return
     other = b if p is a else a
-    tok = p.of('leader')[0]['token']
+    tok = r.token
     forged = [
         {'event': 'released', 'lease_key': r.key, 'holder': None, 'fencing_token': tok, 'expires_at': None},
         {'event': 'acquired', 'lease_key': r.key, 'holder': other.owner, 'fencing_token': tok + 100,
@@ -307,21 +341,66 @@ def sc_handoff(r):
     if not p:
         return
     other = b if p is a else a
-    tok = p.of('leader')[0]['token']
+    tok = r.token
     time.sleep(0.5 * r.run.ttl)
+    termed_us = time.time() * 1e6
     p.signal(signal.SIGTERM)
-    ev = other.wait(lambda e: e.get('ev') == 'leader', 5 * r.run.ttl)
+    ev = other.wait(lambda e: e.get('ev') == 'leader' and e.get('token', 0) > tok, 5 * r.run.ttl)
     if ev is None:
         r.problems.append('no takeover within 5 ttl after the SIGTERM of the leader')
         return
     rows = r.run.admin.sql(
         "SELECT extract(epoch FROM ended_at)::float8 * 1e6, end_reason FROM le_lease_history"
         " WHERE lease_key = %s AND fencing_token = %s", [r.key, tok])
+    if rows and rows[0][1] != 'released' and rows[0][0] < termed_us:
+        r.problems.append('the leader lost its period (end_reason %s) %.0f ms before the SIGTERM'
+                          % (rows[0][1], (termed_us - rows[0][0]) / 1000))
+        return
     if not rows or rows[0][1] != 'released':
         r.problems.append('the SIGTERMed leader did not release (end_reason %s)'
                           % (rows[0][1] if rows else 'missing'))
         return
     r.handoff_ms = (ev['wall_us'] - rows[0][0]) / 1000.0
+
+
+class TakeOver:
+    """The harness as the newer owner: it force-releases the lease and acquires it in one
+    transaction (no probe can get it in between), then renews it on a connection of its own
+    until done(), so that during a probe's stall a newer token is held whatever the probes'
+    libraries do, and the stale write must fail with LE001."""
+
+    def __init__(self, r):
+        self.r, self.owner, self.ttl_ms = r, 'conformance-harness-%s' % r.key, 2 * r.run.ttl_ms
+        self.conn = r.run.admin.connect()
+        self.conn.autocommit = False
+        with self.conn.cursor() as cur:
+            cur.execute('SELECT le_force_release(%s)', [r.key])
+            cur.execute("SELECT acquired, fencing_token FROM le_acquire(%s, %s, %s * interval '1 ms')",
+                        [r.key, self.owner, self.ttl_ms])
+            self.acquired, self.token = cur.fetchone()
+        self.conn.commit()
+        self.conn.autocommit = True
+
+    def hold(self, done, timeout):
+        """Renew every half ttl until done() or timeout s; False when a renewal was refused."""
+        end = time.time() + timeout
+        while not done() and time.time() < end:
+            time.sleep(min(0.02, max(0.0, end - time.time())))
+            if time.time() >= getattr(self, 'next_renew', 0):
+                with self.conn.cursor() as cur:
+                    cur.execute("SELECT le_renew(%s, %s, %s, %s * interval '1 ms')",
+                                [self.r.key, self.owner, self.token, self.ttl_ms])
+                    if cur.fetchone()[0] is None:
+                        return False
+                self.next_renew = time.time() + self.ttl_ms / 2000.0
+        return True
+
+    def release(self):
+        try:
+            with self.conn.cursor() as cur:
+                cur.execute('SELECT le_release(%s, %s, %s)', [self.r.key, self.owner, self.token])
+        finally:
+            self.conn.close()
 
 
 def sc_stall(r):
@@ -332,21 +411,23 @@ def sc_stall(r):
         return
     writes = a.of('write')
     first = next(i for i, e in enumerate(writes) if e.get('ok'))
-    r.probe('b')
-    time.sleep(0.3 * ttl)       # inside the stall (3 ttl) by now
     tok = writes[first]['token']
-    r.run.admin.sql('SELECT le_force_release(%s)', [r.key])
-    # a new period (b's, or a's own next one: its library saw the lease lost)
-    end, newer = time.time() + 2 * ttl, False
-    while not newer and time.time() < end:
-        newer = bool(r.run.admin.sql('SELECT 1 FROM le_lease_history WHERE lease_key = %s'
-                                     ' AND fencing_token > %s', [r.key, tok]))
-        time.sleep(0.05)
-    if not newer:
-        r.problems.append('no new period while the holder was stalled')
-    end = time.time() + 5 * ttl
-    while len(a.of('write')) <= first + 1 and time.time() < end:
-        time.sleep(0.02)
+    r.probe('b')                # a campaigner, which gets the lease after the harness's period
+    time.sleep(0.3 * ttl)       # inside the stall (3 ttl) by now
+    if len(a.of('write')) > first + 1:
+        r.problems.append('the probe wrote again %.0f ms after its first write: no stall'
+                          % (0.3 * r.run.ttl_ms))
+        return
+    t = TakeOver(r)
+    try:
+        if not t.acquired or t.token <= tok:
+            r.problems.append('the harness could not take the lease over (acquired %s, token %s after %s)'
+                              % (t.acquired, t.token, tok))
+            return
+        if not t.hold(lambda: len(a.of('write')) > first + 1, 5 * ttl):
+            r.problems.append("the harness's takeover period ended before the stalled write")
+    finally:
+        t.release()
     writes = a.of('write')
     if len(writes) <= first + 1:
         r.problems.append('the stalled write never finished')
@@ -360,7 +441,7 @@ def sc_stall(r):
 
 def sc_ignore_cancel(r):
     r.pair(extra=['--ignore-cancel'])
-    p = r.leader()
+    p = r.leader(settle=0)      # each period is one task of 2 ttl: inject within it
     if p:
         lock_lease_row(r, 2.5 * r.run.ttl)
         time.sleep(r.run.ttl)

@@ -140,6 +140,12 @@ class Timing:
     def ttl_sql(self):
         return f"{int(round(self.ttl * 1000))} milliseconds"
 
+    def first_connect_bound(self, deadline):
+        """The time the renewal connection made when a period begins may take: all of it before
+        deadline - renew_by (at most the connect timeout).  Made then, not at the first renewal, so
+        that a renewal needs one round trip, not a connect squeezed into half the time left."""
+        return max(min(self.connect_timeout, deadline - self.renew_by - now()), 0.0)
+
     def attempt_bound(self, deadline, rtt):
         """The time one renewal attempt may take: at most the statement timeout and half the time
         left before the deadline - renew_by, but never less than twice the last round trip."""

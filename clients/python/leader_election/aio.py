@@ -171,6 +171,7 @@ class AsyncLease(Lease):
             await self._release_async(token)
             return False
         self.token, self.expires_at, self._deadline = token, c.value(res, 3), deadline
+        self._acquire_rtt = c.now() - sent
         return True
 
     async def _run_all(self, statements, bound):
@@ -239,9 +240,13 @@ class AsyncLease(Lease):
 
     async def _renew_task(self):
         t = self.timing
-        conn, rtt = None, 0.0
+        conn, rtt = None, self._acquire_rtt
         next_at = self._deadline - (t.ttl - t.margin) + t.renew_every
         try:
+            try:                        # connect now, with all the time before the first renewal
+                conn = await self._connect_async("renew", t.first_connect_bound(self._deadline))
+            except c.LeaseError:
+                conn = None             # the renewal connects again and retries
             while not self.lost.is_set():
                 await asyncio.sleep(max(0.0, next_at - c.now()))
                 if c.now() >= self._deadline:

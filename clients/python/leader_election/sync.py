@@ -1,9 +1,9 @@
 """Leases for threaded (synchronous) code: `with lead(dsn, key) as lease:`.
 
-A Lease is one ownership period.  Acquiring uses one connection; renewing
-runs in a thread of its own on a second connection, so work never delays a
-renewal; a watchdog thread ends the period at its local deadline even when
-a renewal hangs.  Python cannot stop the body of a `with` block safely, so
+A Lease is one ownership period.  Renewing runs in a thread of its own, on
+the campaign connection (idle while leading), so work never delays a
+renewal and no connect has to fit into the period; a watchdog thread ends
+the period at its local deadline even when a renewal hangs.  Python cannot stop the body of a `with` block safely, so
 in this mode is_leader() and `lost` are advisory: the fence (a token the
 database checks in the same transaction as the write) is the guarantee.
 
@@ -50,6 +50,7 @@ class Lease:
         self._unknown_acquire = False
         self._watching = False
         self._watch_failed = False
+        self._acquire_rtt = 0.0
 
     # --- public --------------------------------------------------------------
 
@@ -115,8 +116,8 @@ class Lease:
                 self._give_up()
                 raise c.NotAcquired(f'lease "{self.key}": campaign cancelled', self.holder)
             if self._attempt():
-                self._start_threads()
                 self._unwatch()
+                self._start_threads()
                 return self
             delay = self.timing.retry_delay()
             if end is not None:
@@ -202,6 +203,7 @@ class Lease:
             self._release_token(token)
             return False
         self.token, self.expires_at, self._deadline = token, c.value(res, 3), deadline
+        self._acquire_rtt = c.now() - sent
         return True
 
     def _watch(self):
@@ -313,9 +315,16 @@ class Lease:
 
     def _renew_loop(self):
         t = self.timing
-        conn, rtt = None, 0.0
+        # The campaign connection, idle while leading, renews: no connect to fit into the period.
+        # Without one, connect now, with all the time before the first renewal is due.
+        conn, self._conn, rtt = self._conn, None, self._acquire_rtt
         next_at = self._deadline - (t.ttl - t.margin) + t.renew_every
         try:
+            if conn is None:
+                try:
+                    conn = self._connect("renew", t.first_connect_bound(self._deadline))
+                except c.LeaseError:
+                    conn = None         # the renewal connects again and retries
             while not self.lost.is_set():
                 if self._stop.wait(max(0.0, next_at - c.now())):
                     return
@@ -350,7 +359,11 @@ class Lease:
                         self.expires_at = expiry
                 next_at = sent + t.renew_every
         finally:
-            c.close_quietly(conn)
+            if (conn is not None and self._stop.is_set() and self._conn is None
+                    and conn.status == c.pq.ConnStatus.OK and conn.transaction_status == c.pq.TransactionStatus.IDLE):
+                self._conn = conn       # release() asks on it
+            else:
+                c.close_quietly(conn)
 
 
 def lead(dsn, key, ttl="15s", **options):

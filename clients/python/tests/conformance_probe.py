@@ -101,7 +101,7 @@ class Probe:
                 emit("act", token=lease.token, wall_us=wall_us())
                 if self.stall_pending and self.wrote:
                     self.stall_pending = False
-                    time.sleep(a.stall_once_ms / 1000)
+                    self.stop.wait(a.stall_once_ms / 1000)     # a SIGTERM ends the pause too
                 self.write(lease)
                 self.stop.wait(a.interval_ms / 1000)
         finally:
@@ -140,6 +140,10 @@ class Probe:
 
     def main(self):
         signal.signal(signal.SIGTERM, lambda s, f: self.stop.set())
+        try:                            # the work's connection is ready before the first period
+            self.conn = psycopg.connect(self.a.dsn, connect_timeout=5)
+        except psycopg.Error:
+            self.conn = None            # write() connects again
         while not self.done():
             (self.run_period if self.a.ignore_cancel else self.period)()
         emit("exit", code=0)

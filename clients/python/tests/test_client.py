@@ -13,7 +13,8 @@ No assertion depends on absolute timings: moments are compared with the
 server's expiry of the same period.  The renewal reconnects after its
 backend is terminated, and abandons a renewal hung on a frozen backend for
 a new connection, keeping the token.  A follower is woken by a release
-(G11) instead of waiting for its next poll.
+(G11) instead of waiting for its next poll.  The README's SIGTERM recipe
+releases the lease before the process exits (G4).
 """
 
 import asyncio
@@ -344,6 +345,21 @@ class ReadmeTest(unittest.TestCase):
             rows = a.execute("SELECT customer, fencing_token FROM invoices").fetchall()
             self.assertEqual(len(rows), 1)
             self.assertIn(f"token {rows[0][1]}", out.stdout)
+
+    def test_readme_sigterm_example_releases(self):
+        with open(os.path.join(HERE, "..", "README.md")) as f:
+            blocks = [b for b in re.findall(r"```python\n(.*?)```", f.read(), re.S) if "SIGTERM" in b]
+        self.assertEqual(len(blocks), 1)
+        env = dict(os.environ, DATABASE_URL=DSN)
+        p = subprocess.Popen([sys.executable, "-c", blocks[0]], env=env, stdout=subprocess.PIPE, text=True)
+        line = p.stdout.readline()
+        m = re.match(r"leading with token (\d+)$", line.strip())
+        self.assertIsNotNone(m, line)
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=15)
+        self.assertEqual(p.returncode, 0)
+        with admin() as a:
+            self.assertEqual(history(a, "nightly-billing")[-1][1:], (int(m.group(1)), "released"))
 
 
 if __name__ == "__main__":
