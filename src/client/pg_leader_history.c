@@ -627,7 +627,7 @@ typedef struct wlease
 	char	   *expires;		/* ISO, NULL when free */
 	bool		valid;
 	bool		end_told;		/* the end of period token was printed */
-	bool		watched;		/* le_watch succeeded (or -l failed once) */
+	bool		watched;		/* le_watch succeeded */
 } wlease;
 
 typedef struct wstate
@@ -637,6 +637,7 @@ typedef struct wstate
 	int			n;
 	bool		first;			/* the first snapshot: a baseline, no events */
 	bool		watch_failed;	/* le_watch refused: told once */
+	int64_t		watch_retry_at; /* monotonic ms: try le_watch again then */
 } wstate;
 
 /* One event line (text or JSON) on stdout, flushed. */
@@ -744,7 +745,16 @@ watch_explain(wstate *w, wlease *l, int64_t from, int64_t to, const char *now_ts
 	return true;
 }
 
-/* le_watch(key) on our connection, so its releases wake us at once. */
+/*
+ * le_watch(key) on our connection, so its releases wake us at once.  Only
+ * with -l: a watch holds a session-level lock until the session ends, so
+ * watching every lease would take one lock per lease of the cluster's shared
+ * lock table (enough leases exhaust it, and then every other session fails
+ * with "out of shared memory").  Without -l, watch polls; notifications of
+ * leases other sessions watch still wake it (it LISTENs).  A refusal is told
+ * once and tried again WATCH_RETRY_MS later.
+ */
+#define WATCH_RETRY_MS	30000
 static void
 watch_key(wstate *w, wlease *l)
 {
@@ -753,15 +763,19 @@ watch_key(wstate *w, wlease *l)
 	const char *params[1] = {l->key};
 	PGresult   *r;
 
+	if (w->o->lease == NULL || le_monotonic_ms() < w->watch_retry_at)
+		return;
 	snprintf(sql, sizeof(sql), "SELECT %s.le_watch($1)", w->o->schema_q);
 	r = le_exec(w->o->conn, sql, 1, params, w->o->timeout_ms, err, sizeof(err), NULL);
 	if (r != NULL && PQresultStatus(r) == PGRES_TUPLES_OK)
 		l->watched = true;
-	else if (!w->watch_failed)
+	else
 	{
-		fprintf(stderr, "pg_leader: notice: le_watch failed (%s); watching by polling only\n",
-				err[0] ? err : "no answer in time");
+		if (!w->watch_failed)
+			fprintf(stderr, "pg_leader: notice: le_watch failed (%s); polling only, trying again every %ds\n",
+					err[0] ? err : "no answer in time", WATCH_RETRY_MS / 1000);
 		w->watch_failed = true;
+		w->watch_retry_at = le_monotonic_ms() + WATCH_RETRY_MS;
 	}
 	PQclear(r);
 }
@@ -878,7 +892,7 @@ watch_snapshot(wstate *w)
 			fprintf(stderr, "pg_leader: error: out of memory\n");
 			return false;
 		}
-		if (!l->watched && !w->watch_failed)
+		if (!l->watched)
 			watch_key(w, l);
 		if (!watch_compare(w, l, r, i))
 		{

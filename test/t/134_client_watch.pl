@@ -47,6 +47,13 @@ ok(wait_for(sub { $h->pump_nb; $err =~ /watching lease "k"/ }, 10), 'watch is re
 
 my $t1 = sql("SELECT fencing_token FROM le_acquire('k', 'alice', '1 second')");
 my @e = wait_events(1);
+# the session-level locks (le_watch) that watch sessions hold
+sub watch_locks
+{
+	return sql("SELECT count(*) FROM pg_locks l "
+		  . "WHERE l.pid <> pg_backend_pid() AND l.locktype = 'advisory'");
+}
+is(watch_locks(), 1, 'watch -l watches its lease (one lock)');
 # alice lets her lease expire: no NOTIFY, no takeover; only a poll sees it
 @e = wait_events(2);
 my $t2 = sql("SELECT fencing_token FROM le_acquire('k', 'bob', '30 seconds')");
@@ -121,6 +128,11 @@ ok(wait_for(sub { $h->pump_nb; $err =~ /watching every lease/ }, 10), 'watch of 
 my $t5 = sql("SELECT fencing_token FROM le_acquire('other', 'dave', '30 seconds')");
 ok(wait_for(sub { $h->pump_nb; $out =~ /\n/ }, 10), 'a new lease is seen');
 like($out, qr/^\S+Z granted key=other token=$t5 holder=dave\n/, 'text line of a grant');
+# without -l, watch polls: one le_watch lock per lease would fill the
+# shared lock table of a cluster with many leases
+sql("SELECT le_acquire('many' || i, 'h', '30 seconds') FROM generate_series(1, 40) i");
+ok(wait_for(sub { $h->pump_nb; $out =~ /key=many40 / }, 10), 'forty new leases are seen');
+is(watch_locks(), 0, 'watch of every lease holds no lock per lease');
 $h->signal('INT');
 $h->finish;
 is($? >> 8, 0, 'SIGINT ends watch with status 0');
