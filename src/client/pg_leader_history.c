@@ -76,80 +76,137 @@ lh_fail(PGconn *conn, int status, const char *what, const char *msg)
 	return status;
 }
 
-/* Append s to f as a JSON string. */
+/*
+ * The code point of the UTF-8 sequence at s, its length in *len; -1 (and
+ * *len 1) for a byte that starts no valid sequence (overlong, surrogate,
+ * beyond U+10FFFF, cut short): text of a SQL_ASCII database may be any bytes.
+ */
+static int32_t
+utf8_next(const unsigned char *s, int *len)
+{
+	int32_t		cp;
+	int			n;
+
+	*len = 1;
+	if (s[0] < 0x80)
+		return s[0];
+	if (s[0] >= 0xc2 && s[0] <= 0xdf)
+		n = 2, cp = s[0] & 0x1f;
+	else if (s[0] >= 0xe0 && s[0] <= 0xef)
+		n = 3, cp = s[0] & 0x0f;
+	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+		n = 4, cp = s[0] & 0x07;
+	else
+		return -1;
+	for (int i = 1; i < n; i++)
+	{
+		if ((s[i] & 0xc0) != 0x80)
+			return -1;
+		cp = (cp << 6) | (s[i] & 0x3f);
+	}
+	if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || cp > 0x10ffff ||
+		(cp >= 0xd800 && cp <= 0xdfff))
+		return -1;
+	*len = n;
+	return cp;
+}
+
+/* Append s to f as a JSON string; invalid UTF-8 becomes U+FFFD. */
 static void
 lh_json(FILE *f, const char *s)
 {
-	fputc('"', f);
-	for (; *s; s++)
-	{
-		unsigned char c = (unsigned char) *s;
+	const unsigned char *p = (const unsigned char *) s;
+	int			len;
 
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c < 0x20)
-			fprintf(f, "\\u%04x", c);
+	fputc('"', f);
+	while (*p)
+	{
+		int32_t		cp = utf8_next(p, &len);
+
+		if (cp == '"' || cp == '\\')
+			fprintf(f, "\\%c", (char) cp);
+		else if (cp < 0)
+			fputs("\\ufffd", f);
+		else if (cp < 0x20 || cp == 0x7f || cp == 0x2028 || cp == 0x2029)
+			fprintf(f, "\\u%04x", (unsigned) cp);
 		else
-			fputc(c, f);
+			fwrite(p, 1, len, f);
+		p += len;
 	}
 	fputc('"', f);
 }
 
-/* Append s to f for a text line: control characters and backslash escaped. */
+/* Does cp change how a line looks rather than show (controls, bidi)? */
+static bool
+invisible(int32_t cp)
+{
+	return cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || cp == 0x061c || cp == 0x200e ||
+		cp == 0x200f || (cp >= 0x2028 && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069) ||
+		cp == 0xfeff;
+}
+
+/*
+ * Append s to f as one field of a text line: backslash, space, '=' and
+ * '"' escaped (so a value cannot pose as further fields), controls (C0,
+ * C1), line and paragraph separators and bidirectional overrides as \uXXXX,
+ * bytes of invalid UTF-8 as \xNN.
+ */
 static void
 lh_text(FILE *f, const char *s)
 {
-	for (; *s; s++)
-	{
-		unsigned char c = (unsigned char) *s;
+	const unsigned char *p = (const unsigned char *) s;
+	int			len;
 
-		if (c == '\\')
+	while (*p)
+	{
+		int32_t		cp = utf8_next(p, &len);
+
+		if (cp == '\\')
 			fputs("\\\\", f);
-		else if (c < 0x20 || c == 0x7f)
-			fprintf(f, "\\x%02x", c);
+		else if (cp < 0)
+			fprintf(f, "\\x%02x", *p);
+		else if (cp == ' ' || cp == '=' || cp == '"' || invisible(cp))
+			fprintf(f, cp < 0x80 ? "\\x%02x" : "\\u%04x", (unsigned) cp);
 		else
-			fputc(c, f);
+			fwrite(p, 1, len, f);
+		p += len;
 	}
 }
 
 /*
  * Append s to f escaped for XML text and attribute values: the five
- * markup characters as entities, characters XML 1.0 forbids (controls but
- * tab, newline, return) and bytes of invalid UTF-8 as "?".
+ * markup characters as entities; tab, newline and return as character
+ * references (an attribute value would turn them into spaces); characters
+ * XML 1.0 forbids (other controls, U+FFFE, U+FFFF) and bytes of invalid
+ * UTF-8 as "?".
  */
 static void
 lh_xml(FILE *f, const char *s)
 {
-	bool		utf8 = le_valid_utf8(s);
+	const unsigned char *p = (const unsigned char *) s;
+	int			len;
 
-	for (; *s; s++)
+	while (*p)
 	{
-		unsigned char c = (unsigned char) *s;
+		int32_t		cp = utf8_next(p, &len);
 
-		switch (c)
-		{
-			case '&':
-				fputs("&amp;", f);
-				break;
-			case '<':
-				fputs("&lt;", f);
-				break;
-			case '>':
-				fputs("&gt;", f);
-				break;
-			case '"':
-				fputs("&quot;", f);
-				break;
-			case '\'':
-				fputs("&apos;", f);
-				break;
-			default:
-				if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f ||
-					(c >= 0x80 && !utf8))
-					fputc('?', f);
-				else
-					fputc(c, f);
-		}
+		if (cp == '&')
+			fputs("&amp;", f);
+		else if (cp == '<')
+			fputs("&lt;", f);
+		else if (cp == '>')
+			fputs("&gt;", f);
+		else if (cp == '"')
+			fputs("&quot;", f);
+		else if (cp == '\'')
+			fputs("&apos;", f);
+		else if (cp == '\t' || cp == '\n' || cp == '\r')
+			fprintf(f, "&#%d;", (int) cp);
+		else if (cp < 0x20 || cp == 0x7f || cp == 0xfffe || cp == 0xffff)
+			fputc('?', f);
+		else
+			fwrite(p, 1, len, f);
+		p += len;
 	}
 }
 
@@ -163,32 +220,35 @@ kind_of(const char *state)
 	return N_KINDS - 1;
 }
 
-/* UTC time t (epoch seconds) as text with the precision a tick step needs. */
+/*
+ * UTC time t (epoch seconds) as text with the precision a tick step needs;
+ * "?" for a time gmtime cannot split (not finite, or beyond its years).
+ */
 static void
 format_time(double t, double step, char *buf, size_t len)
 {
-	time_t		sec = (time_t) floor(t);
-	int			ms = (int) floor((t - (double) sec) * 1000 + 0.5);
+	time_t		sec;
+	int			ms;
 	struct tm	tm;
 	char		base[32];
+	const char *fmt = step >= 86400 ? "%m-%d" : step >= 60 ? "%H:%M" : "%H:%M:%S";
 
+	snprintf(buf, len, "?");
+	if (!isfinite(t) || fabs(t) > 1e15)
+		return;
+	sec = (time_t) floor(t);
+	ms = (int) floor((t - (double) sec) * 1000 + 0.5);
 	if (ms >= 1000)
 	{
 		sec++;
 		ms -= 1000;
 	}
-	gmtime_r(&sec, &tm);
-	if (step >= 86400)
-		strftime(buf, len, "%m-%d", &tm);
-	else if (step >= 60)
-		strftime(buf, len, "%H:%M", &tm);
-	else if (step >= 1)
-		strftime(buf, len, "%H:%M:%S", &tm);
+	if (gmtime_r(&sec, &tm) == NULL || strftime(base, sizeof(base), fmt, &tm) == 0)
+		return;
+	if (step >= 1)
+		snprintf(buf, len, "%s", base);
 	else
-	{
-		strftime(base, sizeof(base), "%H:%M:%S", &tm);
 		snprintf(buf, len, "%s.%03d", base, ms);
-	}
 }
 
 /* A tick step (seconds) giving at most 8 ticks over span. */
@@ -314,10 +374,10 @@ svg_axis(FILE *f, const span *s, double y)
 	{
 		time_t		d = (time_t) floor(s->t0);
 		struct tm	tm;
-		char		day[16];
+		char		day[32] = "?";
 
-		gmtime_r(&d, &tm);
-		strftime(day, sizeof(day), "%Y-%m-%d", &tm);
+		if (gmtime_r(&d, &tm) == NULL || strftime(day, sizeof(day), "%Y-%m-%d", &tm) == 0)
+			snprintf(day, sizeof(day), "?");
 		fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"middle\">time (UTC), %s %s to %s</text>\n",
 				(SVG_LEFT + SVG_W - SVG_RIGHT) / 2, y + 36, day, a, b);
 	}
@@ -383,10 +443,13 @@ svg_span(PGresult *r, span *s)
 		for (int i = 0; i < rows; i++)
 			if (i == 0 || atof(PQgetvalue(r, i, HC_T0)) < s->t0)
 				s->t0 = atof(PQgetvalue(r, i, HC_T0));
-	if (s->t1 - s->t0 < 0.01)
+	/* --since is finite (check_since); years before 1 stay out of gmtime's way */
+	if (!isfinite(s->t0) || s->t0 < -62135596800.0)
+		s->t0 = -62135596800.0;
+	if (!isfinite(s->t1) || s->t1 < s->t0 + 0.01)
 		s->t1 = s->t0 + 0.01;
-	/* a little room after now for the open period's marker */
-	s->t1 += (s->t1 - s->t0) * 0.02;
+	/* a little room after now for the open period's marker, at most a day */
+	s->t1 += fmin((s->t1 - s->t0) * 0.02, 86400);
 }
 
 /* Write the SVG timeline of the rows of r to path; false on an error (errno). */
@@ -507,6 +570,58 @@ print_periods(PGresult *r, bool json)
 }
 
 /*
+ * Check --since (a duration ago, or a timestamp) on the server: an error
+ * of data (22xxx), or a time that is not finite, is a usage error.  Fills
+ * params[1] (an interval) or params[2] (a timestamp).  Returns 0 or the
+ * exit status (the connection then closed).
+ */
+static int
+check_since(const lh_options *o, const char **params, char *since_iv, size_t len)
+{
+	char		err[1024];
+	int64_t		ms;
+	PGresult   *r;
+	const char *st;
+	bool		finite;
+
+	if (o->since == NULL)
+		return 0;
+	if (le_parse_duration_ms(o->since, &ms))
+	{
+		snprintf(since_iv, len, "%" PRId64 " milliseconds", ms);
+		params[1] = since_iv;
+	}
+	else
+		params[2] = o->since;
+	r = le_exec(o->conn, "SELECT pg_catalog.isfinite(COALESCE($2::pg_catalog.timestamptz, "
+				"pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) $1::pg_catalog.interval))",
+				2, params + 1, o->timeout_ms, err, sizeof(err), NULL);
+	if (r == NULL)
+		return lh_fail(o->conn, LH_EXIT_CONNECT, "--since", err[0] ? err : "no answer in time");
+	st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+	if (PQresultStatus(r) != PGRES_TUPLES_OK && !(st && strncmp(st, "22", 2) == 0))
+	{
+		PQclear(r);
+		return lh_fail(o->conn, LH_EXIT_CONNECT, "--since", err);
+	}
+	finite = PQresultStatus(r) == PGRES_TUPLES_OK && strcmp(PQgetvalue(r, 0, 0), "t") == 0;
+	PQclear(r);
+	if (!finite)
+		return lh_fail(o->conn, LH_EXIT_USAGE,
+					   "invalid --since (a duration such as 10m, or a finite timestamp)", err);
+	return 0;
+}
+
+/* Ask for UTF-8 whatever PGCLIENTENCODING says: JSON and SVG are UTF-8. */
+static int
+set_utf8(const lh_options *o)
+{
+	if (PQsetClientEncoding(o->conn, "UTF8") != 0)
+		return lh_fail(o->conn, LH_EXIT_CONNECT, "client encoding UTF8", PQerrorMessage(o->conn));
+	return 0;
+}
+
+/*
  * pg_leader history: every period of le_lease_history (of one key with
  * -l) that ended at or after --since, plus the current period of
  * le_leases when the history lacks it (leader_election.history = off).  A
@@ -522,17 +637,12 @@ lh_history(const lh_options *o)
 	char		since_iv[64] = "";
 	const char *params[3] = {o->lease, NULL, NULL};
 	char		err[1024];
-	int64_t		ms;
 	PGresult   *r;
 	const char *S = o->schema_q;
+	int			rc;
 
-	if (o->since && le_parse_duration_ms(o->since, &ms))
-	{
-		snprintf(since_iv, sizeof(since_iv), "%" PRId64 " milliseconds", ms);
-		params[1] = since_iv;
-	}
-	else
-		params[2] = o->since;
+	if ((rc = set_utf8(o)) != 0 || (rc = check_since(o, params, since_iv, sizeof(since_iv))) != 0)
+		return rc;
 	snprintf(sql, sizeof(sql),
 			 "WITH s AS (SELECT pg_catalog.clock_timestamp() AS now, "
 			 "  COALESCE($3::pg_catalog.timestamptz, pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) $2::pg_catalog.interval) AS since), "
@@ -564,13 +674,8 @@ lh_history(const lh_options *o)
 		return lh_fail(o->conn, LH_EXIT_CONNECT, "history query", err[0] ? err : "no answer in time");
 	if (PQresultStatus(r) != PGRES_TUPLES_OK)
 	{
-		const char *st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-		bool		bad_since = st && strncmp(st, "22", 2) == 0 && o->since;
-
 		PQclear(r);
-		return lh_fail(o->conn, bad_since ? LH_EXIT_USAGE : LH_EXIT_CONNECT,
-					   bad_since ? "invalid --since (a duration such as 10m, or a timestamp)" : "history query",
-					   err);
+		return lh_fail(o->conn, LH_EXIT_CONNECT, "history query", err);
 	}
 	PQfinish(o->conn);
 	if (o->svg)
@@ -949,6 +1054,8 @@ lh_watch(const lh_options *o)
 	memset(&w, 0, sizeof(w));
 	w.o = o;
 	w.first = true;
+	if ((status = set_utf8(o)) != 0)
+		return status;
 	if (pipe2(watch_pipe, O_NONBLOCK | O_CLOEXEC) != 0)
 		return lh_fail(o->conn, LH_EXIT_INTERNAL, "pipe", strerror(errno));
 	memset(&sa, 0, sizeof(sa));

@@ -47,7 +47,7 @@ my $t1 = sql("SELECT fencing_token FROM le_acquire('k', 'alice', '1 second')");
 for (1 .. 2)
 {
 	usleep(300_000);
-	ok(defined sql("SELECT le_renew('k', 'alice', $t1, '1 second')"), "alice renews ($_)");
+	isnt(sql("SELECT le_renew('k', 'alice', $t1, '1 second')"), '', "alice renews ($_)");
 }
 usleep(1_300_000);    # alice's lease expires; bob's grant records it so
 my $t2 = sql("SELECT fencing_token FROM le_acquire('k', 'bob', '30 seconds')");
@@ -159,6 +159,39 @@ is_deeply([ map { "$_->{fencing_token} $_->{holder} $_->{state}" } @{ decode_jso
 $seen = decode_json(`python3 $checker $dir/all.svg $dir/all.png`);
 is($seen->{lanes_attr}, @holders + 1, 'every lease: one lane per key and holder');
 is($seen->{lanes}[-1], 'k2: erin', 'lanes of several keys are labelled with the key');
+
+# holders XML cannot carry as they are (U+FFFE, U+FFFF, a control) or that
+# an attribute value would change (newline, tab)
+sql(q{SELECT le_acquire('kx', E'nc\uFFFE\uFFFF\x01!', '30 seconds')});
+sql(q{SELECT le_force_release('kx')});
+sql(q{SELECT le_acquire('kx', E'two\nlines\tand tab', '30 seconds')});
+($rc, $out, $err) = cli('history', '-d', $dsn, '-l', 'kx', '--svg', "$dir/kx.svg");
+is($rc, 0, 'history --svg of odd holders exits 0') or diag($err);
+is(system('xmllint', '--noout', "$dir/kx.svg"), 0, 'xmllint accepts the SVG of odd holders');
+my $kx = slurp_file("$dir/kx.svg");
+like($kx, qr/data-holder="nc\?\?\?!"/, 'characters XML forbids become ?');
+like($kx, qr/data-holder="two&#10;lines&#9;and tab"/, 'newline and tab kept as character references');
+$seen = decode_json(`python3 $checker $dir/kx.svg $dir/kx.png`);
+is($seen->{bars}[1]{holder}, "two\nlines\tand tab", 'the attribute reads back as the name');
+
+# JSON is UTF-8 whatever the client encoding asked for
+sql(q{SELECT le_acquire('ke', E'caf\u00e9', '30 seconds')});
+{
+	local $ENV{PGCLIENTENCODING} = 'LATIN1';
+	($rc, $out, $err) = cli('history', '-d', $dsn, '-l', 'ke', '--json');
+}
+is($rc, 0, 'history --json under PGCLIENTENCODING=LATIN1 exits 0') or diag($err);
+is(eval { decode_json($out)->[0]{holder} }, "caf\x{e9}", 'JSON is UTF-8 under another client encoding')
+  or diag($out);
+
+for my $inf ('infinity', '-infinity')
+{
+	($rc, $out, $err) = cli('history', '-d', $dsn, '-l', 'k', '--svg', "$dir/inf.svg", '--since', $inf);
+	is($rc, 64, "--since $inf: bad usage (64)");
+}
+($rc, $out, $err) = cli('history', '-d', $dsn, '-l', 'k', '--svg', "$dir/old.svg", '--since', '0044-03-15 BC');
+is($rc, 0, '--since long ago exits 0') or diag($err);
+is(system('xmllint', '--noout', "$dir/old.svg"), 0, 'xmllint accepts the SVG from long ago');
 
 ($rc, $out, $err) = cli('history', '-d', $dsn, '-l', 'k', '--since', 'yesterdayish');
 is($rc, 64, 'bad --since: bad usage (64)');
