@@ -128,6 +128,11 @@ ok(wait_for(sub { $h->pump_nb; $err =~ /watching every lease/ }, 10), 'watch of 
 my $t5 = sql("SELECT fencing_token FROM le_acquire('other', 'dave', '30 seconds')");
 ok(wait_for(sub { $h->pump_nb; $out =~ /\n/ }, 10), 'a new lease is seen');
 like($out, qr/^\S+Z granted key=other token=$t5 holder=dave\n/, 'text line of a grant');
+# a key and holder that pose as further fields, or turn the line around
+my $t8 = sql(q{SELECT fencing_token FROM le_acquire('k4 token=5 holder=mallory', E'h\u202Ex\u0085"', '30 seconds')});
+ok(wait_for(sub { $h->pump_nb; $out =~ /holder=h\\u202e/ }, 10), 'the odd key is seen');
+like($out, qr/^\S+Z granted key=k4\\x20token\\x3d5\\x20holder\\x3dmallory token=$t8 holder=h\\u202ex\\u0085\\x22\n/m,
+	'text fields cannot be forged: spaces, =, quotes, C1 and bidi controls escaped');
 # without -l, watch polls: one le_watch lock per lease would fill the
 # shared lock table of a cluster with many leases
 sql("SELECT le_acquire('many' || i, 'h', '30 seconds') FROM generate_series(1, 40) i");
