@@ -267,46 +267,96 @@ tick_step(double span)
 	return ceil(span / 8 / 86400) * 86400;
 }
 
-/* The lanes of the timeline: distinct (key, holder) in order of first period. */
+/*
+ * The lanes of the timeline: distinct (key, holder) in order of first
+ * period, at most MAX_LANES; beyond, the last lane holds every other
+ * holder's periods (an SVG taller than renderers draw helps nobody).
+ */
+#define MAX_LANES	200
 typedef struct lanes
 {
 	int			n;
 	int		   *of_row;			/* lane of each row */
 	int		   *first_row;		/* a row of each lane */
+	int			others;			/* holders merged into the last lane, or 0 */
 	bool		many_keys;
 } lanes;
 
-/* Assign each row of r its lane; false when out of memory. */
+/* Order rows by key, holder, row number (qsort_r). */
+static int
+row_cmp(const void *a, const void *b, void *arg)
+{
+	PGresult   *r = arg;
+	int			i = *(const int *) a,
+				j = *(const int *) b;
+	int			c = strcmp(PQgetvalue(r, i, HC_KEY), PQgetvalue(r, j, HC_KEY));
+
+	if (c == 0)
+		c = strcmp(PQgetvalue(r, i, HC_HOLDER), PQgetvalue(r, j, HC_HOLDER));
+	return c != 0 ? c : (i > j) - (i < j);
+}
+
+/* Order groups by their first row (qsort_r; arg: first row of each group). */
+static int
+group_cmp(const void *a, const void *b, void *arg)
+{
+	const int  *first = arg;
+	int			i = first[*(const int *) a],
+				j = first[*(const int *) b];
+
+	return (i > j) - (i < j);
+}
+
+/* Assign each row of r its lane, in O(n log n); false when out of memory. */
 static bool
 assign_lanes(PGresult *r, lanes *ln)
 {
 	int			rows = PQntuples(r);
+	int		   *idx = calloc(rows + 1, sizeof(int));
+	int		   *ord = calloc(rows + 1, sizeof(int));
+	int		   *lane_of = calloc(rows + 1, sizeof(int));
+	int			groups = 0;
+	bool		ok;
 
-	ln->n = 0;
-	ln->many_keys = false;
+	memset(ln, 0, sizeof(*ln));
 	ln->of_row = calloc(rows + 1, sizeof(int));
 	ln->first_row = calloc(rows + 1, sizeof(int));
-	if (ln->of_row == NULL || ln->first_row == NULL)
-		return false;
-	for (int i = 0; i < rows; i++)
+	ok = idx && ord && lane_of && ln->of_row && ln->first_row;
+	for (int i = 0; ok && i < rows; i++)
 	{
-		int			l;
-
+		idx[i] = i;
 		if (strcmp(PQgetvalue(r, i, HC_KEY), PQgetvalue(r, 0, HC_KEY)) != 0)
 			ln->many_keys = true;
-		for (l = 0; l < ln->n; l++)
-		{
-			int			f = ln->first_row[l];
-
-			if (strcmp(PQgetvalue(r, f, HC_KEY), PQgetvalue(r, i, HC_KEY)) == 0 &&
-				strcmp(PQgetvalue(r, f, HC_HOLDER), PQgetvalue(r, i, HC_HOLDER)) == 0)
-				break;
-		}
-		if (l == ln->n)
-			ln->first_row[ln->n++] = i;
-		ln->of_row[i] = l;
 	}
-	return true;
+	if (ok)
+		qsort_r(idx, rows, sizeof(int), row_cmp, r);
+	/* groups of equal (key, holder): first_row[g] is each one's first row */
+	for (int k = 0; ok && k < rows; k++)
+	{
+		if (k == 0 ||
+			strcmp(PQgetvalue(r, idx[k - 1], HC_HOLDER), PQgetvalue(r, idx[k], HC_HOLDER)) != 0 ||
+			strcmp(PQgetvalue(r, idx[k - 1], HC_KEY), PQgetvalue(r, idx[k], HC_KEY)) != 0)
+			ln->first_row[groups++] = idx[k];
+		ln->of_row[idx[k]] = groups - 1;
+	}
+	for (int g = 0; ok && g < groups; g++)
+		ord[g] = g;
+	if (ok)
+		qsort_r(ord, groups, sizeof(int), group_cmp, ln->first_row);
+	for (int k = 0; ok && k < groups; k++)
+		lane_of[ord[k]] = k < MAX_LANES ? k : MAX_LANES - 1;
+	for (int i = 0; ok && i < rows; i++)
+		ln->of_row[i] = lane_of[ln->of_row[i]];
+	for (int k = 0; ok && k < groups && k < MAX_LANES; k++)
+		idx[k] = ln->first_row[ord[k]];
+	if (ok)
+		memcpy(ln->first_row, idx, sizeof(int) * (groups < MAX_LANES ? groups : MAX_LANES));
+	ln->n = groups < MAX_LANES ? groups : MAX_LANES;
+	ln->others = groups > MAX_LANES ? groups - MAX_LANES + 1 : 0;
+	free(idx);
+	free(ord);
+	free(lane_of);
+	return ok;
 }
 
 /* The time range of the drawing. */
@@ -452,6 +502,35 @@ svg_span(PGresult *r, span *s)
 	s->t1 += fmin((s->t1 - s->t0) * 0.02, 86400);
 }
 
+/* Lane l: its band and its label (the holder; the key too when several). */
+static void
+svg_lane(FILE *f, PGresult *r, const lanes *ln, int l)
+{
+	int			fr = ln->first_row[l];
+	double		top = SVG_TOP + l * LANE_H;
+	bool		others = ln->others > 0 && l == ln->n - 1;
+
+	fprintf(f, "<rect class=\"lane\" data-lane=\"%d\" data-holder=\"", l);
+	if (!others)
+		lh_xml(f, PQgetvalue(r, fr, HC_HOLDER));
+	fprintf(f, "\" x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%d\" fill=\"%s\"/>\n", SVG_LEFT, top,
+			SVG_W - SVG_LEFT - SVG_RIGHT, LANE_H, l % 2 ? "#ffffff" : "#f2f2f2");
+	fprintf(f, "<text class=\"holder\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\">", SVG_LEFT - 8,
+			top + BAR_Y + 13);
+	if (others)
+		fprintf(f, "%d others in one lane", ln->others);
+	else
+	{
+		if (ln->many_keys)
+		{
+			lh_xml(f, PQgetvalue(r, fr, HC_KEY));
+			fputs(": ", f);
+		}
+		lh_xml(f, PQgetvalue(r, fr, HC_HOLDER));
+	}
+	fprintf(f, "</text>\n");
+}
+
 /* Write the SVG timeline of the rows of r to path; false on an error (errno). */
 static bool
 write_svg(PGresult *r, const char *path, const char *title)
@@ -478,31 +557,14 @@ write_svg(PGresult *r, const char *path, const char *title)
 	fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
 			"<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
 			"font-family=\"DejaVu Sans, Verdana, sans-serif\" font-size=\"12\" data-lanes=\"%d\" "
-			"data-periods=\"%d\" data-t0=\"%.3f\" data-t1=\"%.3f\" data-left=\"%d\" data-right=\"%d\">\n",
-			SVG_W, height, SVG_W, height, ln.n, PQntuples(r), s.t0, s.t1, SVG_LEFT, SVG_W - SVG_RIGHT);
+			"data-others=\"%d\" data-periods=\"%d\" data-t0=\"%.3f\" data-t1=\"%.3f\" data-left=\"%d\" data-right=\"%d\">\n",
+			SVG_W, height, SVG_W, height, ln.n, ln.others, PQntuples(r), s.t0, s.t1, SVG_LEFT, SVG_W - SVG_RIGHT);
 	fprintf(f, "<rect x=\"0\" y=\"0\" width=\"%d\" height=\"%d\" fill=\"#ffffff\"/>\n", SVG_W, height);
 	fprintf(f, "<text x=\"20\" y=\"28\" font-size=\"16\" font-weight=\"bold\">");
 	lh_xml(f, title);
 	fprintf(f, "</text>\n");
 	for (int l = 0; l < ln.n; l++)
-	{
-		int			fr = ln.first_row[l];
-		double		top = SVG_TOP + l * LANE_H;
-
-		fprintf(f, "<rect class=\"lane\" data-lane=\"%d\" data-holder=\"", l);
-		lh_xml(f, PQgetvalue(r, fr, HC_HOLDER));
-		fprintf(f, "\" x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%d\" fill=\"%s\"/>\n", SVG_LEFT, top,
-				SVG_W - SVG_LEFT - SVG_RIGHT, LANE_H, l % 2 ? "#ffffff" : "#f2f2f2");
-		fprintf(f, "<text class=\"holder\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\">", SVG_LEFT - 8,
-				top + BAR_Y + 13);
-		if (ln.many_keys)
-		{
-			lh_xml(f, PQgetvalue(r, fr, HC_KEY));
-			fputs(": ", f);
-		}
-		lh_xml(f, PQgetvalue(r, fr, HC_HOLDER));
-		fprintf(f, "</text>\n");
-	}
+		svg_lane(f, r, &ln, l);
 	for (int i = 0; i < PQntuples(r); i++)
 		svg_bar(f, r, i, &ln, &s);
 	svg_axis(f, &s, axis_y);
@@ -738,8 +800,10 @@ typedef struct wlease
 typedef struct wstate
 {
 	const lh_options *o;
-	wlease	   *l;
-	int			n;
+	wlease	   *l;				/* in strcmp order of key */
+	int			n,
+				cap,
+				cur;			/* watch_find's place in l */
 	bool		first;			/* the first snapshot: a baseline, no events */
 	bool		watch_failed;	/* le_watch refused: told once */
 	int64_t		watch_retry_at; /* monotonic ms: try le_watch again then */
@@ -885,22 +949,37 @@ watch_key(wstate *w, wlease *l)
 	PQclear(r);
 }
 
-/* The lease of key in w, added (token 0, free) when new; NULL when out of memory. */
+/*
+ * The lease of key in w, added (token 0, free) when new; NULL when out of
+ * memory.  w->l is in strcmp order and the snapshot's rows come in the same
+ * (COLLATE "C") order, so a cursor walks both at once: linear per snapshot.
+ */
 static wlease *
 watch_find(wstate *w, const char *key)
 {
-	wlease	   *grown;
+	char	   *copy;
 
-	for (int i = 0; i < w->n; i++)
-		if (strcmp(w->l[i].key, key) == 0)
-			return &w->l[i];
-	if ((grown = realloc(w->l, (w->n + 1) * sizeof(wlease))) == NULL)
+	while (w->cur < w->n && strcmp(w->l[w->cur].key, key) < 0)
+		w->cur++;
+	if (w->cur < w->n && strcmp(w->l[w->cur].key, key) == 0)
+		return &w->l[w->cur++];
+	if (w->n == w->cap)
+	{
+		int			cap = w->cap ? w->cap * 2 : 16;
+		wlease	   *grown = realloc(w->l, cap * sizeof(wlease));
+
+		if (grown == NULL)
+			return NULL;
+		w->l = grown;
+		w->cap = cap;
+	}
+	if ((copy = strdup(key)) == NULL)
 		return NULL;
-	w->l = grown;
-	memset(&w->l[w->n], 0, sizeof(wlease));
-	if ((w->l[w->n].key = strdup(key)) == NULL)
-		return NULL;
-	return &w->l[w->n++];
+	memmove(&w->l[w->cur + 1], &w->l[w->cur], (w->n - w->cur) * sizeof(wlease));
+	memset(&w->l[w->cur], 0, sizeof(wlease));
+	w->l[w->cur].key = copy;
+	w->n++;
+	return &w->l[w->cur++];
 }
 
 /* Replace *dst with a copy of src (NULL stays NULL). */
@@ -978,7 +1057,7 @@ watch_snapshot(wstate *w)
 	snprintf(sql, sizeof(sql),
 			 "SELECT lease_key, holder, fencing_token, " ISO("expires_at") ", is_valid, "
 			 ISO("acquired_at") ", " ISO("renewed_at") ", " ISO("pg_catalog.clock_timestamp()") " FROM %s.le_leases "
-			 "WHERE $1::pg_catalog.text IS NULL OR lease_key OPERATOR(pg_catalog.=) $1 ORDER BY lease_key",
+			 "WHERE $1::pg_catalog.text IS NULL OR lease_key OPERATOR(pg_catalog.=) $1 ORDER BY lease_key COLLATE \"C\"",
 			 w->o->schema_q);
 	r = le_exec(w->o->conn, sql, 1, params, w->o->timeout_ms, err, sizeof(err), NULL);
 	if (r == NULL || PQresultStatus(r) != PGRES_TUPLES_OK)
@@ -987,6 +1066,7 @@ watch_snapshot(wstate *w)
 		PQclear(r);
 		return false;
 	}
+	w->cur = 0;
 	for (int i = 0; i < PQntuples(r); i++)
 	{
 		wlease	   *l = watch_find(w, PQgetvalue(r, i, 0));

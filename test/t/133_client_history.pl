@@ -184,6 +184,21 @@ is($rc, 0, 'history --json under PGCLIENTENCODING=LATIN1 exits 0') or diag($err)
 is(eval { decode_json($out)->[0]{holder} }, "caf\x{e9}", 'JSON is UTF-8 under another client encoding')
   or diag($out);
 
+# more holders than lanes: the last lane gathers the others
+sql(q{DO $$ BEGIN FOR i IN 1 .. 250 LOOP
+	PERFORM le_acquire('kl', 'h' || i, '30 seconds'); PERFORM le_force_release('kl');
+END LOOP; END $$});
+($rc, $out, $err) = cli('history', '-d', $dsn, '-l', 'kl', '--svg', "$dir/kl.svg");
+is($rc, 0, 'history --svg of 250 holders exits 0') or diag($err);
+$json = `python3 $checker $dir/kl.svg $dir/kl.png`;
+is($?, 0, 'the SVG of 250 holders renders');
+$seen = decode_json($json);
+is($seen->{lanes_attr}, 200, 'lanes end at 200');
+is_deeply([ @{ $seen->{lanes} }[ 0, 198, 199 ] ], [ 'h1', 'h199', '51 others in one lane' ],
+	'lanes in order of first period, the last one says what it holds');
+is(scalar @{ $seen->{bars} }, 250, 'every period is drawn');
+is($seen->{bars}[-1]{lane}, 199, 'a later holder is drawn in the last lane');
+
 for my $inf ('infinity', '-infinity')
 {
 	($rc, $out, $err) = cli('history', '-d', $dsn, '-l', 'k', '--svg', "$dir/inf.svg", '--since', $inf);
