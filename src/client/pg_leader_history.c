@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
@@ -807,6 +808,7 @@ typedef struct wstate
 	bool		first;			/* the first snapshot: a baseline, no events */
 	bool		watch_failed;	/* le_watch refused: told once */
 	int64_t		watch_retry_at; /* monotonic ms: try le_watch again then */
+	int64_t		last_snapshot;	/* monotonic ms of the last one */
 } wstate;
 
 /* One event line (text or JSON) on stdout, flushed. */
@@ -1006,7 +1008,14 @@ watch_compare(wstate *w, wlease *l, PGresult *r, int i)
 	bool		found,
 				ended;
 
-	if (!w->first && token > l->token)
+	if (!w->first && token < l->token)
+	{
+		/* the extension was dropped and created again: tokens start anew */
+		watch_event(w, "reset", l->key, token, holder, PQgetvalue(r, i, 7), expires);
+		l->end_told = holder != NULL && !valid;
+		l->watched = false;		/* a new lease row: watch it again */
+	}
+	else if (!w->first && token > l->token)
 	{
 		/* from the end of our last period to the grant of the current one */
 		if (!watch_explain(w, l, l->token, token, PQgetvalue(r, i, 7), &found, &ended))
@@ -1087,8 +1096,11 @@ watch_snapshot(wstate *w)
 	}
 	PQclear(r);
 	w->first = false;
+	w->last_snapshot = le_monotonic_ms();
 	return true;
 }
+
+#define WATCH_MIN_GAP_MS	50
 
 /*
  * Wait up to the poll interval for a notification or a signal.  False when
@@ -1100,12 +1112,25 @@ watch_wait(wstate *w)
 	struct pollfd p[2];
 	PGnotify   *nf;
 
+	int64_t		gap;
+
+	memset(p, 0, sizeof(p));
 	p[0].fd = watch_pipe[0];
 	p[0].events = POLLIN;
 	p[1].fd = PQsocket(w->o->conn);
 	p[1].events = POLLIN;
-	if (poll(p, 2, (int) w->o->poll_ms) < 0 && errno != EINTR)
+	/* poll() takes an int: longer intervals are cut to about 24 days */
+	if (poll(p, 2, w->o->poll_ms > INT_MAX ? INT_MAX : (int) w->o->poll_ms) < 0 && errno != EINTR)
 		return false;
+	/* a flood of notifications brings a snapshot every WATCH_MIN_GAP_MS at most */
+	gap = le_monotonic_ms() - w->last_snapshot;
+	if (!(p[0].revents & POLLIN) && gap >= 0 && gap < WATCH_MIN_GAP_MS)
+	{
+		struct pollfd q = {watch_pipe[0], POLLIN, 0};
+
+		(void) poll(&q, 1, (int) (WATCH_MIN_GAP_MS - gap));
+		p[0].revents |= q.revents;
+	}
 	if (p[0].revents & POLLIN)
 	{
 		char		buf[16];

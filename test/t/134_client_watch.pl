@@ -155,5 +155,21 @@ sql("SELECT le_release('k3', 'fay', $t7)");
 ok(wait_for(sub { $h->pump_nb if $h->pumpable; $out =~ /head-done/ }, 10), 'watch ends at its next line');
 $h->finish;
 
+# the extension dropped and created again: tokens start anew, told as a reset
+($out, $err) = ('', '');
+$h = IPC::Run::start([ @pgl, 'watch', '-d', $dsn, '-l', 'k', '--json', '--poll', '100ms' ],
+	\$in, '>', \$out, '2>', \$err, IPC::Run::timeout(60));
+ok(wait_for(sub { $h->pump_nb; $err =~ /watching lease "k"/ }, 10), 'watch before a reset is ready');
+my $t9 = sql("SELECT fencing_token FROM le_acquire('k', 'gus', '30 seconds')");
+@e = wait_events(1);
+sql("BEGIN; DROP EXTENSION leader_election CASCADE; CREATE EXTENSION leader_election; COMMIT");
+my $t10 = sql("SELECT fencing_token FROM le_acquire('k', 'hal', '30 seconds')");
+ok($t10 < $t9, "tokens start anew ($t10 after $t9)");
+@e = wait_events(2);
+is_deeply([ map { "$_->{event} $_->{fencing_token} " . ($_->{holder} // '-') } @e[ 0, 1 ] ],
+	[ "granted $t9 gus", "reset $t10 hal" ], 'a token going back is told as a reset') or diag($out, $err);
+$h->signal('TERM');
+$h->finish;
+
 $node->stop;
 done_testing();
