@@ -858,12 +858,14 @@ watch_event(const wstate *w, const char *event, const char *key, int64_t token,
  * (from's only when not told yet).  A period from that the history lacks
  * (leader_election.history = off) and that we saw held is told "ended", at
  * its expiry or the next grant, whichever came first, else at now_ts.
+ * to_expires: the expiry of period to when it is current (its grant says
+ * so), else NULL.
  * *found: the history has period to; *ended: it has ended.  Returns false
  * when the query failed.
  */
 static bool
 watch_explain(wstate *w, wlease *l, int64_t from, int64_t to, const char *now_ts,
-			  bool *found, bool *ended)
+			  const char *to_expires, bool *found, bool *ended)
 {
 	char		sql[1024];
 	char		a[32],
@@ -904,7 +906,8 @@ watch_explain(wstate *w, wlease *l, int64_t from, int64_t to, const char *now_ts
 		if (t == to)
 			*found = true;
 		if (t > from)
-			watch_event(w, "granted", l->key, t, PQgetvalue(r, i, 1), PQgetvalue(r, i, 2), NULL);
+			watch_event(w, "granted", l->key, t, PQgetvalue(r, i, 1), PQgetvalue(r, i, 2),
+						t == to && PQgetisnull(r, i, 3) ? to_expires : NULL);
 		if (PQgetisnull(r, i, 3))
 			continue;
 		if (t == to)
@@ -1018,7 +1021,8 @@ watch_compare(wstate *w, wlease *l, PGresult *r, int i)
 	else if (!w->first && token > l->token)
 	{
 		/* from the end of our last period to the grant of the current one */
-		if (!watch_explain(w, l, l->token, token, PQgetvalue(r, i, 7), &found, &ended))
+		if (!watch_explain(w, l, l->token, token, PQgetvalue(r, i, 7), holder ? expires : NULL,
+						   &found, &ended))
 			return false;
 		/* not recorded (leader_election.history = off): the row tells */
 		if (!found && holder != NULL)
@@ -1033,7 +1037,7 @@ watch_compare(wstate *w, wlease *l, PGresult *r, int i)
 	else if (!w->first && same && l->holder != NULL && holder == NULL)
 	{
 		/* released or force released: the history says which */
-		if (!l->end_told && !watch_explain(w, l, token, token, PQgetvalue(r, i, 7), &found, &ended))
+		if (!l->end_told && !watch_explain(w, l, token, token, PQgetvalue(r, i, 7), NULL, &found, &ended))
 			return false;
 		l->end_told = true;
 	}

@@ -111,6 +111,8 @@ for my $ev (@e)
 	  if $ev->{event} ne 'granted';
 }
 cmp_ok($e[-1]{ts}, 'ge', $e[-2]{ts}, 'the unrecorded period ends after its grant');
+is($e[0]{expires_at}, $e[1]{ts}, 'a grant seen current carries its expiry');
+is($e[7]{expires_at}, undef, 'a grant already ended when seen carries none');
 my @ts = map { $_->{ts} } @e;
 is_deeply(\@ts, [ sort @ts ], 'events in time order');
 
@@ -127,11 +129,11 @@ $h = IPC::Run::start([ @pgl, 'watch', '-d', $dsn, '--poll', '100ms' ],
 ok(wait_for(sub { $h->pump_nb; $err =~ /watching every lease/ }, 10), 'watch of every lease is ready');
 my $t5 = sql("SELECT fencing_token FROM le_acquire('other', 'dave', '30 seconds')");
 ok(wait_for(sub { $h->pump_nb; $out =~ /\n/ }, 10), 'a new lease is seen');
-like($out, qr/^\S+Z granted key=other token=$t5 holder=dave\n/, 'text line of a grant');
+like($out, qr/^\S+Z granted key=other token=$t5 holder=dave expires=\S+Z\n/, 'text line of a grant');
 # a key and holder that pose as further fields, or turn the line around
 my $t8 = sql(q{SELECT fencing_token FROM le_acquire('k4 token=5 holder=mallory', E'h\u202Ex\u0085"', '30 seconds')});
 ok(wait_for(sub { $h->pump_nb; $out =~ /holder=h\\u202e/ }, 10), 'the odd key is seen');
-like($out, qr/^\S+Z granted key=k4\\x20token\\x3d5\\x20holder\\x3dmallory token=$t8 holder=h\\u202ex\\u0085\\x22\n/m,
+like($out, qr/^\S+Z granted key=k4\\x20token\\x3d5\\x20holder\\x3dmallory token=$t8 holder=h\\u202ex\\u0085\\x22 expires=\S+Z\n/m,
 	'text fields cannot be forged: spaces, =, quotes, C1 and bidi controls escaped');
 # without -l, watch polls: one le_watch lock per lease would fill the
 # shared lock table of a cluster with many leases
@@ -149,7 +151,7 @@ $h = IPC::Run::start([ 'sh', '-c', "$sh | head -n 1; echo head-done" ], \$in, '>
 	IPC::Run::timeout(60));
 ok(wait_for(sub { $h->pump_nb; $err =~ /watching lease "k3"/ }, 10), 'watch into a pipe is ready');
 my $t7 = sql("SELECT fencing_token FROM le_acquire('k3', 'fay', '30 seconds')");
-ok(wait_for(sub { $h->pump_nb; $out =~ /granted key=k3 token=$t7 holder=fay\n/ }, 10),
+ok(wait_for(sub { $h->pump_nb; $out =~ /granted key=k3 token=$t7 holder=fay expires=\S+Z\n/ }, 10),
 	'the reader got the grant, and left');
 sql("SELECT le_release('k3', 'fay', $t7)");
 ok(wait_for(sub { $h->pump_nb if $h->pumpable; $out =~ /head-done/ }, 10), 'watch ends at its next line');
