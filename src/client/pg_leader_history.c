@@ -675,12 +675,20 @@ check_since(const lh_options *o, const char **params, char *since_iv, size_t len
 	return 0;
 }
 
-/* Ask for UTF-8 whatever PGCLIENTENCODING says: JSON and SVG are UTF-8. */
+/*
+ * Ask for UTF-8 whatever PGCLIENTENCODING says: JSON and SVG are UTF-8.  A
+ * SQL_ASCII database converts nothing and refuses bytes that are not UTF-8
+ * on the way out to a UTF-8 client: there the bytes come as they are, and
+ * the writers replace what is not UTF-8.
+ */
 static int
 set_utf8(const lh_options *o)
 {
-	if (PQsetClientEncoding(o->conn, "UTF8") != 0)
-		return lh_fail(o->conn, LH_EXIT_CONNECT, "client encoding UTF8", PQerrorMessage(o->conn));
+	const char *server = PQparameterStatus(o->conn, "server_encoding");
+	const char *enc = server && strcmp(server, "SQL_ASCII") == 0 ? "SQL_ASCII" : "UTF8";
+
+	if (PQsetClientEncoding(o->conn, enc) != 0)
+		return lh_fail(o->conn, LH_EXIT_CONNECT, "client encoding", PQerrorMessage(o->conn));
 	return 0;
 }
 

@@ -199,6 +199,15 @@ is_deeply([ @{ $seen->{lanes} }[ 0, 198, 199 ] ], [ 'h1', 'h199', '51 others in 
 is(scalar @{ $seen->{bars} }, 250, 'every period is drawn');
 is($seen->{bars}[-1]{lane}, 199, 'a later holder is drawn in the last lane');
 
+# a SQL_ASCII database may hold any bytes: JSON stays valid UTF-8
+$node->safe_psql('postgres', "CREATE DATABASE sa ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0");
+$node->safe_psql('sa', "CREATE EXTENSION leader_election");
+$node->safe_psql('sa', q{SELECT le_acquire('ka', E'b\xffd', '30 seconds')});
+($rc, $out, $err) = cli('history', '-d', $node->connstr('sa'), '-l', 'ka', '--json');
+is($rc, 0, 'history --json of a SQL_ASCII database exits 0') or diag($err);
+is(eval { decode_json($out)->[0]{holder} }, "b\x{fffd}d", 'invalid UTF-8 becomes U+FFFD in JSON')
+  or diag($out);
+
 for my $inf ('infinity', '-infinity')
 {
 	($rc, $out, $err) = cli('history', '-d', $dsn, '-l', 'k', '--svg', "$dir/inf.svg", '--since', $inf);
