@@ -8,7 +8,10 @@
 # overlapping (one holder at a time) at the x their start times give, and
 # the holders' names as they are.  The table and JSON forms hold the same
 # periods; a current period left unrecorded by leader_election.history = off
-# is shown from le_leases; a bad --since is a usage error (64).
+# is shown from le_leases; a bad --since (also infinity) is a usage error
+# (64).  Holders with characters XML forbids, or that attribute values
+# would change, still give valid SVG; past 200 holders the last lane holds
+# the rest; JSON is UTF-8 whatever the client encoding or database encoding.
 use strict;
 use warnings;
 use FindBin;

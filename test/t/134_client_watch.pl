@@ -4,6 +4,9 @@
 # force release; each event matches the server's history.  A period that
 # leader_election.history = off left unrecorded is seen granted and ended.  A forged NOTIFY
 # payload prints nothing (watch reads the tables, never the payload).
+# Without -l it holds no le_watch lock per lease (those would fill the
+# shared lock table); a key posing as further fields of a text line is
+# escaped; a token going back (the extension created again) is a reset.
 # SIGTERM and SIGINT end it with status 0, so does a reader that went
 # away; a bad --poll is a usage error (64).
 use strict;
