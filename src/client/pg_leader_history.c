@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
@@ -76,80 +77,137 @@ lh_fail(PGconn *conn, int status, const char *what, const char *msg)
 	return status;
 }
 
-/* Append s to f as a JSON string. */
+/*
+ * The code point of the UTF-8 sequence at s, its length in *len; -1 (and
+ * *len 1) for a byte that starts no valid sequence (overlong, surrogate,
+ * beyond U+10FFFF, cut short): text of a SQL_ASCII database may be any bytes.
+ */
+static int32_t
+utf8_next(const unsigned char *s, int *len)
+{
+	int32_t		cp;
+	int			n;
+
+	*len = 1;
+	if (s[0] < 0x80)
+		return s[0];
+	if (s[0] >= 0xc2 && s[0] <= 0xdf)
+		n = 2, cp = s[0] & 0x1f;
+	else if (s[0] >= 0xe0 && s[0] <= 0xef)
+		n = 3, cp = s[0] & 0x0f;
+	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+		n = 4, cp = s[0] & 0x07;
+	else
+		return -1;
+	for (int i = 1; i < n; i++)
+	{
+		if ((s[i] & 0xc0) != 0x80)
+			return -1;
+		cp = (cp << 6) | (s[i] & 0x3f);
+	}
+	if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || cp > 0x10ffff ||
+		(cp >= 0xd800 && cp <= 0xdfff))
+		return -1;
+	*len = n;
+	return cp;
+}
+
+/* Append s to f as a JSON string; invalid UTF-8 becomes U+FFFD. */
 static void
 lh_json(FILE *f, const char *s)
 {
-	fputc('"', f);
-	for (; *s; s++)
-	{
-		unsigned char c = (unsigned char) *s;
+	const unsigned char *p = (const unsigned char *) s;
+	int			len;
 
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c < 0x20)
-			fprintf(f, "\\u%04x", c);
+	fputc('"', f);
+	while (*p)
+	{
+		int32_t		cp = utf8_next(p, &len);
+
+		if (cp == '"' || cp == '\\')
+			fprintf(f, "\\%c", (char) cp);
+		else if (cp < 0)
+			fputs("\\ufffd", f);
+		else if (cp < 0x20 || cp == 0x7f || cp == 0x2028 || cp == 0x2029)
+			fprintf(f, "\\u%04x", (unsigned) cp);
 		else
-			fputc(c, f);
+			fwrite(p, 1, len, f);
+		p += len;
 	}
 	fputc('"', f);
 }
 
-/* Append s to f for a text line: control characters and backslash escaped. */
+/* Does cp change how a line looks rather than show (controls, bidi)? */
+static bool
+invisible(int32_t cp)
+{
+	return cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || cp == 0x061c || cp == 0x200e ||
+		cp == 0x200f || (cp >= 0x2028 && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069) ||
+		cp == 0xfeff;
+}
+
+/*
+ * Append s to f as one field of a text line: backslash, space, '=' and
+ * '"' escaped (so a value cannot pose as further fields), controls (C0,
+ * C1), line and paragraph separators and bidirectional overrides as \uXXXX,
+ * bytes of invalid UTF-8 as \xNN.
+ */
 static void
 lh_text(FILE *f, const char *s)
 {
-	for (; *s; s++)
-	{
-		unsigned char c = (unsigned char) *s;
+	const unsigned char *p = (const unsigned char *) s;
+	int			len;
 
-		if (c == '\\')
+	while (*p)
+	{
+		int32_t		cp = utf8_next(p, &len);
+
+		if (cp == '\\')
 			fputs("\\\\", f);
-		else if (c < 0x20 || c == 0x7f)
-			fprintf(f, "\\x%02x", c);
+		else if (cp < 0)
+			fprintf(f, "\\x%02x", *p);
+		else if (cp == ' ' || cp == '=' || cp == '"' || invisible(cp))
+			fprintf(f, cp < 0x80 ? "\\x%02x" : "\\u%04x", (unsigned) cp);
 		else
-			fputc(c, f);
+			fwrite(p, 1, len, f);
+		p += len;
 	}
 }
 
 /*
  * Append s to f escaped for XML text and attribute values: the five
- * markup characters as entities, characters XML 1.0 forbids (controls but
- * tab, newline, return) and bytes of invalid UTF-8 as "?".
+ * markup characters as entities; tab, newline and return as character
+ * references (an attribute value would turn them into spaces); characters
+ * XML 1.0 forbids (other controls, U+FFFE, U+FFFF) and bytes of invalid
+ * UTF-8 as "?".
  */
 static void
 lh_xml(FILE *f, const char *s)
 {
-	bool		utf8 = le_valid_utf8(s);
+	const unsigned char *p = (const unsigned char *) s;
+	int			len;
 
-	for (; *s; s++)
+	while (*p)
 	{
-		unsigned char c = (unsigned char) *s;
+		int32_t		cp = utf8_next(p, &len);
 
-		switch (c)
-		{
-			case '&':
-				fputs("&amp;", f);
-				break;
-			case '<':
-				fputs("&lt;", f);
-				break;
-			case '>':
-				fputs("&gt;", f);
-				break;
-			case '"':
-				fputs("&quot;", f);
-				break;
-			case '\'':
-				fputs("&apos;", f);
-				break;
-			default:
-				if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f ||
-					(c >= 0x80 && !utf8))
-					fputc('?', f);
-				else
-					fputc(c, f);
-		}
+		if (cp == '&')
+			fputs("&amp;", f);
+		else if (cp == '<')
+			fputs("&lt;", f);
+		else if (cp == '>')
+			fputs("&gt;", f);
+		else if (cp == '"')
+			fputs("&quot;", f);
+		else if (cp == '\'')
+			fputs("&apos;", f);
+		else if (cp == '\t' || cp == '\n' || cp == '\r')
+			fprintf(f, "&#%d;", (int) cp);
+		else if (cp < 0x20 || cp == 0x7f || cp == 0xfffe || cp == 0xffff)
+			fputc('?', f);
+		else
+			fwrite(p, 1, len, f);
+		p += len;
 	}
 }
 
@@ -163,32 +221,35 @@ kind_of(const char *state)
 	return N_KINDS - 1;
 }
 
-/* UTC time t (epoch seconds) as text with the precision a tick step needs. */
+/*
+ * UTC time t (epoch seconds) as text with the precision a tick step needs;
+ * "?" for a time gmtime cannot split (not finite, or beyond its years).
+ */
 static void
 format_time(double t, double step, char *buf, size_t len)
 {
-	time_t		sec = (time_t) floor(t);
-	int			ms = (int) floor((t - (double) sec) * 1000 + 0.5);
+	time_t		sec;
+	int			ms;
 	struct tm	tm;
 	char		base[32];
+	const char *fmt = step >= 86400 ? "%m-%d" : step >= 60 ? "%H:%M" : "%H:%M:%S";
 
+	snprintf(buf, len, "?");
+	if (!isfinite(t) || fabs(t) > 1e15)
+		return;
+	sec = (time_t) floor(t);
+	ms = (int) floor((t - (double) sec) * 1000 + 0.5);
 	if (ms >= 1000)
 	{
 		sec++;
 		ms -= 1000;
 	}
-	gmtime_r(&sec, &tm);
-	if (step >= 86400)
-		strftime(buf, len, "%m-%d", &tm);
-	else if (step >= 60)
-		strftime(buf, len, "%H:%M", &tm);
-	else if (step >= 1)
-		strftime(buf, len, "%H:%M:%S", &tm);
+	if (gmtime_r(&sec, &tm) == NULL || strftime(base, sizeof(base), fmt, &tm) == 0)
+		return;
+	if (step >= 1)
+		snprintf(buf, len, "%s", base);
 	else
-	{
-		strftime(base, sizeof(base), "%H:%M:%S", &tm);
 		snprintf(buf, len, "%s.%03d", base, ms);
-	}
 }
 
 /* A tick step (seconds) giving at most 8 ticks over span. */
@@ -207,46 +268,96 @@ tick_step(double span)
 	return ceil(span / 8 / 86400) * 86400;
 }
 
-/* The lanes of the timeline: distinct (key, holder) in order of first period. */
+/*
+ * The lanes of the timeline: distinct (key, holder) in order of first
+ * period, at most MAX_LANES; beyond, the last lane holds every other
+ * holder's periods (an SVG taller than renderers draw helps nobody).
+ */
+#define MAX_LANES	200
 typedef struct lanes
 {
 	int			n;
 	int		   *of_row;			/* lane of each row */
 	int		   *first_row;		/* a row of each lane */
+	int			others;			/* holders merged into the last lane, or 0 */
 	bool		many_keys;
 } lanes;
 
-/* Assign each row of r its lane; false when out of memory. */
+/* Order rows by key, holder, row number (qsort_r). */
+static int
+row_cmp(const void *a, const void *b, void *arg)
+{
+	PGresult   *r = arg;
+	int			i = *(const int *) a,
+				j = *(const int *) b;
+	int			c = strcmp(PQgetvalue(r, i, HC_KEY), PQgetvalue(r, j, HC_KEY));
+
+	if (c == 0)
+		c = strcmp(PQgetvalue(r, i, HC_HOLDER), PQgetvalue(r, j, HC_HOLDER));
+	return c != 0 ? c : (i > j) - (i < j);
+}
+
+/* Order groups by their first row (qsort_r; arg: first row of each group). */
+static int
+group_cmp(const void *a, const void *b, void *arg)
+{
+	const int  *first = arg;
+	int			i = first[*(const int *) a],
+				j = first[*(const int *) b];
+
+	return (i > j) - (i < j);
+}
+
+/* Assign each row of r its lane, in O(n log n); false when out of memory. */
 static bool
 assign_lanes(PGresult *r, lanes *ln)
 {
 	int			rows = PQntuples(r);
+	int		   *idx = calloc(rows + 1, sizeof(int));
+	int		   *ord = calloc(rows + 1, sizeof(int));
+	int		   *lane_of = calloc(rows + 1, sizeof(int));
+	int			groups = 0;
+	bool		ok;
 
-	ln->n = 0;
-	ln->many_keys = false;
+	memset(ln, 0, sizeof(*ln));
 	ln->of_row = calloc(rows + 1, sizeof(int));
 	ln->first_row = calloc(rows + 1, sizeof(int));
-	if (ln->of_row == NULL || ln->first_row == NULL)
-		return false;
-	for (int i = 0; i < rows; i++)
+	ok = idx && ord && lane_of && ln->of_row && ln->first_row;
+	for (int i = 0; ok && i < rows; i++)
 	{
-		int			l;
-
+		idx[i] = i;
 		if (strcmp(PQgetvalue(r, i, HC_KEY), PQgetvalue(r, 0, HC_KEY)) != 0)
 			ln->many_keys = true;
-		for (l = 0; l < ln->n; l++)
-		{
-			int			f = ln->first_row[l];
-
-			if (strcmp(PQgetvalue(r, f, HC_KEY), PQgetvalue(r, i, HC_KEY)) == 0 &&
-				strcmp(PQgetvalue(r, f, HC_HOLDER), PQgetvalue(r, i, HC_HOLDER)) == 0)
-				break;
-		}
-		if (l == ln->n)
-			ln->first_row[ln->n++] = i;
-		ln->of_row[i] = l;
 	}
-	return true;
+	if (ok)
+		qsort_r(idx, rows, sizeof(int), row_cmp, r);
+	/* groups of equal (key, holder): first_row[g] is each one's first row */
+	for (int k = 0; ok && k < rows; k++)
+	{
+		if (k == 0 ||
+			strcmp(PQgetvalue(r, idx[k - 1], HC_HOLDER), PQgetvalue(r, idx[k], HC_HOLDER)) != 0 ||
+			strcmp(PQgetvalue(r, idx[k - 1], HC_KEY), PQgetvalue(r, idx[k], HC_KEY)) != 0)
+			ln->first_row[groups++] = idx[k];
+		ln->of_row[idx[k]] = groups - 1;
+	}
+	for (int g = 0; ok && g < groups; g++)
+		ord[g] = g;
+	if (ok)
+		qsort_r(ord, groups, sizeof(int), group_cmp, ln->first_row);
+	for (int k = 0; ok && k < groups; k++)
+		lane_of[ord[k]] = k < MAX_LANES ? k : MAX_LANES - 1;
+	for (int i = 0; ok && i < rows; i++)
+		ln->of_row[i] = lane_of[ln->of_row[i]];
+	for (int k = 0; ok && k < groups && k < MAX_LANES; k++)
+		idx[k] = ln->first_row[ord[k]];
+	if (ok)
+		memcpy(ln->first_row, idx, sizeof(int) * (groups < MAX_LANES ? groups : MAX_LANES));
+	ln->n = groups < MAX_LANES ? groups : MAX_LANES;
+	ln->others = groups > MAX_LANES ? groups - MAX_LANES + 1 : 0;
+	free(idx);
+	free(ord);
+	free(lane_of);
+	return ok;
 }
 
 /* The time range of the drawing. */
@@ -314,10 +425,10 @@ svg_axis(FILE *f, const span *s, double y)
 	{
 		time_t		d = (time_t) floor(s->t0);
 		struct tm	tm;
-		char		day[16];
+		char		day[32] = "?";
 
-		gmtime_r(&d, &tm);
-		strftime(day, sizeof(day), "%Y-%m-%d", &tm);
+		if (gmtime_r(&d, &tm) == NULL || strftime(day, sizeof(day), "%Y-%m-%d", &tm) == 0)
+			snprintf(day, sizeof(day), "?");
 		fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"middle\">time (UTC), %s %s to %s</text>\n",
 				(SVG_LEFT + SVG_W - SVG_RIGHT) / 2, y + 36, day, a, b);
 	}
@@ -383,10 +494,42 @@ svg_span(PGresult *r, span *s)
 		for (int i = 0; i < rows; i++)
 			if (i == 0 || atof(PQgetvalue(r, i, HC_T0)) < s->t0)
 				s->t0 = atof(PQgetvalue(r, i, HC_T0));
-	if (s->t1 - s->t0 < 0.01)
+	/* --since is finite (check_since); years before 1 stay out of gmtime's way */
+	if (!isfinite(s->t0) || s->t0 < -62135596800.0)
+		s->t0 = -62135596800.0;
+	if (!isfinite(s->t1) || s->t1 < s->t0 + 0.01)
 		s->t1 = s->t0 + 0.01;
-	/* a little room after now for the open period's marker */
-	s->t1 += (s->t1 - s->t0) * 0.02;
+	/* a little room after now for the open period's marker, at most a day */
+	s->t1 += fmin((s->t1 - s->t0) * 0.02, 86400);
+}
+
+/* Lane l: its band and its label (the holder; the key too when several). */
+static void
+svg_lane(FILE *f, PGresult *r, const lanes *ln, int l)
+{
+	int			fr = ln->first_row[l];
+	double		top = SVG_TOP + l * LANE_H;
+	bool		others = ln->others > 0 && l == ln->n - 1;
+
+	fprintf(f, "<rect class=\"lane\" data-lane=\"%d\" data-holder=\"", l);
+	if (!others)
+		lh_xml(f, PQgetvalue(r, fr, HC_HOLDER));
+	fprintf(f, "\" x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%d\" fill=\"%s\"/>\n", SVG_LEFT, top,
+			SVG_W - SVG_LEFT - SVG_RIGHT, LANE_H, l % 2 ? "#ffffff" : "#f2f2f2");
+	fprintf(f, "<text class=\"holder\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\">", SVG_LEFT - 8,
+			top + BAR_Y + 13);
+	if (others)
+		fprintf(f, "%d others in one lane", ln->others);
+	else
+	{
+		if (ln->many_keys)
+		{
+			lh_xml(f, PQgetvalue(r, fr, HC_KEY));
+			fputs(": ", f);
+		}
+		lh_xml(f, PQgetvalue(r, fr, HC_HOLDER));
+	}
+	fprintf(f, "</text>\n");
 }
 
 /* Write the SVG timeline of the rows of r to path; false on an error (errno). */
@@ -415,31 +558,14 @@ write_svg(PGresult *r, const char *path, const char *title)
 	fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
 			"<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
 			"font-family=\"DejaVu Sans, Verdana, sans-serif\" font-size=\"12\" data-lanes=\"%d\" "
-			"data-periods=\"%d\" data-t0=\"%.3f\" data-t1=\"%.3f\" data-left=\"%d\" data-right=\"%d\">\n",
-			SVG_W, height, SVG_W, height, ln.n, PQntuples(r), s.t0, s.t1, SVG_LEFT, SVG_W - SVG_RIGHT);
+			"data-others=\"%d\" data-periods=\"%d\" data-t0=\"%.3f\" data-t1=\"%.3f\" data-left=\"%d\" data-right=\"%d\">\n",
+			SVG_W, height, SVG_W, height, ln.n, ln.others, PQntuples(r), s.t0, s.t1, SVG_LEFT, SVG_W - SVG_RIGHT);
 	fprintf(f, "<rect x=\"0\" y=\"0\" width=\"%d\" height=\"%d\" fill=\"#ffffff\"/>\n", SVG_W, height);
 	fprintf(f, "<text x=\"20\" y=\"28\" font-size=\"16\" font-weight=\"bold\">");
 	lh_xml(f, title);
 	fprintf(f, "</text>\n");
 	for (int l = 0; l < ln.n; l++)
-	{
-		int			fr = ln.first_row[l];
-		double		top = SVG_TOP + l * LANE_H;
-
-		fprintf(f, "<rect class=\"lane\" data-lane=\"%d\" data-holder=\"", l);
-		lh_xml(f, PQgetvalue(r, fr, HC_HOLDER));
-		fprintf(f, "\" x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%d\" fill=\"%s\"/>\n", SVG_LEFT, top,
-				SVG_W - SVG_LEFT - SVG_RIGHT, LANE_H, l % 2 ? "#ffffff" : "#f2f2f2");
-		fprintf(f, "<text class=\"holder\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\">", SVG_LEFT - 8,
-				top + BAR_Y + 13);
-		if (ln.many_keys)
-		{
-			lh_xml(f, PQgetvalue(r, fr, HC_KEY));
-			fputs(": ", f);
-		}
-		lh_xml(f, PQgetvalue(r, fr, HC_HOLDER));
-		fprintf(f, "</text>\n");
-	}
+		svg_lane(f, r, &ln, l);
 	for (int i = 0; i < PQntuples(r); i++)
 		svg_bar(f, r, i, &ln, &s);
 	svg_axis(f, &s, axis_y);
@@ -507,6 +633,66 @@ print_periods(PGresult *r, bool json)
 }
 
 /*
+ * Check --since (a duration ago, or a timestamp) on the server: an error
+ * of data (22xxx), or a time that is not finite, is a usage error.  Fills
+ * params[1] (an interval) or params[2] (a timestamp).  Returns 0 or the
+ * exit status (the connection then closed).
+ */
+static int
+check_since(const lh_options *o, const char **params, char *since_iv, size_t len)
+{
+	char		err[1024];
+	int64_t		ms;
+	PGresult   *r;
+	const char *st;
+	bool		finite;
+
+	if (o->since == NULL)
+		return 0;
+	if (le_parse_duration_ms(o->since, &ms))
+	{
+		snprintf(since_iv, len, "%" PRId64 " milliseconds", ms);
+		params[1] = since_iv;
+	}
+	else
+		params[2] = o->since;
+	r = le_exec(o->conn, "SELECT pg_catalog.isfinite(COALESCE($2::pg_catalog.timestamptz, "
+				"pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) $1::pg_catalog.interval))",
+				2, params + 1, o->timeout_ms, err, sizeof(err), NULL);
+	if (r == NULL)
+		return lh_fail(o->conn, LH_EXIT_CONNECT, "--since", err[0] ? err : "no answer in time");
+	st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+	if (PQresultStatus(r) != PGRES_TUPLES_OK && !(st && strncmp(st, "22", 2) == 0))
+	{
+		PQclear(r);
+		return lh_fail(o->conn, LH_EXIT_CONNECT, "--since", err);
+	}
+	finite = PQresultStatus(r) == PGRES_TUPLES_OK && strcmp(PQgetvalue(r, 0, 0), "t") == 0;
+	PQclear(r);
+	if (!finite)
+		return lh_fail(o->conn, LH_EXIT_USAGE,
+					   "invalid --since (a duration such as 10m, or a finite timestamp)", err);
+	return 0;
+}
+
+/*
+ * Ask for UTF-8 whatever PGCLIENTENCODING says: JSON and SVG are UTF-8.  A
+ * SQL_ASCII database converts nothing and refuses bytes that are not UTF-8
+ * on the way out to a UTF-8 client: there the bytes come as they are, and
+ * the writers replace what is not UTF-8.
+ */
+static int
+set_utf8(const lh_options *o)
+{
+	const char *server = PQparameterStatus(o->conn, "server_encoding");
+	const char *enc = server && strcmp(server, "SQL_ASCII") == 0 ? "SQL_ASCII" : "UTF8";
+
+	if (PQsetClientEncoding(o->conn, enc) != 0)
+		return lh_fail(o->conn, LH_EXIT_CONNECT, "client encoding", PQerrorMessage(o->conn));
+	return 0;
+}
+
+/*
  * pg_leader history: every period of le_lease_history (of one key with
  * -l) that ended at or after --since, plus the current period of
  * le_leases when the history lacks it (leader_election.history = off).  A
@@ -522,17 +708,12 @@ lh_history(const lh_options *o)
 	char		since_iv[64] = "";
 	const char *params[3] = {o->lease, NULL, NULL};
 	char		err[1024];
-	int64_t		ms;
 	PGresult   *r;
 	const char *S = o->schema_q;
+	int			rc;
 
-	if (o->since && le_parse_duration_ms(o->since, &ms))
-	{
-		snprintf(since_iv, sizeof(since_iv), "%" PRId64 " milliseconds", ms);
-		params[1] = since_iv;
-	}
-	else
-		params[2] = o->since;
+	if ((rc = set_utf8(o)) != 0 || (rc = check_since(o, params, since_iv, sizeof(since_iv))) != 0)
+		return rc;
 	snprintf(sql, sizeof(sql),
 			 "WITH s AS (SELECT pg_catalog.clock_timestamp() AS now, "
 			 "  COALESCE($3::pg_catalog.timestamptz, pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) $2::pg_catalog.interval) AS since), "
@@ -564,13 +745,8 @@ lh_history(const lh_options *o)
 		return lh_fail(o->conn, LH_EXIT_CONNECT, "history query", err[0] ? err : "no answer in time");
 	if (PQresultStatus(r) != PGRES_TUPLES_OK)
 	{
-		const char *st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-		bool		bad_since = st && strncmp(st, "22", 2) == 0 && o->since;
-
 		PQclear(r);
-		return lh_fail(o->conn, bad_since ? LH_EXIT_USAGE : LH_EXIT_CONNECT,
-					   bad_since ? "invalid --since (a duration such as 10m, or a timestamp)" : "history query",
-					   err);
+		return lh_fail(o->conn, LH_EXIT_CONNECT, "history query", err);
 	}
 	PQfinish(o->conn);
 	if (o->svg)
@@ -627,16 +803,20 @@ typedef struct wlease
 	char	   *expires;		/* ISO, NULL when free */
 	bool		valid;
 	bool		end_told;		/* the end of period token was printed */
-	bool		watched;		/* le_watch succeeded (or -l failed once) */
+	bool		watched;		/* le_watch succeeded */
 } wlease;
 
 typedef struct wstate
 {
 	const lh_options *o;
-	wlease	   *l;
-	int			n;
+	wlease	   *l;				/* in strcmp order of key */
+	int			n,
+				cap,
+				cur;			/* watch_find's place in l */
 	bool		first;			/* the first snapshot: a baseline, no events */
 	bool		watch_failed;	/* le_watch refused: told once */
+	int64_t		watch_retry_at; /* monotonic ms: try le_watch again then */
+	int64_t		last_snapshot;	/* monotonic ms of the last one */
 } wstate;
 
 /* One event line (text or JSON) on stdout, flushed. */
@@ -686,12 +866,14 @@ watch_event(const wstate *w, const char *event, const char *key, int64_t token,
  * (from's only when not told yet).  A period from that the history lacks
  * (leader_election.history = off) and that we saw held is told "ended", at
  * its expiry or the next grant, whichever came first, else at now_ts.
+ * to_expires: the expiry of period to when it is current (its grant says
+ * so), else NULL.
  * *found: the history has period to; *ended: it has ended.  Returns false
  * when the query failed.
  */
 static bool
 watch_explain(wstate *w, wlease *l, int64_t from, int64_t to, const char *now_ts,
-			  bool *found, bool *ended)
+			  const char *to_expires, bool *found, bool *ended)
 {
 	char		sql[1024];
 	char		a[32],
@@ -732,7 +914,8 @@ watch_explain(wstate *w, wlease *l, int64_t from, int64_t to, const char *now_ts
 		if (t == to)
 			*found = true;
 		if (t > from)
-			watch_event(w, "granted", l->key, t, PQgetvalue(r, i, 1), PQgetvalue(r, i, 2), NULL);
+			watch_event(w, "granted", l->key, t, PQgetvalue(r, i, 1), PQgetvalue(r, i, 2),
+						t == to && PQgetisnull(r, i, 3) ? to_expires : NULL);
 		if (PQgetisnull(r, i, 3))
 			continue;
 		if (t == to)
@@ -744,7 +927,16 @@ watch_explain(wstate *w, wlease *l, int64_t from, int64_t to, const char *now_ts
 	return true;
 }
 
-/* le_watch(key) on our connection, so its releases wake us at once. */
+/*
+ * le_watch(key) on our connection, so its releases wake us at once.  Only
+ * with -l: a watch holds a session-level lock until the session ends, so
+ * watching every lease would take one lock per lease of the cluster's shared
+ * lock table (enough leases exhaust it, and then every other session fails
+ * with "out of shared memory").  Without -l, watch polls; notifications of
+ * leases other sessions watch still wake it (it LISTENs).  A refusal is told
+ * once and tried again WATCH_RETRY_MS later.
+ */
+#define WATCH_RETRY_MS	30000
 static void
 watch_key(wstate *w, wlease *l)
 {
@@ -753,35 +945,54 @@ watch_key(wstate *w, wlease *l)
 	const char *params[1] = {l->key};
 	PGresult   *r;
 
+	if (w->o->lease == NULL || le_monotonic_ms() < w->watch_retry_at)
+		return;
 	snprintf(sql, sizeof(sql), "SELECT %s.le_watch($1)", w->o->schema_q);
 	r = le_exec(w->o->conn, sql, 1, params, w->o->timeout_ms, err, sizeof(err), NULL);
 	if (r != NULL && PQresultStatus(r) == PGRES_TUPLES_OK)
 		l->watched = true;
-	else if (!w->watch_failed)
+	else
 	{
-		fprintf(stderr, "pg_leader: notice: le_watch failed (%s); watching by polling only\n",
-				err[0] ? err : "no answer in time");
+		if (!w->watch_failed)
+			fprintf(stderr, "pg_leader: notice: le_watch failed (%s); polling only, trying again every %ds\n",
+					err[0] ? err : "no answer in time", WATCH_RETRY_MS / 1000);
 		w->watch_failed = true;
+		w->watch_retry_at = le_monotonic_ms() + WATCH_RETRY_MS;
 	}
 	PQclear(r);
 }
 
-/* The lease of key in w, added (token 0, free) when new; NULL when out of memory. */
+/*
+ * The lease of key in w, added (token 0, free) when new; NULL when out of
+ * memory.  w->l is in strcmp order and the snapshot's rows come in the same
+ * (COLLATE "C") order, so a cursor walks both at once: linear per snapshot.
+ */
 static wlease *
 watch_find(wstate *w, const char *key)
 {
-	wlease	   *grown;
+	char	   *copy;
 
-	for (int i = 0; i < w->n; i++)
-		if (strcmp(w->l[i].key, key) == 0)
-			return &w->l[i];
-	if ((grown = realloc(w->l, (w->n + 1) * sizeof(wlease))) == NULL)
+	while (w->cur < w->n && strcmp(w->l[w->cur].key, key) < 0)
+		w->cur++;
+	if (w->cur < w->n && strcmp(w->l[w->cur].key, key) == 0)
+		return &w->l[w->cur++];
+	if (w->n == w->cap)
+	{
+		int			cap = w->cap ? w->cap * 2 : 16;
+		wlease	   *grown = realloc(w->l, cap * sizeof(wlease));
+
+		if (grown == NULL)
+			return NULL;
+		w->l = grown;
+		w->cap = cap;
+	}
+	if ((copy = strdup(key)) == NULL)
 		return NULL;
-	w->l = grown;
-	memset(&w->l[w->n], 0, sizeof(wlease));
-	if ((w->l[w->n].key = strdup(key)) == NULL)
-		return NULL;
-	return &w->l[w->n++];
+	memmove(&w->l[w->cur + 1], &w->l[w->cur], (w->n - w->cur) * sizeof(wlease));
+	memset(&w->l[w->cur], 0, sizeof(wlease));
+	w->l[w->cur].key = copy;
+	w->n++;
+	return &w->l[w->cur++];
 }
 
 /* Replace *dst with a copy of src (NULL stays NULL). */
@@ -808,10 +1019,18 @@ watch_compare(wstate *w, wlease *l, PGresult *r, int i)
 	bool		found,
 				ended;
 
-	if (!w->first && token > l->token)
+	if (!w->first && token < l->token)
+	{
+		/* the extension was dropped and created again: tokens start anew */
+		watch_event(w, "reset", l->key, token, holder, PQgetvalue(r, i, 7), expires);
+		l->end_told = holder != NULL && !valid;
+		l->watched = false;		/* a new lease row: watch it again */
+	}
+	else if (!w->first && token > l->token)
 	{
 		/* from the end of our last period to the grant of the current one */
-		if (!watch_explain(w, l, l->token, token, PQgetvalue(r, i, 7), &found, &ended))
+		if (!watch_explain(w, l, l->token, token, PQgetvalue(r, i, 7), holder ? expires : NULL,
+						   &found, &ended))
 			return false;
 		/* not recorded (leader_election.history = off): the row tells */
 		if (!found && holder != NULL)
@@ -826,7 +1045,7 @@ watch_compare(wstate *w, wlease *l, PGresult *r, int i)
 	else if (!w->first && same && l->holder != NULL && holder == NULL)
 	{
 		/* released or force released: the history says which */
-		if (!l->end_told && !watch_explain(w, l, token, token, PQgetvalue(r, i, 7), &found, &ended))
+		if (!l->end_told && !watch_explain(w, l, token, token, PQgetvalue(r, i, 7), NULL, &found, &ended))
 			return false;
 		l->end_told = true;
 	}
@@ -859,7 +1078,7 @@ watch_snapshot(wstate *w)
 	snprintf(sql, sizeof(sql),
 			 "SELECT lease_key, holder, fencing_token, " ISO("expires_at") ", is_valid, "
 			 ISO("acquired_at") ", " ISO("renewed_at") ", " ISO("pg_catalog.clock_timestamp()") " FROM %s.le_leases "
-			 "WHERE $1::pg_catalog.text IS NULL OR lease_key OPERATOR(pg_catalog.=) $1 ORDER BY lease_key",
+			 "WHERE $1::pg_catalog.text IS NULL OR lease_key OPERATOR(pg_catalog.=) $1 ORDER BY lease_key COLLATE \"C\"",
 			 w->o->schema_q);
 	r = le_exec(w->o->conn, sql, 1, params, w->o->timeout_ms, err, sizeof(err), NULL);
 	if (r == NULL || PQresultStatus(r) != PGRES_TUPLES_OK)
@@ -868,6 +1087,7 @@ watch_snapshot(wstate *w)
 		PQclear(r);
 		return false;
 	}
+	w->cur = 0;
 	for (int i = 0; i < PQntuples(r); i++)
 	{
 		wlease	   *l = watch_find(w, PQgetvalue(r, i, 0));
@@ -878,7 +1098,7 @@ watch_snapshot(wstate *w)
 			fprintf(stderr, "pg_leader: error: out of memory\n");
 			return false;
 		}
-		if (!l->watched && !w->watch_failed)
+		if (!l->watched)
 			watch_key(w, l);
 		if (!watch_compare(w, l, r, i))
 		{
@@ -888,8 +1108,11 @@ watch_snapshot(wstate *w)
 	}
 	PQclear(r);
 	w->first = false;
+	w->last_snapshot = le_monotonic_ms();
 	return true;
 }
+
+#define WATCH_MIN_GAP_MS	50
 
 /*
  * Wait up to the poll interval for a notification or a signal.  False when
@@ -901,12 +1124,25 @@ watch_wait(wstate *w)
 	struct pollfd p[2];
 	PGnotify   *nf;
 
+	int64_t		gap;
+
+	memset(p, 0, sizeof(p));
 	p[0].fd = watch_pipe[0];
 	p[0].events = POLLIN;
 	p[1].fd = PQsocket(w->o->conn);
 	p[1].events = POLLIN;
-	if (poll(p, 2, (int) w->o->poll_ms) < 0 && errno != EINTR)
+	/* poll() takes an int: longer intervals are cut to about 24 days */
+	if (poll(p, 2, w->o->poll_ms > INT_MAX ? INT_MAX : (int) w->o->poll_ms) < 0 && errno != EINTR)
 		return false;
+	/* a flood of notifications brings a snapshot every WATCH_MIN_GAP_MS at most */
+	gap = le_monotonic_ms() - w->last_snapshot;
+	if (!(p[0].revents & POLLIN) && gap >= 0 && gap < WATCH_MIN_GAP_MS)
+	{
+		struct pollfd q = {watch_pipe[0], POLLIN, 0};
+
+		(void) poll(&q, 1, (int) (WATCH_MIN_GAP_MS - gap));
+		p[0].revents |= q.revents;
+	}
 	if (p[0].revents & POLLIN)
 	{
 		char		buf[16];
@@ -935,6 +1171,8 @@ lh_watch(const lh_options *o)
 	memset(&w, 0, sizeof(w));
 	w.o = o;
 	w.first = true;
+	if ((status = set_utf8(o)) != 0)
+		return status;
 	if (pipe2(watch_pipe, O_NONBLOCK | O_CLOEXEC) != 0)
 		return lh_fail(o->conn, LH_EXIT_INTERNAL, "pipe", strerror(errno));
 	memset(&sa, 0, sizeof(sa));

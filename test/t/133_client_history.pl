@@ -8,7 +8,10 @@
 # overlapping (one holder at a time) at the x their start times give, and
 # the holders' names as they are.  The table and JSON forms hold the same
 # periods; a current period left unrecorded by leader_election.history = off
-# is shown from le_leases; a bad --since is a usage error (64).
+# is shown from le_leases; a bad --since (also infinity) is a usage error
+# (64).  Holders with characters XML forbids, or that attribute values
+# would change, still give valid SVG; past 200 holders the last lane holds
+# the rest; JSON is UTF-8 whatever the client encoding or database encoding.
 use strict;
 use warnings;
 use FindBin;
@@ -48,7 +51,7 @@ my $t1 = sql("SELECT fencing_token FROM le_acquire('k', 'alice', '1 second')");
 for (1 .. 2)
 {
 	usleep(300_000);
-	ok(defined sql("SELECT le_renew('k', 'alice', $t1, '1 second')"), "alice renews ($_)");
+	isnt(sql("SELECT le_renew('k', 'alice', $t1, '1 second')"), '', "alice renews ($_)");
 }
 usleep(1_300_000);    # alice's lease expires; bob's grant records it so
 my $t2 = sql("SELECT fencing_token FROM le_acquire('k', 'bob', '30 seconds')");
@@ -155,6 +158,63 @@ is_deeply([ map { "$_->{fencing_token} $_->{holder} $_->{state}" } @{ decode_jso
 $seen = decode_json(`python3 $checker $dir/all.svg $dir/all.png`);
 is($seen->{lanes_attr}, @holders + 1, 'every lease: one lane per key and holder');
 is($seen->{lanes}[-1], 'k2: erin', 'lanes of several keys are labelled with the key');
+
+# holders XML cannot carry as they are (U+FFFE, U+FFFF, a control) or that
+# an attribute value would change (newline, tab)
+sql(q{SELECT le_acquire('kx', E'nc\uFFFE\uFFFF\x01!', '30 seconds')});
+sql(q{SELECT le_force_release('kx')});
+sql(q{SELECT le_acquire('kx', E'two\nlines\tand tab', '30 seconds')});
+($rc, $out, $err) = cli('history', '-d', $dsn, '-l', 'kx', '--svg', "$dir/kx.svg");
+is($rc, 0, 'history --svg of odd holders exits 0') or diag($err);
+is(system('xmllint', '--noout', "$dir/kx.svg"), 0, 'xmllint accepts the SVG of odd holders');
+my $kx = slurp_file("$dir/kx.svg");
+like($kx, qr/data-holder="nc\?\?\?!"/, 'characters XML forbids become ?');
+like($kx, qr/data-holder="two&#10;lines&#9;and tab"/, 'newline and tab kept as character references');
+$seen = decode_json(`python3 $checker $dir/kx.svg $dir/kx.png`);
+is($seen->{bars}[1]{holder}, "two\nlines\tand tab", 'the attribute reads back as the name');
+
+# JSON is UTF-8 whatever the client encoding asked for
+sql(q{SELECT le_acquire('ke', E'caf\u00e9', '30 seconds')});
+{
+	local $ENV{PGCLIENTENCODING} = 'LATIN1';
+	($rc, $out, $err) = cli('history', '-d', $dsn, '-l', 'ke', '--json');
+}
+is($rc, 0, 'history --json under PGCLIENTENCODING=LATIN1 exits 0') or diag($err);
+is(eval { decode_json($out)->[0]{holder} }, "caf\x{e9}", 'JSON is UTF-8 under another client encoding')
+  or diag($out);
+
+# more holders than lanes: the last lane gathers the others
+sql(q{DO $$ BEGIN FOR i IN 1 .. 250 LOOP
+	PERFORM le_acquire('kl', 'h' || i, '30 seconds'); PERFORM le_force_release('kl');
+END LOOP; END $$});
+($rc, $out, $err) = cli('history', '-d', $dsn, '-l', 'kl', '--svg', "$dir/kl.svg");
+is($rc, 0, 'history --svg of 250 holders exits 0') or diag($err);
+$json = `python3 $checker $dir/kl.svg $dir/kl.png`;
+is($?, 0, 'the SVG of 250 holders renders');
+$seen = decode_json($json);
+is($seen->{lanes_attr}, 200, 'lanes end at 200');
+is_deeply([ @{ $seen->{lanes} }[ 0, 198, 199 ] ], [ 'h1', 'h199', '51 others in one lane' ],
+	'lanes in order of first period, the last one says what it holds');
+is(scalar @{ $seen->{bars} }, 250, 'every period is drawn');
+is($seen->{bars}[-1]{lane}, 199, 'a later holder is drawn in the last lane');
+
+# a SQL_ASCII database may hold any bytes: JSON stays valid UTF-8
+$node->safe_psql('postgres', "CREATE DATABASE sa ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0");
+$node->safe_psql('sa', "CREATE EXTENSION leader_election");
+$node->safe_psql('sa', q{SELECT le_acquire('ka', E'b\xffd', '30 seconds')});
+($rc, $out, $err) = cli('history', '-d', $node->connstr('sa'), '-l', 'ka', '--json');
+is($rc, 0, 'history --json of a SQL_ASCII database exits 0') or diag($err);
+is(eval { decode_json($out)->[0]{holder} }, "b\x{fffd}d", 'invalid UTF-8 becomes U+FFFD in JSON')
+  or diag($out);
+
+for my $inf ('infinity', '-infinity')
+{
+	($rc, $out, $err) = cli('history', '-d', $dsn, '-l', 'k', '--svg', "$dir/inf.svg", '--since', $inf);
+	is($rc, 64, "--since $inf: bad usage (64)");
+}
+($rc, $out, $err) = cli('history', '-d', $dsn, '-l', 'k', '--svg', "$dir/old.svg", '--since', '0044-03-15 BC');
+is($rc, 0, '--since long ago exits 0') or diag($err);
+is(system('xmllint', '--noout', "$dir/old.svg"), 0, 'xmllint accepts the SVG from long ago');
 
 ($rc, $out, $err) = cli('history', '-d', $dsn, '-l', 'k', '--since', 'yesterdayish');
 is($rc, 64, 'bad --since: bad usage (64)');

@@ -4,6 +4,9 @@
 # force release; each event matches the server's history.  A period that
 # leader_election.history = off left unrecorded is seen granted and ended.  A forged NOTIFY
 # payload prints nothing (watch reads the tables, never the payload).
+# Without -l it holds no le_watch lock per lease (those would fill the
+# shared lock table); a key posing as further fields of a text line is
+# escaped; a token going back (the extension created again) is a reset.
 # SIGTERM and SIGINT end it with status 0, so does a reader that went
 # away; a bad --poll is a usage error (64).
 use strict;
@@ -47,6 +50,13 @@ ok(wait_for(sub { $h->pump_nb; $err =~ /watching lease "k"/ }, 10), 'watch is re
 
 my $t1 = sql("SELECT fencing_token FROM le_acquire('k', 'alice', '1 second')");
 my @e = wait_events(1);
+# the session-level locks (le_watch) that watch sessions hold
+sub watch_locks
+{
+	return sql("SELECT count(*) FROM pg_locks l "
+		  . "WHERE l.pid <> pg_backend_pid() AND l.locktype = 'advisory'");
+}
+is(watch_locks(), 1, 'watch -l watches its lease (one lock)');
 # alice lets her lease expire: no NOTIFY, no takeover; only a poll sees it
 @e = wait_events(2);
 my $t2 = sql("SELECT fencing_token FROM le_acquire('k', 'bob', '30 seconds')");
@@ -104,6 +114,8 @@ for my $ev (@e)
 	  if $ev->{event} ne 'granted';
 }
 cmp_ok($e[-1]{ts}, 'ge', $e[-2]{ts}, 'the unrecorded period ends after its grant');
+is($e[0]{expires_at}, $e[1]{ts}, 'a grant seen current carries its expiry');
+is($e[7]{expires_at}, undef, 'a grant already ended when seen carries none');
 my @ts = map { $_->{ts} } @e;
 is_deeply(\@ts, [ sort @ts ], 'events in time order');
 
@@ -120,7 +132,17 @@ $h = IPC::Run::start([ @pgl, 'watch', '-d', $dsn, '--poll', '100ms' ],
 ok(wait_for(sub { $h->pump_nb; $err =~ /watching every lease/ }, 10), 'watch of every lease is ready');
 my $t5 = sql("SELECT fencing_token FROM le_acquire('other', 'dave', '30 seconds')");
 ok(wait_for(sub { $h->pump_nb; $out =~ /\n/ }, 10), 'a new lease is seen');
-like($out, qr/^\S+Z granted key=other token=$t5 holder=dave\n/, 'text line of a grant');
+like($out, qr/^\S+Z granted key=other token=$t5 holder=dave expires=\S+Z\n/, 'text line of a grant');
+# a key and holder that pose as further fields, or turn the line around
+my $t8 = sql(q{SELECT fencing_token FROM le_acquire('k4 token=5 holder=mallory', E'h\u202Ex\u0085"', '30 seconds')});
+ok(wait_for(sub { $h->pump_nb; $out =~ /holder=h\\u202e/ }, 10), 'the odd key is seen');
+like($out, qr/^\S+Z granted key=k4\\x20token\\x3d5\\x20holder\\x3dmallory token=$t8 holder=h\\u202ex\\u0085\\x22 expires=\S+Z\n/m,
+	'text fields cannot be forged: spaces, =, quotes, C1 and bidi controls escaped');
+# without -l, watch polls: one le_watch lock per lease would fill the
+# shared lock table of a cluster with many leases
+sql("SELECT le_acquire('many' || i, 'h', '30 seconds') FROM generate_series(1, 40) i");
+ok(wait_for(sub { $h->pump_nb; $out =~ /key=many40 / }, 10), 'forty new leases are seen');
+is(watch_locks(), 0, 'watch of every lease holds no lock per lease');
 $h->signal('INT');
 $h->finish;
 is($? >> 8, 0, 'SIGINT ends watch with status 0');
@@ -132,10 +154,26 @@ $h = IPC::Run::start([ 'sh', '-c', "$sh | head -n 1; echo head-done" ], \$in, '>
 	IPC::Run::timeout(60));
 ok(wait_for(sub { $h->pump_nb; $err =~ /watching lease "k3"/ }, 10), 'watch into a pipe is ready');
 my $t7 = sql("SELECT fencing_token FROM le_acquire('k3', 'fay', '30 seconds')");
-ok(wait_for(sub { $h->pump_nb; $out =~ /granted key=k3 token=$t7 holder=fay\n/ }, 10),
+ok(wait_for(sub { $h->pump_nb; $out =~ /granted key=k3 token=$t7 holder=fay expires=\S+Z\n/ }, 10),
 	'the reader got the grant, and left');
 sql("SELECT le_release('k3', 'fay', $t7)");
 ok(wait_for(sub { $h->pump_nb if $h->pumpable; $out =~ /head-done/ }, 10), 'watch ends at its next line');
+$h->finish;
+
+# the extension dropped and created again: tokens start anew, told as a reset
+($out, $err) = ('', '');
+$h = IPC::Run::start([ @pgl, 'watch', '-d', $dsn, '-l', 'k', '--json', '--poll', '100ms' ],
+	\$in, '>', \$out, '2>', \$err, IPC::Run::timeout(60));
+ok(wait_for(sub { $h->pump_nb; $err =~ /watching lease "k"/ }, 10), 'watch before a reset is ready');
+my $t9 = sql("SELECT fencing_token FROM le_acquire('k', 'gus', '30 seconds')");
+@e = wait_events(1);
+sql("BEGIN; DROP EXTENSION leader_election CASCADE; CREATE EXTENSION leader_election; COMMIT");
+my $t10 = sql("SELECT fencing_token FROM le_acquire('k', 'hal', '30 seconds')");
+ok($t10 < $t9, "tokens start anew ($t10 after $t9)");
+@e = wait_events(2);
+is_deeply([ map { "$_->{event} $_->{fencing_token} " . ($_->{holder} // '-') } @e[ 0, 1 ] ],
+	[ "granted $t9 gus", "reset $t10 hal" ], 'a token going back is told as a reset') or diag($out, $err);
+$h->signal('TERM');
 $h->finish;
 
 $node->stop;
