@@ -302,20 +302,20 @@ def sc_short_stop(r):
     c = r.run.admin.connect()
     try:
         with c.cursor() as cur:
-            q = 'SELECT expires_at FROM le_leases WHERE lease_key = %s'
+            q = 'SELECT fencing_token, renewed_at FROM le_leases WHERE lease_key = %s'
             cur.execute(q, [r.key])
             first = cur.fetchall()
-            end, renewed = time.time() + 2 * r.run.ttl, False
+            end, renewed = time.time() + 3 * r.run.ttl, False
             while not renewed and time.time() < end:
                 time.sleep(0.005)
                 cur.execute(q, [r.key])
                 renewed = cur.fetchall() != first
     finally:
         c.close()
-    if not renewed:
-        r.problems.append('the period of %s was not renewed within 2 ttl' % p.tag)
-        return
-    time.sleep(0.3 * r.run.ttl)
+    if not renewed:             # stop it anyway, at no known point of its schedule
+        r.notes = 'no renewal (nor new period) seen within 3 ttl before the stop'
+    else:
+        time.sleep(0.3 * r.run.ttl)
     t0 = time.time()
     p.freeze(0.7 * r.run.ttl)
     r.fault('short SIGSTOP of the leader', p, t0, time.time())
@@ -554,14 +554,14 @@ def judge(r):
             ends[tok] = exp
     last_act, actors = {}, {}
     for p in r.probes:
-        told, lost = {}, set()      # tokens p's library reported, and ended
         with p.cv:
             events = list(p.events)
+        # tokens p's library reported (its callback may print after the first act)
+        told = {e.get('token'): e.get('owner') for e in events if e.get('ev') == 'leader'}
+        lost = set()                # periods whose end p's library reported so far
         for e in events:
             kind, tok = e.get('ev'), e.get('token')
-            if kind == 'leader':
-                told[tok] = e.get('owner')
-            elif kind == 'lost':
+            if kind == 'lost':
                 lost.add(tok)
             if kind != 'act':
                 continue
