@@ -42,7 +42,7 @@ note($out);
 diag($err) if $err ne '';
 ok($ok, 'every available client passes every scenario');
 for my $s (qw(sigstop short_stop frozen_renewal hung_renewals restart terminate forged_notify
-	same_owner handoff stall ignore_cancel))
+	same_owner handoff stall stall_commit ignore_cancel))
 {
 	like($out, qr/^\| $s \| (PASS|fault survived) /m, "C client: $s passes");
 }
