@@ -303,7 +303,7 @@ def sc_sigstop(r):
     p = r.leader()
     if p:
         t0 = time.time()
-        p.freeze(2 * r.run.ttl)
+        p.freeze(3 * r.run.ttl)     # the lease expires, and a follower retrying every ttl takes it
         r.fault('SIGSTOP of the leader', p, t0, time.time(), 'during')
 
 
@@ -358,8 +358,13 @@ def sc_frozen_renewal(r):
             end = time.time() + 3 * r.run.ttl
             while time.time() < end:
                 # best: the backend caught inside le_renew; after a ttl of trying,
-                # the connection that renews (its last query was le_renew)
-                pids = backends(r, p.app, '%le_renew%', cur, active=time.time() < end - 2 * r.run.ttl)
+                # the connection that renews (its last query was le_renew); after
+                # two, every backend of the probe (a library that renews inside
+                # BEGIN ... COMMIT shows "commit" as its last query)
+                late = time.time() > end - 2 * r.run.ttl
+                pids = backends(r, p.app, '%le_renew%', cur, active=not late)
+                if not pids and time.time() > end - r.run.ttl:
+                    pids = backends(r, p.app, cur=cur)
                 if not pids:
                     time.sleep(0.002)
                     continue
@@ -374,9 +379,12 @@ def sc_frozen_renewal(r):
                                 " AND query ILIKE '%%le_renew%%'", [pids])
                     rows = cur.fetchall()
                     caught = [x[0] for x in rows if x[1] == 'active']
-                    if rows and time.time() > end - 2 * r.run.ttl:
+                    if rows and late:
                         caught = [x[0] for x in rows]
                         r.notes = 'froze the renewing connection between renewals (state %s)' % rows[0][1]
+                    elif not rows and time.time() > end - r.run.ttl:
+                        caught = pids
+                        r.notes = 'no connection showed le_renew: froze all %d backends of the probe' % len(pids)
                     if caught:
                         cur.execute('SELECT renewed_at FROM le_leases WHERE lease_key = %s', [r.key])
                         before = cur.fetchall()
@@ -490,7 +498,7 @@ def sc_same_owner(r):
     if p:
         p = current_leader(r) or p
         t0 = time.time()
-        p.freeze(1.5 * r.run.ttl)
+        p.freeze(2.5 * r.run.ttl)
         r.fault('SIGSTOP of the leader', p, t0, time.time(), 'during')
 
 
