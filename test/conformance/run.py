@@ -386,14 +386,15 @@ def sc_frozen_renewal(r):
                         caught = pids
                         r.notes = 'no connection showed le_renew: froze all %d backends of the probe' % len(pids)
                     if caught:
-                        cur.execute('SELECT renewed_at FROM le_leases WHERE lease_key = %s', [r.key])
+                        q = 'SELECT renewed_at, fencing_token FROM le_leases WHERE lease_key = %s'
+                        cur.execute(q, [r.key])
                         before = cur.fetchall()
                         time.sleep(2 * r.run.ttl)
-                        cur.execute('SELECT renewed_at, fencing_token FROM le_leases'
-                                    ' WHERE lease_key = %s', [r.key])
+                        cur.execute(q, [r.key])
                         after = cur.fetchall()
-                        if after and before and after[0][0] != before[0][0]:
-                            r.notes = 'the lease was renewed (token %s) while the renewing backend was frozen' % after[0][1]
+                        if after and before and after[0][1] == before[0][1] and after[0][0] != before[0][0]:
+                            r.notes = ('period %s was renewed through another connection while the'
+                                       ' renewing backend was frozen' % after[0][1])
                 finally:
                     for pid in pids:
                         os.kill(pid, signal.SIGCONT)
