@@ -10,10 +10,11 @@
  * of its own.  Events are JSON lines on stdout.
  *
  * The invariant: an "act" of token T is printed only right after
- * le_elector_is_leader() reported period T, except under
- * LE_PROBE_BREAK=ignore_deadline, a deliberately broken mode that keeps
- * acting on the first token it got (the suite checks that the harness
- * reports it).  --ignore-cancel runs the long task under "pg_leader run
+ * le_elector_is_leader() reported period T, except under LE_PROBE_BREAK,
+ * deliberately broken modes the suite checks the harness reports:
+ * ignore_deadline (keeps acting on its first token), cache_leader_ms=N
+ * (trusts an answer of le_elector_is_leader() for N ms) and
+ * crash_on_write_error (abort() at the first failed write).  --ignore-cancel runs the long task under "pg_leader run
  * --loop", the C client's strongest mode: pg_leader kills the task's
  * process group before the local deadline (the task prints its own events).
  */
@@ -40,6 +41,10 @@ typedef struct opts
 	int64_t		interval_ms;
 	int64_t		duration_ms;	/* -1: until signalled */
 	int64_t		stall_ms;		/* 0: none */
+	int64_t		stall_commit_ms;	/* 0: none */
+	int64_t		cache_ms;		/* LE_PROBE_BREAK=cache_leader_ms=N */
+	bool		ignore_deadline;	/* LE_PROBE_BREAK=ignore_deadline */
+	bool		crash_on_write_error;	/* LE_PROBE_BREAK=crash_on_write_error */
 	bool		ignore_cancel;
 	bool		task;			/* internal: the ignore-cancel task itself */
 } opts;
@@ -147,12 +152,20 @@ run_sql(PGconn **conn, const char *sql, int n, const char *const *vals, char *st
 	return ok;
 }
 
-/* One fenced INSERT with token; prints the "write" event; true if committed. */
+/*
+ * One fenced INSERT with token; prints the "write" event; true if committed.
+ * The transaction runs with a statement_timeout of ttl/4, so that a write
+ * blocked behind a lock fails instead of hiding what the loop does next;
+ * stall_commit sleeps that long between the INSERT and the COMMIT.
+ */
 static bool
-fenced_write(const opts *o, PGconn **conn, const char *owner_id, int64_t token)
+fenced_write(const opts *o, PGconn **conn, const char *owner_id, int64_t token,
+			 int64_t stall_commit)
 {
 	char		state[6] = "";
 	char		tok[32];
+	char		stmo[32];
+	const char *stv[] = {stmo};
 	char		sql[512];
 	char		schema[128];
 	char		err[256];
@@ -161,6 +174,7 @@ fenced_write(const opts *o, PGconn **conn, const char *owner_id, int64_t token)
 	bool		ok;
 
 	snprintf(tok, sizeof(tok), "%" PRId64, token);
+	snprintf(stmo, sizeof(stmo), "%" PRId64, o->ttl_ms / 4 > 0 ? o->ttl_ms / 4 : 1);
 	if (*conn == NULL &&
 		le_connect(o->dsn, "conformance probe writer", 5000, conn, schema, sizeof(schema),
 				   err, sizeof(err)) != LE_OK)
@@ -173,10 +187,14 @@ fenced_write(const opts *o, PGconn **conn, const char *owner_id, int64_t token)
 			 "INSERT INTO %s (client, lease_key, owner_id, fencing_token) VALUES ($1, $2, $3, $4)",
 			 o->table);
 	ok = run_sql(conn, "BEGIN", 0, NULL, state) &&
+		run_sql(conn, "SELECT pg_catalog.set_config('statement_timeout', $1, true)",
+				1, stv, state) &&
 		run_sql(conn, "SELECT pg_catalog.set_config('leader_election.fencing_token', $1, true)",
 				1, setv, state) &&
-		run_sql(conn, sql, 4, insv, state) &&
-		run_sql(conn, "COMMIT", 0, NULL, state);
+		run_sql(conn, sql, 4, insv, state);
+	if (ok && stall_commit > 0)
+		sleep_ms(stall_commit);
+	ok = ok && run_sql(conn, "COMMIT", 0, NULL, state);
 	if (!ok && *conn)
 	{
 		char		ignored[6];
@@ -187,6 +205,8 @@ fenced_write(const opts *o, PGconn **conn, const char *owner_id, int64_t token)
 		emit("{\"ev\":\"write\",\"token\":%s,\"ok\":true}", tok);
 	else
 		emit("{\"ev\":\"write\",\"token\":%s,\"ok\":false,\"sqlstate\":\"%s\"}", tok, state);
+	if (!ok && o->crash_on_write_error)
+		abort();
 	return ok;
 }
 
@@ -269,6 +289,8 @@ parse_args(int argc, char **argv, opts *o)
 			o->duration_ms = atoll(v), i++;
 		else if (strcmp(a, "--stall-once-ms") == 0)
 			o->stall_ms = atoll(v), i++;
+		else if (strcmp(a, "--stall-commit-once-ms") == 0)
+			o->stall_commit_ms = atoll(v), i++;
 		else
 			goto bad;
 	}
@@ -279,32 +301,44 @@ parse_args(int argc, char **argv, opts *o)
 		return;
 bad:
 	fprintf(stderr, "usage: %s --dsn DSN --key KEY --owner NAME --ttl-ms MS [--interval-ms MS]\n"
-			"       [--duration-ms MS] [--table NAME] [--stall-once-ms MS] [--ignore-cancel]\n",
+			"       [--duration-ms MS] [--table NAME] [--stall-once-ms MS]\n"
+			"       [--stall-commit-once-ms MS] [--ignore-cancel]\n",
 			argv[0]);
 	exit(64);
 }
 
 /* The work loop: act and write while the library says we lead. */
 static void
-work(const opts *o, le_elector *e, bool broken)
+work(const opts *o, le_elector *e)
 {
 	PGconn	   *conn = NULL;
 	int64_t		end = o->duration_ms < 0 ? INT64_MAX : le_monotonic_ms() + o->duration_ms;
-	int64_t		broken_token = 0;
+	int64_t		broken_token = 0,
+				cached_token = 0,
+				cached_until = 0;
 	bool		wrote = false,
-				stalled = false;
+				stalled = false,
+				commit_stalled = false;
 
 	while (!got_term && le_monotonic_ms() < end)
 	{
 		le_lease_info li;
 		int64_t		token;
+		int64_t		stall_commit = 0;
 
-		if (le_elector_is_leader(e, &li))
+		if (cached_token != 0 && le_monotonic_ms() < cached_until)
+			token = cached_token;	/* the broken cache_leader_ms mode */
+		else if (le_elector_is_leader(e, &li))
+		{
 			token = li.fencing_token;
-		else if (broken && broken_token != 0)
+			if (o->cache_ms > 0)
+				cached_token = token, cached_until = le_monotonic_ms() + o->cache_ms;
+		}
+		else if (o->ignore_deadline && broken_token != 0)
 			token = broken_token;	/* the broken mode: acts on its own */
 		else
 		{
+			cached_token = 0;
 			sleep_ms(o->interval_ms);
 			continue;
 		}
@@ -316,7 +350,12 @@ work(const opts *o, le_elector *e, bool broken)
 			stalled = true;
 			sleep_ms(o->stall_ms);
 		}
-		if (fenced_write(o, &conn, le_elector_owner_id(e), token))
+		if (wrote && !commit_stalled && o->stall_commit_ms > 0)
+		{
+			commit_stalled = true;
+			stall_commit = o->stall_commit_ms;
+		}
+		if (fenced_write(o, &conn, le_elector_owner_id(e), token, stall_commit))
 			wrote = true;
 		sleep_ms(o->interval_ms);
 	}
@@ -335,6 +374,12 @@ main(int argc, char **argv)
 	struct sigaction sa = {0};
 
 	parse_args(argc, argv, &o);
+	if (brk && strcmp(brk, "ignore_deadline") == 0)
+		o.ignore_deadline = true;
+	else if (brk && strncmp(brk, "cache_leader_ms=", 16) == 0)
+		o.cache_ms = atoll(brk + 16);
+	else if (brk && strcmp(brk, "crash_on_write_error") == 0)
+		o.crash_on_write_error = true;
 	if (getenv("LE_CONFORMANCE_CLIENT"))
 		client_name = getenv("LE_CONFORMANCE_CLIENT");
 	if (o.task)
@@ -360,7 +405,7 @@ main(int argc, char **argv)
 		emit("{\"ev\":\"exit\",\"code\":69}");
 		return 69;
 	}
-	work(&o, e, brk && strcmp(brk, "ignore_deadline") == 0);
+	work(&o, e);
 	le_elector_stop(e);
 	le_elector_destroy(e);
 	emit("{\"ev\":\"exit\",\"code\":0}");

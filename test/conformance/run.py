@@ -23,8 +23,10 @@ leader (an "act", a committed write) happens at or after the server's end
 of that period.
 """
 import argparse
+import atexit
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -36,9 +38,65 @@ import psycopg2
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CLIENTS = ['c', 'python', 'go']
-SCENARIOS = ['sigstop', 'frozen_renewal', 'hung_renewals', 'restart', 'terminate',
-             'forged_notify', 'same_owner', 'handoff', 'stall', 'ignore_cancel']
+SCENARIOS = ['sigstop', 'short_stop', 'frozen_renewal', 'hung_renewals', 'restart', 'terminate',
+             'forged_notify', 'same_owner', 'handoff', 'stall', 'stall_commit', 'ignore_cancel']
 PROBE_ROLE = 'le_conformance'
+# scenarios whose probe may end without an "exit" event or with a code other
+# than 0 (PROTOCOL.md: the strongest mode of --ignore-cancel may end the process)
+EXIT_EXEMPT = {'ignore_cancel'}
+# scenarios that need a probe option only some probes have (PROTOCOL.md)
+ONLY_FOR = {'stall_commit': ('c',)}
+CONNS_PER_REP = 9               # two probes of up to 4 connections, and the harness
+
+# what a SIGTERM or exit of the harness must undo: stopped probe process
+# groups and stopped backends get SIGCONT, probe groups get SIGKILL
+FROZEN_GROUPS, FROZEN_PIDS, LIVE_GROUPS = set(), set(), set()
+REG_MU = threading.Lock()
+
+
+def cleanup():
+    with REG_MU:
+        for pid in list(FROZEN_PIDS):
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except OSError:
+                pass
+        for grp in list(FROZEN_GROUPS) + list(LIVE_GROUPS):
+            try:
+                os.killpg(grp, signal.SIGCONT)
+            except OSError:
+                pass
+        for grp in list(LIVE_GROUPS):
+            try:
+                os.killpg(grp, signal.SIGKILL)
+            except OSError:
+                pass
+        FROZEN_PIDS.clear()
+        FROZEN_GROUPS.clear()
+        LIVE_GROUPS.clear()
+
+
+def on_signal(sig, frame):
+    cleanup()
+    os._exit(128 + sig)
+
+
+def freeze_backends(pids, seconds):
+    """SIGSTOP the server processes pids for seconds, SIGCONT them whatever happens."""
+    try:
+        with REG_MU:
+            FROZEN_PIDS.update(pids)
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        time.sleep(seconds)
+    finally:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except OSError:
+                pass
+        with REG_MU:
+            FROZEN_PIDS.difference_update(pids)
 
 
 def dsn_with(dsn, **params):
@@ -95,6 +153,10 @@ class Probe:
         self.cv = threading.Condition()
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.errlog,
                                      env=penv, start_new_session=True)
+        self.rc = self.early_rc = None
+        self.termed = False     # the scenario sent SIGTERM itself
+        with REG_MU:
+            LIVE_GROUPS.add(self.proc.pid)
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
@@ -126,19 +188,36 @@ class Probe:
             return [e for e in self.events if e.get('ev') == kind]
 
     def signal(self, sig):
+        """sig to the probe's process group (the launcher and all it started)."""
         try:
-            os.kill(self.proc.pid, sig)
-        except ProcessLookupError:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
             pass
 
+    def freeze(self, seconds):
+        """SIGSTOP the probe's group for seconds, SIGCONT it whatever happens."""
+        try:
+            with REG_MU:
+                FROZEN_GROUPS.add(self.proc.pid)
+            self.signal(signal.SIGSTOP)
+            time.sleep(seconds)
+        finally:
+            self.signal(signal.SIGCONT)
+            with REG_MU:
+                FROZEN_GROUPS.discard(self.proc.pid)
+
     def stop(self):
+        self.early_rc = None if self.termed else self.proc.poll()
         self.signal(signal.SIGCONT)
         self.signal(signal.SIGTERM)
         try:
-            self.proc.wait(timeout=5)
+            self.rc = self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+            self.rc = 'none within 10 s of SIGTERM'
+        self.signal(signal.SIGKILL)     # whatever the launcher left behind
+        self.proc.wait()
+        with REG_MU:
+            LIVE_GROUPS.discard(self.proc.pid)
         self.reader.join(timeout=2)
         self.errlog.close()
         with open(os.path.join(self.run.logdir, '%s-%s.events' % (self.key, self.tag)), 'w') as f:
@@ -168,6 +247,8 @@ class Rep:
         self.problems = []
         self.handoff_ms = None
         self.margins = []
+        self.faults = []        # (kind, token of the leader, start, end, takeover required)
+        self.effects = []       # per fault: True when leadership changed hands
 
     def probe(self, tag, **kw):
         p = Probe(self.run, self.key, self.table, tag, **kw)
@@ -213,26 +294,88 @@ class Rep:
             self.problems.append('the leader %s did not act in its period %s' % (p.tag, tok))
         return p
 
+    def live_bound(self):
+        """Liveness bound after a fault (PROTOCOL.md): ttl + (ttl + slack)."""
+        return 2 * self.run.ttl + self.run.args.slack_s
+
+    def fault(self, kind, p, t0, t1, takeover=None):
+        """Record a fault on p's current period over [t0, t1] (time.time()), then
+        require a new act by some probe within the liveness bound after t1.
+        takeover: 'during' (a newer period must start inside the fault),
+        'after' (one must start by t1 + the bound), None (the library may survive)."""
+        leads = [e for e in p.of('leader') if e['wall_us'] < t0 * 1e6] if p else []
+        tok = leads[-1]['token'] if leads else None
+        self.faults.append((kind, tok, t0, t1, takeover))
+        end = time.time() + self.live_bound()
+        while not any(e['wall_us'] > t1 * 1e6 for q in self.probes for e in q.of('act')):
+            if time.time() > end:
+                self.problems.append('no act by any probe within %.1f s after the %s ended'
+                                     % (self.live_bound(), kind))
+                return
+            time.sleep(0.02)
+        # watch what the probes do for a ttl after the fault (late acts, exits)
+        time.sleep(max(0.0, t1 + self.run.ttl - time.time()))
+
 
 # ---------------------------------------------------------------- scenarios
+
+def current_leader(r):
+    """The probe whose last act is the latest, if within the last half ttl."""
+    best, at = None, (time.time() - 0.5 * r.run.ttl) * 1e6
+    for q in r.probes:
+        acts = q.of('act')
+        if acts and acts[-1]['wall_us'] > at:
+            best, at = q, acts[-1]['wall_us']
+    return best
+
 
 def sc_sigstop(r):
     r.pair()
     p = r.leader()
     if p:
-        p.signal(signal.SIGSTOP)
-        time.sleep(2 * r.run.ttl)
-        p.signal(signal.SIGCONT)
-        time.sleep(1.5 * r.run.ttl)
+        t0 = time.time()
+        p.freeze(3 * r.run.ttl)     # the lease expires, and a follower retrying every ttl takes it
+        r.fault('SIGSTOP of the leader', p, t0, time.time(), 'during')
 
 
-def backends(r, app, like=None):
+def sc_short_stop(r):
+    """A SIGSTOP below the ttl, starting near a renewal of the period."""
+    r.pair()
+    p = r.leader()
+    if not p:
+        return
+    c = r.run.admin.connect()
+    try:
+        with c.cursor() as cur:
+            q = 'SELECT fencing_token, renewed_at FROM le_leases WHERE lease_key = %s'
+            cur.execute(q, [r.key])
+            first = cur.fetchall()
+            end, renewed = time.time() + 3 * r.run.ttl, False
+            while not renewed and time.time() < end:
+                time.sleep(0.005)
+                cur.execute(q, [r.key])
+                renewed = cur.fetchall() != first
+    finally:
+        c.close()
+    if not renewed:             # stop it anyway, at no known point of its schedule
+        r.notes = 'no renewal (nor new period) seen within 3 ttl before the stop'
+    else:
+        time.sleep(0.3 * r.run.ttl)
+    t0 = time.time()
+    p.freeze(0.7 * r.run.ttl)
+    r.fault('short SIGSTOP of the leader', p, t0, time.time())
+
+
+def backends(r, app, like=None, cur=None, active=True):
     q = 'SELECT pid FROM pg_stat_activity WHERE application_name = %s'
     args = [app]
     if like:
-        q += ' AND query ILIKE %s'
+        q += " AND query ILIKE %s" + (" AND state = 'active'" if active else '')
         args.append(like)
-    return [x[0] for x in r.run.admin.sql(q, args)]
+    if cur is None:
+        return [x[0] for x in r.run.admin.sql(q, args)]
+    cur.execute(q, args)
+    return [x[0] for x in cur.fetchall()]
 
 
 def sc_frozen_renewal(r):
@@ -240,45 +383,95 @@ def sc_frozen_renewal(r):
     p = r.leader()
     if not p:
         return
-    pids, end = [], time.time() + 3 * r.run.ttl
-    while not pids and time.time() < end:
-        pids = backends(r, p.app, '%le_renew%')
-        time.sleep(0.02)
-    if not pids:
-        r.problems.append('no backend of %s ran le_renew' % p.app)
-        return
-    for pid in pids:
-        os.kill(pid, signal.SIGSTOP)
-    time.sleep(2 * r.run.ttl)
-    for pid in pids:
-        os.kill(pid, signal.SIGCONT)
-    time.sleep(1.5 * r.run.ttl)
+    c = r.run.admin.connect()
+    try:
+        with c.cursor() as cur:
+            end = time.time() + 3 * r.run.ttl
+            while time.time() < end:
+                # best: the backend caught inside le_renew; after a ttl of trying,
+                # the connection that renews (its last query was le_renew); after
+                # two, every backend of the probe (a library that renews inside
+                # BEGIN ... COMMIT shows "commit" as its last query)
+                late = time.time() > end - 2 * r.run.ttl
+                pids = backends(r, p.app, '%le_renew%', cur, active=not late)
+                if not pids and time.time() > end - r.run.ttl:
+                    pids = backends(r, p.app, cur=cur)
+                if not pids:
+                    time.sleep(0.002)
+                    continue
+                try:
+                    with REG_MU:
+                        FROZEN_PIDS.update(pids)
+                    for pid in pids:
+                        os.kill(pid, signal.SIGSTOP)
+                    t0 = time.time()
+                    # a stopped backend shows what it was doing when stopped
+                    cur.execute("SELECT pid, state FROM pg_stat_activity WHERE pid = ANY(%s)"
+                                " AND query ILIKE '%%le_renew%%'", [pids])
+                    rows = cur.fetchall()
+                    caught = [x[0] for x in rows if x[1] == 'active']
+                    if rows and late:
+                        caught = [x[0] for x in rows]
+                        r.notes = 'froze the renewing connection between renewals (state %s)' % rows[0][1]
+                    elif not rows and time.time() > end - r.run.ttl:
+                        caught = pids
+                        r.notes = 'no connection showed le_renew: froze all %d backends of the probe' % len(pids)
+                    if caught:
+                        q = 'SELECT renewed_at, fencing_token FROM le_leases WHERE lease_key = %s'
+                        cur.execute(q, [r.key])
+                        before = cur.fetchall()
+                        time.sleep(2 * r.run.ttl)
+                        cur.execute(q, [r.key])
+                        after = cur.fetchall()
+                        if after and before and after[0][1] == before[0][1] and after[0][0] != before[0][0]:
+                            r.notes = ('period %s was renewed through another connection while the'
+                                       ' renewing backend was frozen' % after[0][1])
+                finally:
+                    for pid in pids:
+                        os.kill(pid, signal.SIGCONT)
+                    with REG_MU:
+                        FROZEN_PIDS.difference_update(pids)
+                if caught:
+                    r.fault('freeze of the backend renewing', p, t0, time.time())
+                    return
+    finally:
+        c.close()
+    r.problems.append('no backend of %s was caught running le_renew' % p.app)
 
 
 def lock_lease_row(r, seconds):
+    """Lock the lease row for seconds; (start, end) of the lock."""
     c = r.run.admin.connect()
     try:
         with c.cursor() as cur:
             cur.execute('BEGIN')
             cur.execute('SELECT 1 FROM le_lease WHERE lease_key = %s FOR UPDATE', [r.key])
+            t0 = time.time()
+            if cur.rowcount != 1:
+                r.problems.append('locking the lease row took %d rows' % cur.rowcount)
             time.sleep(seconds)
             cur.execute('ROLLBACK')
+            return t0, time.time()
     finally:
         c.close()
 
 
 def sc_hung_renewals(r):
     r.pair()
-    if r.leader():
-        lock_lease_row(r, 2 * r.run.ttl)
-        time.sleep(1.5 * r.run.ttl)
+    p = r.leader()
+    if p:
+        t0, t1 = lock_lease_row(r, 2 * r.run.ttl)
+        r.fault('lock of the lease row', p, t0, t1, 'after')
 
 
 def sc_restart(r):
     r.pair()
-    r.leader()
+    p = r.leader()
+    t0 = time.time()
     r.barrier.wait()            # its action restarts the server once for all reps
-    time.sleep(2 * r.run.ttl)
+    if not r.run.restarted:
+        r.problems.append('the server did not restart (pg_postmaster_start_time unchanged)')
+    r.fault('restart of the server', p, t0, time.time())
 
 
 def sc_terminate(r):
@@ -286,17 +479,17 @@ def sc_terminate(r):
     p = r.leader()
     if not p:
         return
+    t0 = time.time()
     for _ in range(3):
         pids, end = backends(r, p.app), time.time() + r.run.ttl
         while not pids and time.time() < end:     # the probe may still be reconnecting
             time.sleep(0.05)
             pids = backends(r, p.app)
-        if not pids:
-            r.problems.append('no backend of %s found' % p.app)
-        for pid in pids:
-            r.run.admin.sql('SELECT pg_terminate_backend(%s)', [pid])
+        done = [pid for pid in pids if r.run.admin.sql('SELECT pg_terminate_backend(%s)', [pid])[0][0]]
+        if not done:
+            r.problems.append('no backend of %s found to terminate' % p.app)
         time.sleep(0.5 * r.run.ttl)
-    time.sleep(1.5 * r.run.ttl)
+    r.fault('termination of the backends', p, t0, time.time())
 
 
 def sc_forged_notify(r):
@@ -305,23 +498,32 @@ def sc_forged_notify(r):
     if not p:
         return
     other = b if p is a else a
-    tok = r.token
+    lead = [e for e in p.of('leader') if e.get('token') == r.token] or p.of('leader')
+    tok, me = r.token, lead[0].get('owner') or p.owner
     forged = [
-        {'event': 'released', 'lease_key': r.key, 'holder': None, 'fencing_token': tok, 'expires_at': None},
+        {'event': 'released', 'lease_key': r.key, 'holder': me, 'fencing_token': tok, 'expires_at': None},
         {'event': 'acquired', 'lease_key': r.key, 'holder': other.owner, 'fencing_token': tok + 100,
+         'expires_at': '2999-01-01T00:00:00+00:00'},
+        {'event': 'acquired', 'lease_key': r.key, 'holder': me, 'fencing_token': tok + 50,
          'expires_at': '2999-01-01T00:00:00+00:00'},
         {'event': 'force_released', 'lease_key': r.key, 'holder': None, 'fencing_token': tok + 1,
          'expires_at': None},
     ]
     payloads = [json.dumps(f) for f in forged] + ['not json', '{"event":', '{}', '\u00e9' * 100]
-    end = time.time() + 2 * r.run.ttl
-    while time.time() < end:
-        for pl in payloads:
-            r.run.admin.sql("SELECT pg_notify('leader_election', %s)", [pl])
-        time.sleep(0.05)
+    t0 = time.time()
+    end = t0 + 2 * r.run.ttl
+    c = r.run.admin.connect()
+    try:
+        with c.cursor() as cur:
+            while time.time() < end:
+                for pl in payloads:
+                    cur.execute("SELECT pg_notify('leader_election', %s)", [pl])
+                time.sleep(0.05)
+    finally:
+        c.close()
     if any(e.get('token') == tok for e in p.of('lost')):
         r.notes = 'leader lost its period during the forged notifications'
-    time.sleep(0.5 * r.run.ttl)
+    r.fault('forged notifications', p, t0, time.time())
 
 
 def sc_same_owner(r):
@@ -329,10 +531,10 @@ def sc_same_owner(r):
     p = r.leader()
     time.sleep(2 * r.run.ttl)
     if p:
-        p.signal(signal.SIGSTOP)
-        time.sleep(1.5 * r.run.ttl)
-        p.signal(signal.SIGCONT)
-        time.sleep(r.run.ttl)
+        p = current_leader(r) or p
+        t0 = time.time()
+        p.freeze(2.5 * r.run.ttl)
+        r.fault('SIGSTOP of the leader', p, t0, time.time(), 'during')
 
 
 def sc_handoff(r):
@@ -344,6 +546,7 @@ def sc_handoff(r):
     tok = r.token
     time.sleep(0.5 * r.run.ttl)
     termed_us = time.time() * 1e6
+    p.termed = True
     p.signal(signal.SIGTERM)
     ev = other.wait(lambda e: e.get('ev') == 'leader' and e.get('token', 0) > tok, 5 * r.run.ttl)
     if ev is None:
@@ -361,6 +564,7 @@ def sc_handoff(r):
                           % (rows[0][1] if rows else 'missing'))
         return
     r.handoff_ms = (ev['wall_us'] - rows[0][0]) / 1000.0
+    r.effects.append(True)
 
 
 class TakeOver:
@@ -439,12 +643,41 @@ def sc_stall(r):
     time.sleep(0.5 * ttl)
 
 
+def sc_stall_commit(r):
+    """A write paused between its INSERT and its COMMIT while the lease is force-released
+    and taken over: the COMMIT must fail, or commit before the period's end (judge)."""
+    ttl = r.run.ttl
+    a = r.probe('a', extra=['--stall-commit-once-ms', str(int(2000 * ttl))])
+    if not a.wait(lambda e: e.get('ev') == 'write' and e.get('ok'), 5 * ttl + 10):
+        r.problems.append('the stalling probe never wrote')
+        return
+    first = len(a.of('write'))
+    lead = a.of('leader')
+    r.probe('b')
+    time.sleep(0.3 * ttl)       # inside the pause between INSERT and COMMIT by now
+    t0 = time.time()
+    r.run.admin.sql('SELECT le_force_release(%s)', [r.key])
+    end = time.time() + 4 * ttl
+    while len(a.of('write')) <= first and time.time() < end:
+        time.sleep(0.02)
+    writes = a.of('write')
+    if len(writes) <= first:
+        r.problems.append('the write paused before its COMMIT never finished')
+        return
+    w = writes[first]
+    if not w.get('ok') and w.get('sqlstate') not in ('LE001', 'LE002'):
+        r.problems.append('the paused COMMIT failed with %s (LE001 or LE002 expected)' % w.get('sqlstate'))
+    r.notes = 'the paused COMMIT %s' % ('committed (before the force release)' if w.get('ok')
+                                        else 'failed with %s' % w.get('sqlstate'))
+    r.fault('force release during a paused COMMIT', a if lead else None, t0, time.time())
+
+
 def sc_ignore_cancel(r):
     r.pair(extra=['--ignore-cancel'])
     p = r.leader(settle=0)      # each period is one task of 2 ttl: inject within it
     if p:
-        lock_lease_row(r, 2.5 * r.run.ttl)
-        time.sleep(r.run.ttl)
+        t0, t1 = lock_lease_row(r, 2.5 * r.run.ttl)
+        r.fault('lock of the lease row', p, t0, t1)
 
 
 # ---------------------------------------------------------------- judging
@@ -452,12 +685,13 @@ def sc_ignore_cancel(r):
 def judge(r):
     """Checks of PROTOCOL.md from the database and the events of r's probes."""
     adm = r.run.admin
-    ends, tokens, released = {}, set(), set()
-    for tok, ended, reason in adm.sql(
-            "SELECT fencing_token, extract(epoch FROM ended_at)::float8 * 1e6, end_reason"
+    ends, tokens, released, holder, acquired = {}, set(), set(), {}, {}
+    for tok, who, acq, ended, reason in adm.sql(
+            "SELECT fencing_token, holder, extract(epoch FROM acquired_at)::float8 * 1e6,"
+            " extract(epoch FROM ended_at)::float8 * 1e6, end_reason"
             " FROM le_lease_history WHERE lease_key = %s", [r.key]):
         tokens.add(tok)
-        ends[tok] = ended
+        ends[tok], holder[tok], acquired[tok] = ended, who, acq
         if reason == 'released':
             released.add(tok)
     for tok, exp in adm.sql(
@@ -467,32 +701,74 @@ def judge(r):
             ends[tok] = exp
     last_act, actors = {}, {}
     for p in r.probes:
-        for e in p.of('act'):
-            tok, t = e['token'], e['wall_us']
+        with p.cv:
+            events = list(p.events)
+        # tokens p's library reported (its callback may print after the first act)
+        told = {e.get('token'): e.get('owner') for e in events if e.get('ev') == 'leader'}
+        lost = set()                # periods whose end p's library reported so far
+        for e in events:
+            kind, tok = e.get('ev'), e.get('token')
+            if kind == 'lost':
+                lost.add(tok)
+            if kind != 'act':
+                continue
+            t = e['wall_us']
             actors.setdefault(tok, set()).add(p.tag)
             end = ends.get(tok)
+            if tok in lost and r.scenario not in EXIT_EXEMPT:
+                r.problems.append('%s acted in period %s after its library reported the end' % (p.tag, tok))
             if tok not in tokens:
                 r.problems.append('%s acted with token %s, which the server never granted' % (p.tag, tok))
-            elif end is None:
+                continue
+            if tok not in told:
+                r.problems.append('%s acted with token %s, which its library never reported' % (p.tag, tok))
+            elif told[tok] != holder[tok]:
+                r.problems.append('%s acted in period %s of %s as %s' % (p.tag, tok, holder[tok], told[tok]))
+            if t < acquired[tok]:
+                r.problems.append('%s acted %.1f ms before period %s began' % (p.tag, (acquired[tok] - t) / 1000, tok))
+            if end is None:
                 r.problems.append('period %s has no end on the server' % tok)
             elif t >= end:
                 r.problems.append('%s acted %.1f ms after the end of period %s' % (p.tag, (t - end) / 1000, tok))
             last_act[tok] = max(last_act.get(tok, 0), t)
         for e in p.of('garbage'):
             r.problems.append('%s printed a line that is not JSON: %r' % (p.tag, e['line'][:80]))
+        if p.early_rc is not None and r.scenario not in EXIT_EXEMPT:
+            r.problems.append('%s ended by itself (code %s) before the harness stopped it' % (p.tag, p.early_rc))
+        elif r.scenario not in EXIT_EXEMPT and (p.rc != 0 or not p.of('exit')):
+            r.problems.append('%s after SIGTERM: exit code %s, exit event %s (0 and one expected)'
+                              % (p.tag, p.rc, 'printed' if p.of('exit') else 'missing'))
     for tok, who in actors.items():
         if len(who) > 1:
             r.problems.append('probes %s all acted in period %s' % (','.join(sorted(who)), tok))
     for tok, t in last_act.items():     # released periods end after the work stopped
         if ends.get(tok) is not None and tok not in released:
             r.margins.append((ends[tok] - t) / 1000.0)
-    for tok, t in adm.sql('SELECT fencing_token, extract(epoch FROM written_at)::float8 * 1e6 FROM %s'
-                          % r.table):
+    # a write counts when it committed: its commit timestamp (track_commit_timestamp),
+    # else the time of its INSERT
+    for tok, who, t in adm.sql(
+            'SELECT fencing_token, owner_id, extract(epoch FROM coalesce('
+            'pg_xact_commit_timestamp(xmin), written_at))::float8 * 1e6 FROM %s' % r.table):
         end = ends.get(tok)
-        if end is not None and t >= end:
-            r.problems.append('a write of period %s committed %.1f ms after its end' % (tok, (t - end) / 1000))
-        elif tok not in tokens:
+        if tok not in tokens:
             r.problems.append('a write with token %s, which the server never granted, committed' % tok)
+        elif end is not None and t >= end:
+            r.problems.append('a write of period %s committed %.1f ms after its end' % (tok, (t - end) / 1000))
+        elif t < acquired[tok] or who != holder[tok]:
+            r.problems.append('a write of period %s by %s committed outside it (holder %s)'
+                              % (tok, who, holder[tok]))
+    for kind, tok, t0, t1, takeover in r.faults:
+        newer = [acquired[t] / 1e6 for t in tokens if tok is not None and t > tok]
+        first = min(newer) if newer else None
+        effect = first is not None and first >= t0 and first <= t1 + r.live_bound()
+        if takeover == 'during' and not (effect and first <= t1):
+            r.problems.append('the %s had no effect: no newer period than %s began during it'
+                              ' (first newer one at %s s of the fault of %.1f s)'
+                              % (kind, tok, first and '%.2f' % (first - t0), t1 - t0))
+        elif takeover == 'after' and not effect:
+            r.problems.append('the %s had no effect: no newer period than %s began by %.1f s after it'
+                              % (kind, tok, r.live_bound()))
+        r.effects.append(effect)
 
 
 def setup(run, reps):
@@ -508,13 +784,18 @@ def setup(run, reps):
 def restart_server(run):
     if not (run.args.pgdata and run.args.pg_ctl):
         return
+    q = 'SELECT pg_postmaster_start_time()'
+    before = run.admin.sql(q)[0][0]
     subprocess.run([run.args.pg_ctl, '-D', run.args.pgdata, '-m', 'fast', '-w', 'restart',
-                    '-l', os.path.join(run.logdir, 'restart.log')],
+                    '-l', run.args.pg_log or os.path.join(run.logdir, 'restart.log')],
                    stdout=subprocess.DEVNULL, check=True)
+    run.restarted = run.admin.sql(q)[0][0] != before
 
 
 def run_scenario(run, name):
     reps = [Rep(run, name, i) for i in range(run.reps)]
+    for r in reps:
+        r.scenario = name
     setup(run, reps)
     barrier = threading.Barrier(len(reps), action=lambda: restart_server(run))
     for r in reps:
@@ -560,8 +841,18 @@ def report(client, results, out):
         failed |= bool(bad)
         margins = [m for r in reps for m in r.margins]
         hand = [r.handoff_ms for r in reps if r.handoff_ms is not None]
-        out.write('| %s | %s | %s | %s |\n' % (name, 'FAIL (%d of %d)' % (len(bad), len(reps)) if bad
-                                             else 'PASS (%d)' % len(reps), fmt3(margins), fmt3(hand)))
+        # a repetition whose faults all left leadership where it was passes
+        # only on what it still checks: "fault survived", not a plain PASS
+        survived = sum(1 for r in reps if r.effects and not any(r.effects))
+        if bad:
+            res = 'FAIL (%d of %d)' % (len(bad), len(reps))
+        elif survived == len(reps):
+            res = 'fault survived (%d)' % survived
+        elif survived:
+            res = 'PASS (%d), fault survived (%d)' % (len(reps) - survived, survived)
+        else:
+            res = 'PASS (%d)' % len(reps)
+        out.write('| %s | %s | %s | %s |\n' % (name, res, fmt3(margins), fmt3(hand)))
     for name, reps in results:
         lines = ['- %s %s: %s' % (name, r.key, pr) for r in reps for pr in r.problems[:3]]
         lines += ['- note %s %s: %s' % (name, r.key, r.notes) for r in reps if getattr(r, 'notes', None)]
@@ -591,8 +882,15 @@ def main():
     ap.add_argument('--interval-ms', type=int, default=50)
     ap.add_argument('--pgdata')
     ap.add_argument('--pg-ctl')
+    ap.add_argument('--slack-s', type=float, default=3.0,
+                    help='scheduling slack of the liveness bound ttl + (ttl + slack) (default 3 s)')
     ap.add_argument('--logdir')
+    ap.add_argument('--keep-logs', action='store_true', help='keep the probe logs (default: only --logdir keeps them)')
+    ap.add_argument('--pg-log', help='server log file for pg_ctl restart (the one the server logs to)')
     args = ap.parse_args()
+    atexit.register(cleanup)
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     scen = [s for s in args.scenarios.split(',') if s]
     for s in scen:
         if s not in SCENARIOS:
@@ -606,7 +904,11 @@ def main():
         admin.sql("SELECT le_grant('%s', 'campaign')" % PROBE_ROLE)
     logdir = args.logdir or os.path.join(os.environ.get('TMPDIR', '/tmp'), 'le-conformance-%d' % os.getpid())
     os.makedirs(logdir, exist_ok=True)
-    print('probe logs in %s' % logdir)
+    if not (args.logdir or args.keep_logs):
+        atexit.register(shutil.rmtree, logdir, True)
+    else:
+        print('probe logs in %s' % logdir)
+    maxconn = int(admin.sql('SHOW max_connections')[0][0])
     failed, ran = False, 0
     for client in (CLIENTS if args.client == 'all' else [args.client]):
         launcher = os.path.join(HERE, 'probe-' + client)
@@ -627,7 +929,12 @@ def main():
         run.dsn = args.dsn or dsn_with(args.admin_dsn, user=PROBE_ROLE)
         run.ttl_ms, run.ttl, run.interval_ms = args.ttl_ms, args.ttl_ms / 1000.0, args.interval_ms
         run.reps = 3 if args.quick else args.reps
-        run.runid = '%x' % (int(time.time() * 10) % 0xffffff)
+        run.runid = '%x%03x' % (int(time.time() * 10) % 0xfffff, os.getpid() % 0xfff)
+        run.restarted = False
+        skipped = [n for n in scen if client not in ONLY_FOR.get(n, (client,))]
+        if skipped:
+            print('client %s: %s left out (its probe lacks the option)' % (client, ', '.join(skipped)))
+        cscen = [n for n in scen if n not in skipped]
         results = {}
 
         def one(name):
@@ -635,18 +942,21 @@ def main():
             results[name] = run_scenario(run, name)
             print('%s %s: %.1f s' % (client, name, time.time() - t0), flush=True)
 
-        if args.parallel:       # every scenario at once, then the restart alone
-            threads = [threading.Thread(target=one, args=(n,)) for n in scen if n != 'restart']
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            if 'restart' in scen:
+        if args.parallel:       # the scenarios at once, as many as max_connections allows; restart alone
+            per = max(1, (maxconn - 20) // (CONNS_PER_REP * run.reps))
+            rest = [n for n in cscen if n != 'restart']
+            for i in range(0, len(rest), per):
+                threads = [threading.Thread(target=one, args=(n,)) for n in rest[i:i + per]]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+            if 'restart' in cscen:
                 one('restart')
         else:
-            for name in scen:
+            for name in cscen:
                 one(name)
-        results = [(n, results[n]) for n in scen]
+        results = [(n, results[n]) for n in cscen]
         failed |= report(client, results, sys.stdout)
         ran += 1
     if ran == 0:
