@@ -2,7 +2,7 @@
 # project needs are installed (installing them when run as root) and sets
 # PG_CONFIG.  Works on a fresh Debian 12 machine with or without PostgreSQL.
 
-LE_PACKAGES="make gcc gdb postgresql-15 postgresql-server-dev-15 libpq-dev libipc-run-perl pgbouncer python3-psycopg2 python3-psycopg python3-venv python3-setuptools spin faketime"
+LE_PACKAGES="make gcc gdb postgresql-15 postgresql-server-dev-15 libpq-dev libipc-run-perl pgbouncer python3-psycopg2 python3-psycopg python3-venv python3-setuptools python3-wheel spin faketime"
 
 le_ensure_packages() {   # [EXTRA_PACKAGE...]: also needed by this run
     local missing=() p

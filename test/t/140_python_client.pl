@@ -21,8 +21,16 @@ use LeNode;
 
 my $tree = $ENV{TESTDIR} // '.';
 my $python = '/usr/bin/python3';
-plan skip_all => "$python with psycopg 3 is needed (apt-get install python3-psycopg python3-venv)"
-  unless system($python, '-c', 'import psycopg, venv, setuptools') == 0;
+# Prerequisites (test/lib/prereq.sh installs them): a missing one fails the test, naming its package.
+my %needs = (psycopg => 'python3-psycopg', ensurepip => 'python3-venv', setuptools => 'python3-setuptools',
+	wheel => 'python3-wheel');
+my @missing = grep { system("$python -c 'import $_' 2>/dev/null") != 0 } sort keys %needs;
+if (@missing)
+{
+	fail("$python cannot import @missing: apt-get install @needs{@missing}");
+	done_testing();
+	exit;
+}
 
 my $node = le_node('python_client');
 my $dsn = $node->connstr('postgres');
