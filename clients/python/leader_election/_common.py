@@ -86,12 +86,22 @@ def seconds(value, name="duration"):
     return v
 
 
+def text(value, name):
+    """`value` if it is a str without NUL characters (libpq would cut the text at a NUL, so that
+    'a' and 'a\\x00b' would name the same lease or owner); TypeError or ValueError otherwise."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+    if "\x00" in value:
+        raise ValueError(f"{name} must not contain a NUL character: {value!r}")
+    return value
+
+
 def make_owner_id(name=None):
     """A new owner id: NAME (or the program's name), host, pid and 48 random bits.
 
     Every call returns a different id, so two leases in one process, or two
     processes given the same name, are always different owners."""
-    base = name if name else os.path.basename(sys.argv[0] if sys.argv and sys.argv[0] else "python") or "python"
+    base = text(name, "name") if name else os.path.basename(sys.argv[0] if sys.argv and sys.argv[0] else "python") or "python"
     host = socket.gethostname().split(".")[0] or "host"
     oid = f"{base}-{host}-{os.getpid()}-{random.getrandbits(48):012x}"
     encoded = oid.encode()
@@ -172,6 +182,8 @@ def _connect_gen(conninfo):
 
 def _query_gen(pgconn, sql, params=()):
     values = [None if p is None else str(p).encode() for p in params]
+    if any(v is not None and b"\x00" in v for v in values):      # libpq would cut it short
+        raise ValueError("a statement parameter contains a NUL character")
     pgconn.send_query_params(sql.encode(), values)
     while pgconn.flush():
         yield pgconn.socket, True

@@ -27,8 +27,11 @@ class Lease:
 
     def __init__(self, dsn, key, ttl="15s", *, name=None, owner_id=None, timeout=None, cancel=None,
                  on_lost=None, renew_by=0.0, **timing):
-        if not key or len(key.encode()) > 200:
+        if not c.text(key, "key") or len(key.encode()) > 200:
             raise ValueError("lease key must be 1 to 200 bytes")
+        for value, what in ((dsn, "dsn"), (name, "name"), (owner_id, "owner_id")):
+            if value is not None:
+                c.text(value, what)
         self.dsn = dsn
         self.key = key
         self.owner_id = owner_id or c.make_owner_id(name)

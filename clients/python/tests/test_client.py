@@ -125,6 +125,24 @@ class SyncTests(unittest.TestCase):
         old, new = asyncio.run(main())
         self.assertGreater(new, old)
 
+    def test_text_parameters_checked(self):
+        # libpq ends a parameter at a NUL: "svc\x00" names would make two leases one owner
+        for kw in ({"key": "billing\x00shard2"}, {"name": "svc\x00"}, {"owner_id": "a\x00b"},
+                   {"dsn": DSN + "\x00"}):
+            args = dict(dict(dsn=DSN, key="py-nul", ttl="5s", timeout=0), **kw)
+            with self.assertRaises(ValueError, msg=kw):
+                le.lead(**args).acquire()
+        with self.assertRaisesRegex(ValueError, "NUL"):
+            le.make_owner_id("svc\x00")
+        with self.assertRaisesRegex(TypeError, "key must be a str, not int"):
+            le.lead(DSN, 123)
+        with self.assertRaisesRegex(TypeError, "owner_id must be a str"):
+            le.lead(DSN, "py-nul", owner_id=b"x")
+        with self.assertRaises(ValueError):
+            asyncio.run(le.lead_async(DSN, "py-nul\x00", timeout=0).acquire())
+        with admin() as a:
+            self.assertEqual(history(a, "py-nul"), [])
+
     def test_two_leases_one_process(self):
         with le.lead(DSN, "py-two-a", ttl="5s", name="same") as a, \
                 le.lead(DSN, "py-two-b", ttl="5s", name="same") as b:
