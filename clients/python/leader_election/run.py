@@ -28,7 +28,8 @@ from . import _common as c
 from .sync import Lease
 
 RunResult = collections.namedtuple("RunResult", "returncode reason token")
-RunResult.__doc__ = """What run() did: returncode (the child's exit status, -N when signal N killed it),
+RunResult.__doc__ = """What run() did: returncode (the child's exit status, -N when signal N killed it; None when
+it is unknown: run() from a thread other than the main one while SIGCHLD is ignored, so the kernel reaped it),
 reason ('exited': the work ended on its own; 'lost', 'renew_failed', 'deadline_passed': the period ended
 and the work was stopped; 'signal': run() got SIGTERM), token (the period's fencing token)."""
 
@@ -122,9 +123,11 @@ def run(dsn, key, target, *args, ttl="15s", grace=None, kill_margin=0.1, env=Non
         raise ValueError(f"grace must be at most (ttl - margin - kill_margin)/2 = {max(budget, 0) / 2:.3f}s")
     stop = threading.Event()
     lease = Lease(dsn, key, ttl, renew_by=kill_margin + grace, cancel=stop, **options)
-    old = None
+    old = old_chld = None
     if threading.current_thread() is threading.main_thread():
         old = signal.signal(signal.SIGTERM, lambda s, f: stop.set())
+        if signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN:     # auto-reaping would hide the status
+            old_chld = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     try:
         try:
             lease.acquire()
@@ -136,6 +139,16 @@ def run(dsn, key, target, *args, ttl="15s", grace=None, kill_margin=0.1, env=Non
     finally:
         if old is not None:
             signal.signal(signal.SIGTERM, old)
+        if old_chld is not None:
+            signal.signal(signal.SIGCHLD, old_chld)
+
+
+def _reap(pid, flags):
+    """waitpid(); (pid, 0) when the child was reaped by someone else (SIGCHLD ignored): status unknown."""
+    try:
+        return os.waitpid(pid, flags)
+    except ChildProcessError:
+        return pid, None
 
 
 def _supervise(lease, target, args, env, grace, kill_margin, stop):
@@ -175,9 +188,9 @@ def _supervise(lease, target, args, env, grace, kill_margin, stop):
             if t >= kill_at and not kill_sent:
                 _killpg(pid, signal.SIGKILL)
                 kill_sent = True
-            wpid, st = os.waitpid(pid, os.WNOHANG)
+            wpid, st = _reap(pid, os.WNOHANG)
             if wpid:
-                status = st
+                status = st if st is not None else -1
                 break
             nxt = min(term_at if not term_sent else kill_at, kill_at) - c.now()
             wait = max(0.0, min(0.05, nxt)) if not kill_sent else 0.01
@@ -188,14 +201,16 @@ def _supervise(lease, target, args, env, grace, kill_margin, stop):
             else:
                 stop.wait(wait)
     finally:
-        if status is None:          # an exception in the parent: the child must not outlive it
-            _killpg(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        _killpg(pid, signal.SIGKILL)        # whatever of its group is left
-        if pidfd is not None:
-            os.close(pidfd)
-        code = None if status is None else os.waitstatus_to_exitcode(status)
-        if popen is not None:
-            popen.returncode = code
-        lease.release()
+        try:
+            if status is None:      # an exception in the parent: the child must not outlive it
+                _killpg(pid, signal.SIGKILL)
+                _reap(pid, 0)
+            _killpg(pid, signal.SIGKILL)        # whatever of its group is left
+            if pidfd is not None:
+                os.close(pidfd)
+        finally:
+            lease.release()     # stops the renewal threads whatever happened above
+    code = None if status in (None, -1) else os.waitstatus_to_exitcode(status)
+    if popen is not None:
+        popen.returncode = code
     return RunResult(code, reason, lease.token)

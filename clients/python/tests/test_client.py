@@ -332,6 +332,23 @@ class RunTests(unittest.TestCase):
         with admin() as a:
             self.assertEqual(history(a, "py-run-missing")[-1][2], "released")
 
+    def test_sigchld_ignored(self):
+        # with SIGCHLD ignored the kernel reaps the child: waitpid() fails with ECHILD; run() must
+        # still return, release, and stop its renewal threads (main thread and another thread)
+        code = ("import signal, sys, threading, leader_election as le\n"
+                "signal.signal(signal.SIGCHLD, signal.SIG_IGN)\n"
+                "r = le.run(sys.argv[1], 'py-run-chld', ['sh', '-c', 'exit 3'], ttl='2s')\n"
+                "print(r.reason, r.returncode, signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN)\n"
+                "out = {}\n"
+                "t = threading.Thread(target=lambda: out.update(r=le.run(sys.argv[1], 'py-run-chld', ['true'], ttl='2s')))\n"
+                "t.start(); t.join(10)\n"
+                "print(out['r'].reason, out['r'].returncode)\n"
+                "print([t.name for t in threading.enumerate() if t.name.startswith('leader_election')])\n")
+        out = subprocess.run([sys.executable, "-c", code, DSN], capture_output=True, text=True, timeout=20)
+        self.assertEqual(out.stdout.splitlines(), ["exited 3 True", "exited None", "[]"], out.stderr)
+        with admin() as a:
+            self.assertEqual([h[2] for h in history(a, "py-run-chld")[-2:]], ["released", "released"])
+
     def test_command_and_sigterm_release(self):
         code = ("import sys, leader_election as le\n"
                 "r = le.run(sys.argv[1], 'py-run-cmd', ['sh', '-c', 'echo $LE_FENCING_TOKEN; exec sleep 30'], ttl='5s')\n"
