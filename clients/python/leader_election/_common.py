@@ -53,11 +53,13 @@ class NotLeader(LeaseError):
 
 
 class NotAcquired(TimeoutError):
-    """lead()/lead_async()/run() did not get the lease within `timeout`; `holder` names who has it."""
+    """lead()/lead_async()/run() did not get the lease within `timeout`; `holder` names who has it,
+    `last_error` is the LeaseError of the last failed attempt (None when the server answered)."""
 
-    def __init__(self, message, holder=None):
+    def __init__(self, message, holder=None, last_error=None):
         super().__init__(message)
         self.holder = holder
+        self.last_error = last_error
 
 
 class LeadershipLost(Exception):
@@ -67,6 +69,21 @@ class LeadershipLost(Exception):
 # Errors after which trying again cannot help: insufficient privilege, missing extension/function,
 # bad input (the key, owner or ttl).
 PERMANENT_SQLSTATES = {"42501", "42883", "3F000", "22023", "22001", "22004", "0A000"}
+
+
+def permanent(sqlstate):
+    """True for an error that no retry can cure: PERMANENT_SQLSTATES, the extension missing (42704),
+    a refused authentication or missing role (class 28), a missing database (3D000)."""
+    if sqlstate is None:
+        return False
+    return sqlstate in PERMANENT_SQLSTATES or sqlstate in ("42704", "3D000") or sqlstate.startswith("28")
+
+
+def not_acquired(lease, why):
+    """The NotAcquired of a campaign that ends without the lease, with the last error in its text."""
+    err = lease.last_error
+    tail = f"; last error: {err}" if err is not None else ""
+    return NotAcquired(f'lease "{lease.key}" {why} (held by {lease.holder}{tail})', lease.holder, err)
 
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h)\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -159,19 +176,49 @@ class Timing:
 
 # --- bounded libpq exchanges -------------------------------------------------
 
+def _verbose_errors(pgconn):
+    """PQsetErrorVerbosity(VERBOSE), so that a server's refusal to connect shows its SQLSTATE."""
+    global _LIBPQ
+    try:
+        if _LIBPQ is None:
+            import ctypes
+            import ctypes.util
+            _LIBPQ = ctypes.CDLL(ctypes.util.find_library("pq") or "libpq.so.5")
+            _LIBPQ.PQsetErrorVerbosity.argtypes = [ctypes.c_void_p, ctypes.c_int]
+        _LIBPQ.PQsetErrorVerbosity(pgconn.pgconn_ptr, 2)
+    except Exception:               # pragma: no cover (no libpq by that name): messages without SQLSTATE
+        _LIBPQ = False
+
+
+_LIBPQ = None
+_CONNECT_SQLSTATE = re.compile(r"(?:FATAL|ERROR):\s+([0-9A-Z]{5}):\s")
+
+
+def connect_error(pgconn):
+    """The LeaseError of a failed connect: libpq's message, with the server's SQLSTATE if it sent one."""
+    msg = pgconn.error_message.decode(errors="replace")
+    m = _CONNECT_SQLSTATE.search(msg)
+    msg = "\n".join(line for line in msg.strip().splitlines() if not line.startswith("LOCATION:"))
+    return LeaseError(f"connection failed: {msg}", m.group(1) if m else None)
+
+
 def _connect_gen(conninfo):
     pgconn = pq.PGconn.connect_start(conninfo.encode())
     if pgconn.status == pq.ConnStatus.BAD:
-        msg = pgconn.error_message.decode(errors="replace").strip()
+        err = connect_error(pgconn)
         pgconn.finish()
-        raise LeaseError(f"connection failed: {msg}")
+        raise err
     try:
+        if _LIBPQ is not False:
+            _verbose_errors(pgconn)
         while True:
             st = pgconn.connect_poll()
             if st == pq.PollingStatus.OK:
+                if _LIBPQ:
+                    _LIBPQ.PQsetErrorVerbosity(pgconn.pgconn_ptr, 1)     # statements: messages as usual
                 break
             if st == pq.PollingStatus.FAILED:
-                raise LeaseError("connection failed: " + pgconn.error_message.decode(errors="replace").strip())
+                raise connect_error(pgconn)
             yield pgconn.socket, st == pq.PollingStatus.WRITING
         pgconn.nonblocking = 1
     except BaseException:

@@ -61,8 +61,7 @@ class AsyncLease(Lease):
             if end is not None:
                 left = end - c.now()
                 if left <= 0:
-                    raise c.NotAcquired(f'lease "{self.key}" not acquired within {timeout}s'
-                                        f' (held by {self.holder})', self.holder)
+                    raise c.not_acquired(self, f"not acquired within {timeout}s")
                 delay = min(delay, left)
             await self._wait_release_async(delay)
 
@@ -158,10 +157,11 @@ class AsyncLease(Lease):
         except c.LeaseError as e:
             c.close_quietly(self._conn)
             self._conn, self._watching = None, False
-            if e.sqlstate in c.PERMANENT_SQLSTATES or e.sqlstate == "42704":
+            self.last_error = e
+            if c.permanent(e.sqlstate):
                 raise
             return False
-        self.holder = c.value(res, 2)
+        self.holder, self.last_error = c.value(res, 2), None
         if c.value(res, 0) != "t":
             await self._watch_async()
             return False
@@ -259,7 +259,7 @@ class AsyncLease(Lease):
                 except Exception as e:          # LeaseError, or anything unexpected: retry, never die
                     c.close_quietly(conn)
                     conn = None
-                    if getattr(e, "sqlstate", None) in c.PERMANENT_SQLSTATES:
+                    if c.permanent(getattr(e, "sqlstate", None)):
                         self._end("renew_failed")
                         return
                     left = self._deadline - c.now()

@@ -42,6 +42,7 @@ class Lease:
         self.token = None
         self.expires_at = None
         self.holder = None
+        self.last_error = None
         self.lost = threading.Event()
         self.lost_reason = None
         self._deadline = 0.0
@@ -107,8 +108,9 @@ class Lease:
 
         Tries le_acquire every `retry` seconds (+- jitter) until it is granted, or raises
         NotAcquired after `timeout` seconds (None: wait for ever; 0: one attempt), or when the
-        `cancel` event given to lead() is set.  Permanent errors (permission denied, missing
-        extension, bad input) raise LeaseError at once."""
+        `cancel` event given to lead() is set (its last_error: the last failed attempt's LeaseError).
+        Permanent errors (permission denied, missing extension, bad input, refused authentication,
+        missing role or database: _common.permanent()) raise LeaseError at once."""
         if self.token is not None:
             raise RuntimeError("a Lease is one ownership period: call lead() again for another")
         timeout = self.timeout if timeout is None else timeout
@@ -116,7 +118,7 @@ class Lease:
         while True:
             if self.cancel is not None and self.cancel.is_set():
                 self._give_up()
-                raise c.NotAcquired(f'lease "{self.key}": campaign cancelled', self.holder)
+                raise c.not_acquired(self, "campaign cancelled")
             if self._attempt():
                 self._start_threads()
                 self._unwatch()
@@ -126,8 +128,7 @@ class Lease:
                 left = end - c.now()
                 if left <= 0:
                     self._give_up()
-                    raise c.NotAcquired(f'lease "{self.key}" not acquired within {timeout}s'
-                                        f' (held by {self.holder})', self.holder)
+                    raise c.not_acquired(self, f"not acquired within {timeout}s")
                 delay = min(delay, left)
             self._wait_release(delay)
 
@@ -190,10 +191,11 @@ class Lease:
                 self._unknown_acquire = True
             c.close_quietly(self._conn)
             self._conn, self._watching = None, False
-            if e.sqlstate in c.PERMANENT_SQLSTATES or e.sqlstate == "42704":
+            self.last_error = e
+            if c.permanent(e.sqlstate):
                 raise
             return False
-        self.holder = c.value(res, 2)
+        self.holder, self.last_error = c.value(res, 2), None
         if c.value(res, 0) != "t":
             self._watch()
             return False
@@ -337,7 +339,7 @@ class Lease:
                 except Exception as e:          # LeaseError, or anything unexpected: retry, never die
                     c.close_quietly(conn)
                     conn = None
-                    if getattr(e, "sqlstate", None) in c.PERMANENT_SQLSTATES:
+                    if c.permanent(getattr(e, "sqlstate", None)):
                         self._end("renew_failed")
                         return
                     left = self._deadline - c.now()

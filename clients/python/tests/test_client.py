@@ -143,6 +143,27 @@ class SyncTests(unittest.TestCase):
         with admin() as a:
             self.assertEqual(history(a, "py-nul"), [])
 
+    def test_connection_errors(self):
+        # refusals no retry can cure end the campaign at once (timeout 60 s is never reached),
+        # with the server's SQLSTATE
+        for what, state in (({"dbname": "py_no_such_db"}, "3D000"), ({"user": "py_no_such_role"}, "28")):
+            dsn = psycopg.conninfo.make_conninfo(DSN, **what)
+            with self.assertRaises(le.LeaseError) as cm:
+                le.lead(dsn, "py-badconn", ttl="2s", timeout=60).acquire()
+            self.assertNotIsInstance(cm.exception, le.NotAcquired)
+            self.assertTrue((cm.exception.sqlstate or "").startswith(state), cm.exception)
+            self.assertIn(next(iter(what.values())), str(cm.exception))
+        with self.assertRaises(le.LeaseError) as cm:
+            asyncio.run(le.lead_async(psycopg.conninfo.make_conninfo(DSN, dbname="py_no_such_db"),
+                                      "py-badconn", ttl="2s", timeout=60).acquire())
+        self.assertEqual(cm.exception.sqlstate, "3D000")
+        # a server that does not answer: retried until the timeout, and NotAcquired says why
+        dsn = psycopg.conninfo.make_conninfo(DSN, port="1")
+        with self.assertRaises(le.NotAcquired) as cm:
+            le.lead(dsn, "py-badconn", ttl="2s", timeout=0.5, retry=0.1).acquire()
+        self.assertIsInstance(cm.exception.last_error, le.LeaseError)
+        self.assertIn("connection failed", str(cm.exception))
+
     def test_two_leases_one_process(self):
         with le.lead(DSN, "py-two-a", ttl="5s", name="same") as a, \
                 le.lead(DSN, "py-two-b", ttl="5s", name="same") as b:
