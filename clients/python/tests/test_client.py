@@ -385,6 +385,53 @@ class RunTests(unittest.TestCase):
             self.assertEqual(history(a, "py-run-cmd")[-1][1:], (int(token), "released"))
 
 
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+PARENT = ("import os, subprocess, sys, leader_election as le\n"
+          "def fn(info):\n"
+          "    p = subprocess.Popen(['sleep', '60'])\n"
+          "    print(os.getpid(), p.pid, flush=True)\n"
+          "    p.wait()\n"
+          "work = fn if sys.argv[2] == 'function' else ['sh', '-c', 'sleep 60 & echo $$ $!; wait']\n"
+          "r = le.run(sys.argv[1], sys.argv[3], work, ttl='5s')\n"
+          "print(r.reason, r.returncode, r.token, flush=True)\n")
+
+
+class RunParentTests(unittest.TestCase):
+    def test_parent_sigkill_kills_the_work_and_its_children(self):
+        parents = {how: subprocess.Popen([sys.executable, "-c", PARENT, DSN, how, "py-run-kill-" + how],
+                                         stdout=subprocess.PIPE, text=True)
+                   for how in ("function", "command")}
+        pids = {how: [int(x) for x in p.stdout.readline().split()] for how, p in parents.items()}
+        for how, p in parents.items():
+            self.assertEqual(len(pids[how]), 2, how)
+            self.assertTrue(all(alive(x) for x in pids[how]), how)
+            p.kill()
+            p.wait()
+            p.stdout.close()
+        end = time.monotonic() + 10
+        while time.monotonic() < end and any(alive(x) for v in pids.values() for x in v):
+            time.sleep(0.05)
+        self.assertEqual({how: [x for x in v if alive(x)] for how, v in pids.items()},
+                         {"function": [], "command": []})
+
+    def test_sighup_stops_and_releases(self):
+        p = subprocess.Popen([sys.executable, "-c", PARENT, DSN, "command", "py-run-hup"], stdout=subprocess.PIPE, text=True)
+        work = [int(x) for x in p.stdout.readline().split()]
+        p.send_signal(signal.SIGHUP)
+        reason, rc, token = p.communicate(timeout=15)[0].split()
+        self.assertEqual(reason, "signal")
+        self.assertFalse(any(alive(x) for x in work))
+        with admin() as a:
+            self.assertEqual(history(a, "py-run-hup")[-1][1:], (int(token), "released"))
+
+
 class ReadmeTest(unittest.TestCase):
     def test_readme_example_runs(self):
         with open(os.path.join(HERE, "..", "README.md")) as f:
