@@ -15,6 +15,7 @@ that never awaits cannot be cancelled: the fence still stops its writes).
 
 import asyncio
 import contextlib
+import os
 
 from . import _common as c
 from .sync import Lease
@@ -67,6 +68,8 @@ class AsyncLease(Lease):
 
     async def release(self):
         """End the period and compare-and-release the lease (see Lease.release)."""
+        if os.getpid() != self._pid:
+            return None
         self._end("released")
         if self._task is not None:
             self._task.cancel()

@@ -13,9 +13,24 @@ once its period ended, is never reported as held again.
 """
 
 import contextlib
+import os
 import threading
+import weakref
 
 from . import _common as c
+
+_LEASES = weakref.WeakSet()
+
+
+def _after_fork_in_child():
+    """A forked child shares the lease connections' sockets: it must never send on them.  Its
+    copies of the leases drop their connections (psycopg does not close a connection made in
+    another process) and, by the pid check, are not leading and release nothing."""
+    for lease in list(_LEASES):
+        lease._conn, lease._watching = None, False
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Lease:
@@ -54,6 +69,8 @@ class Lease:
         self._unknown_acquire = False
         self._watching = False
         self._watch_failed = False
+        self._pid = os.getpid()         # the process that owns the period; a forked copy is inert
+        _LEASES.add(self)
 
     # --- public --------------------------------------------------------------
 
@@ -62,7 +79,8 @@ class Lease:
 
         Advisory in threaded code: the period can end right after it returned True. Every write
         that matters must carry the token through the fence (transaction(), stamp())."""
-        return self.token is not None and not self.lost.is_set() and c.now() < self._deadline
+        return (self.token is not None and not self.lost.is_set() and c.now() < self._deadline
+                and os.getpid() == self._pid)
 
     def remaining(self):
         """Seconds left before the local deadline (0 when not leading)."""
@@ -111,8 +129,8 @@ class Lease:
         `cancel` event given to lead() is set (its last_error: the last failed attempt's LeaseError).
         Permanent errors (permission denied, missing extension, bad input, refused authentication,
         missing role or database: _common.permanent()) raise LeaseError at once."""
-        if self.token is not None:
-            raise RuntimeError("a Lease is one ownership period: call lead() again for another")
+        if self.token is not None or os.getpid() != self._pid:
+            raise RuntimeError("a Lease is one ownership period of one process: call lead() again for another")
         timeout = self.timeout if timeout is None else timeout
         end = None if timeout is None else c.now() + timeout
         while True:
@@ -135,7 +153,11 @@ class Lease:
     def release(self):
         """End the period (reason 'released' unless it already ended) and compare-and-release it
         on the server with our owner id and token, so that a follower gets it at once.  Returns
-        the server's answer (False when it was no longer ours), None when it could not be asked."""
+        the server's answer (False when it was no longer ours), None when it could not be asked.
+        In a forked child (another pid than the one that created the Lease) it does nothing and
+        returns None: the period belongs to the parent."""
+        if os.getpid() != self._pid:
+            return None
         self._end("released")
         self._stop.set()
         for t in self._threads:

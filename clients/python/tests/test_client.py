@@ -164,6 +164,29 @@ class SyncTests(unittest.TestCase):
         self.assertIsInstance(cm.exception.last_error, le.LeaseError)
         self.assertIn("connection failed", str(cm.exception))
 
+    def test_forked_child_leaves_the_lease_alone(self):
+        # the child shares the lease's sockets: leaving the block there must send nothing
+        with admin() as a, le.lead(DSN, "py-fork", ttl="1s") as lease:
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    os.write(w, f"{lease.is_leader()}".encode())
+                    lease.__exit__(None, None, None)    # leaving the block in the child: nothing sent
+                finally:
+                    os._exit(0)
+            os.close(w)
+            seen = os.read(r, 100).decode()
+            os.close(r)
+            os.waitpid(pid, 0)
+            self.assertEqual(seen, "False")
+            before = a.execute("SELECT renewed_at FROM le_leases WHERE lease_key = 'py-fork'").fetchone()[0]
+            time.sleep(0.8)                 # more than two renewals
+            self.assertTrue(lease.is_leader(), lease.lost_reason)
+            row = a.execute("SELECT holder, fencing_token, renewed_at > %s FROM le_leases WHERE lease_key = 'py-fork'",
+                            (before,)).fetchone()
+            self.assertEqual(row, (lease.owner_id, lease.token, True))
+
     def test_two_leases_one_process(self):
         with le.lead(DSN, "py-two-a", ttl="5s", name="same") as a, \
                 le.lead(DSN, "py-two-b", ttl="5s", name="same") as b:
