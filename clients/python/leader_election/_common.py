@@ -254,14 +254,17 @@ def _query_gen(pgconn, sql, params=()):
         yield pgconn.socket, False
 
 
-def drive(gen, deadline):
-    """Run an exchange to its end with poll(), in slices of at most 250 ms, until `deadline` (now())."""
+def drive(gen, deadline, stop=None):
+    """Run an exchange to its end with poll(), in slices of at most 250 ms, until `deadline` (now())
+    or until the threading.Event `stop` is set (Timeout either way)."""
     try:
         want = next(gen)
         while True:
             left = deadline - now()
             if left <= 0:
                 raise Timeout("timed out")
+            if stop is not None and stop.is_set():
+                raise Timeout("stopped")
             fd, write = want
             p = select.poll()
             p.register(fd, (select.POLLOUT if write else select.POLLIN) | select.POLLERR | select.POLLHUP)

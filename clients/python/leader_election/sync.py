@@ -69,6 +69,9 @@ class Lease:
         self._unknown_acquire = False
         self._watching = False
         self._watch_failed = False
+        self._release_lock = threading.Lock()
+        self._released = False
+        self._release_result = None
         self._pid = os.getpid()         # the process that owns the period; a forked copy is inert
         _LEASES.add(self)
 
@@ -160,17 +163,23 @@ class Lease:
             return None
         self._end("released")
         self._stop.set()
-        for t in self._threads:
-            t.join(self.timing.statement_timeout + self.timing.connect_timeout + 1)
-        if self.token is None:
-            return None
-        try:
-            ok = self._release_token(self.token)
-        except c.LeaseError:
-            ok = None
-        c.close_quietly(self._conn)
-        self._conn, self._watching = None, False
-        return ok
+        me = threading.current_thread()
+        for t in self._threads:     # they see _stop within a 250 ms slice, even in a hung renewal
+            if t is not me:         # release() from on_lost runs in one of them
+                t.join(1.0)
+        with self._release_lock:    # once, even from two threads: one campaign connection
+            if self._released:
+                return self._release_result
+            self._released = True
+            if self.token is None:
+                return None
+            try:
+                self._release_result = self._release_token(self.token)
+            except c.LeaseError:
+                self._release_result = None
+            c.close_quietly(self._conn)
+            self._conn, self._watching = None, False
+            return self._release_result
 
     def __enter__(self):
         try:
@@ -186,12 +195,12 @@ class Lease:
 
     # --- campaign --------------------------------------------------------------
 
-    def _connect(self, purpose, bound):
+    def _connect(self, purpose, bound, stop=None):
         conn = c.drive(c._connect_gen(c.lease_conninfo(self.dsn, purpose, self.timing.connect_timeout)),
-                       c.now() + bound)
+                       c.now() + bound, stop)
         if self._stmts is None:
             try:
-                res = c.drive(c._query_gen(conn, c.SCHEMA_SQL), c.now() + self.timing.statement_timeout)
+                res = c.drive(c._query_gen(conn, c.SCHEMA_SQL), c.now() + self.timing.statement_timeout, stop)
                 self._stmts = c.Statements(c.schema_from(res))
             except BaseException:
                 c.close_quietly(conn)
@@ -352,11 +361,11 @@ class Lease:
                 try:
                     bound = t.attempt_bound(self._deadline, rtt)
                     if conn is None:
-                        conn = self._connect("renew", min(t.connect_timeout, max(bound, 3 * rtt)))
+                        conn = self._connect("renew", min(t.connect_timeout, max(bound, 3 * rtt)), self._stop)
                     sent = c.now()
                     res = c.drive(c._query_gen(conn, self._stmts.renew,
                                                (self.key, self.owner_id, self.token, t.ttl_sql())),
-                                  sent + bound)
+                                  sent + bound, self._stop)
                     rtt = c.now() - sent
                 except Exception as e:          # LeaseError, or anything unexpected: retry, never die
                     c.close_quietly(conn)

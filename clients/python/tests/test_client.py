@@ -265,6 +265,37 @@ class SyncTests(unittest.TestCase):
             finally:
                 os.kill(frozen, signal.SIGCONT)
 
+    def test_release_does_not_wait_for_a_hung_renewal(self):
+        lease = le.lead(DSN, "py-rel-hung", ttl="20s", renew_every="0.3s").acquire()
+        with admin() as a:
+            frozen = self.renew_backend(a, lease)
+            os.kill(frozen, signal.SIGSTOP)     # the next renewal hangs for its bound, the 5 s statement timeout
+            try:
+                time.sleep(0.6)
+                t0 = time.monotonic()
+                self.assertTrue(lease.release())
+                took = time.monotonic() - t0
+            finally:
+                os.kill(frozen, signal.SIGCONT)
+            self.assertLess(took, lease.timing.statement_timeout / 2)
+            self.assertEqual(history(a, "py-rel-hung")[-1][1:], (lease.token, "released"))
+            FIGURES.append(f"release() with a renewal hung: {1000 * took:.0f} ms")
+
+    def test_release_from_on_lost(self):
+        answers = []
+        lease = le.lead(DSN, "py-onlost", ttl="2s", on_lost=lambda l: answers.append(l.release())).acquire()
+        with admin() as a:
+            a.execute("SELECT le_force_release('py-onlost')")
+            self.assertTrue(lease.lost.wait(5))
+            for _ in range(100):
+                if answers:
+                    break
+                time.sleep(0.02)
+            self.assertEqual(lease.lost_reason, "lost")
+            self.assertEqual(answers, [False])      # compare-and-release ran: no longer ours
+            self.assertEqual(lease.release(), False)    # once: the same answer
+            self.assertTrue(all(not t.is_alive() for t in lease._threads))
+
     def test_hung_renewals_end_leadership_before_expiry(self):
         with le.lead(DSN, "py-hung", ttl="2s") as lease:
             time.sleep(0.3)
