@@ -9,12 +9,12 @@ Invariant: no mode reports a period as held after its local deadline, the
 send time of its last confirmed acquire/renew + ttl - safety margin.
 """
 
-from ._common import (LeadershipLost, LeaseError, NotAcquired, NotLeader, Timeout, make_owner_id, now,
-                      seconds)
+from ._common import (LeadershipLost, LeaseError, NotAcquired, NotHeld, NotLeader, StaleToken, Timeout,
+                      make_owner_id, now, seconds)
 from .aio import AsyncLease, lead_async
 from .run import LeaseInfo, RunResult, run
 from .sync import Lease, lead
 
 __version__ = "1.0.0"
 __all__ = ["lead", "lead_async", "run", "Lease", "AsyncLease", "LeaseInfo", "RunResult", "LeaseError",
-           "Timeout", "NotLeader", "NotAcquired", "LeadershipLost", "make_owner_id", "now", "seconds"]
+           "Timeout", "NotLeader", "StaleToken", "NotHeld", "NotAcquired", "LeadershipLost", "make_owner_id", "now", "seconds"]

@@ -13,6 +13,7 @@ later; nothing here reads the wall clock for a decision.
 """
 
 import json
+import math
 import os
 import random
 import re
@@ -52,6 +53,23 @@ class NotLeader(LeaseError):
     """Raised by a fenced-transaction helper when the lease is not (or no longer) held."""
 
 
+class StaleToken(NotLeader):
+    """lease.transaction(): the fence refused a write, its token is older than the lease's (LE001)."""
+
+
+class NotHeld(NotLeader):
+    """lease.transaction(): the fence refused a write, the lease is released, expired or unknown (LE002)."""
+
+
+FENCE_ERRORS = {"LE001": StaleToken, "LE002": NotHeld}
+
+
+def fence_error(err):
+    """The library exception for a psycopg error with SQLSTATE LE001/LE002 (None for another)."""
+    cls = FENCE_ERRORS.get(getattr(err, "sqlstate", None))
+    return None if cls is None else cls(str(err).strip(), err.sqlstate)
+
+
 class NotAcquired(TimeoutError):
     """lead()/lead_async()/run() did not get the lease within `timeout`; `holder` names who has it,
     `last_error` is the LeaseError of the last failed attempt (None when the server answered)."""
@@ -89,17 +107,23 @@ _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h)\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
-def seconds(value, name="duration"):
-    """A duration in seconds from a number of seconds or a string such as '500ms', '15s', '2m'."""
+def seconds(value, name="duration", wait=False):
+    """A duration in seconds from a number of seconds or a string such as '500ms', '15s', '2m':
+    finite and more than zero; wait=True (a timeout): zero or more, infinity allowed."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         v = float(value)
-    else:
-        m = _DURATION.match(str(value))
+    elif isinstance(value, str):
+        m = _DURATION.match(value)
         if not m:
             raise ValueError(f"{name}: {value!r} is not a duration (a number of seconds or e.g. '15s', '500ms')")
         v = float(m.group(1)) * _UNITS[m.group(2)]
-    if not v > 0:
-        raise ValueError(f"{name} must be more than zero, not {value!r}")
+    else:
+        raise TypeError(f"{name} must be a number of seconds or a str such as '15s', not {type(value).__name__}")
+    if wait:
+        if not v >= 0:
+            raise ValueError(f"{name} must be zero or more, not {value!r}")
+    elif not (v > 0 and math.isfinite(v)):
+        raise ValueError(f"{name} must be a finite duration more than zero, not {value!r}")
     return v
 
 

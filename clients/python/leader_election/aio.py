@@ -28,7 +28,7 @@ class AsyncLease(Lease):
     def __init__(self, dsn, key, ttl="15s", *, cancel_margin=0.1, **options):
         super().__init__(dsn, key, ttl, **options)
         self.lost = asyncio.Event()
-        self.cancel_margin = float(cancel_margin)
+        self.cancel_margin = 0.0 if cancel_margin == 0 else c.seconds(cancel_margin, "cancel_margin")
         if not 0 <= self.cancel_margin < self.timing.ttl / 4:
             raise ValueError("cancel_margin must be in [0, ttl/4)")
         self._task = None
@@ -41,16 +41,22 @@ class AsyncLease(Lease):
         """`async with lease.transaction(aconn) as tx:` the asyncio twin of Lease.transaction()."""
         if self.token is None or (check and not self.is_leader()):
             raise c.NotLeader(f'not leading lease "{self.key}"')
-        async with conn.transaction() as tx:
-            await conn.execute("SELECT pg_catalog.set_config('leader_election.fencing_token', %s, true)",
-                               (str(self.token),))
-            yield tx
+        try:
+            async with conn.transaction() as tx:
+                await conn.execute("SELECT pg_catalog.set_config('leader_election.fencing_token', %s, true)",
+                                   (str(self.token),))
+                yield tx
+        except c.psycopg.Error as e:
+            fenced = c.fence_error(e)
+            if fenced is None:
+                raise
+            raise fenced from e
 
     async def acquire(self, timeout=None):
         """Campaign until leading (see Lease.acquire); NotAcquired after `timeout` seconds."""
         if self.token is not None:
             raise RuntimeError("a Lease is one ownership period: call lead_async() again for another")
-        timeout = self.timeout if timeout is None else timeout
+        timeout = self.timeout if timeout is None else c.seconds(timeout, "timeout", wait=True)
         end = None if timeout is None else c.now() + timeout
         while True:
             if await self._attempt_async():

@@ -51,7 +51,7 @@ class Lease:
         self.key = key
         self.owner_id = owner_id or c.make_owner_id(name)
         self.timing = c.Timing(ttl, renew_by=renew_by, **timing)
-        self.timeout = None if timeout is None else float(timeout)
+        self.timeout = None if timeout is None else c.seconds(timeout, "timeout", wait=True)
         self.cancel = cancel
         self.on_lost = on_lost
         self.token = None
@@ -104,13 +104,21 @@ class Lease:
         write in it (INSERT, UPDATE, DELETE, TRUNCATE on tables under le_protect) is judged with this
         period's token: after a takeover the database refuses it (SQLSTATE LE001 or LE002) and nothing
         commits.  Raises NotLeader without touching `conn` when the local deadline has passed
-        (check=False: stamp the period's token anyway and let the fence alone judge it)."""
+        (check=False: stamp the period's token anyway and let the fence alone judge it).  A write the
+        fence refuses raises StaleToken (LE001) or NotHeld (LE002), subclasses of NotLeader with
+        .sqlstate, the psycopg error as __cause__; other errors pass through unchanged."""
         if self.token is None or (check and not self.is_leader()):
             raise c.NotLeader(f'not leading lease "{self.key}"')
-        with conn.transaction() as tx:
-            conn.execute("SELECT pg_catalog.set_config('leader_election.fencing_token', %s, true)",
-                         (str(self.token),))
-            yield tx
+        try:
+            with conn.transaction() as tx:
+                conn.execute("SELECT pg_catalog.set_config('leader_election.fencing_token', %s, true)",
+                             (str(self.token),))
+                yield tx
+        except c.psycopg.Error as e:
+            fenced = c.fence_error(e)
+            if fenced is None:
+                raise
+            raise fenced from e
 
     def stamp(self, values=None, column="fencing_token", **more):
         """A dict of column values with this period's token added under `column`.
@@ -134,7 +142,7 @@ class Lease:
         missing role or database: _common.permanent()) raise LeaseError at once."""
         if self.token is not None or os.getpid() != self._pid:
             raise RuntimeError("a Lease is one ownership period of one process: call lead() again for another")
-        timeout = self.timeout if timeout is None else timeout
+        timeout = self.timeout if timeout is None else c.seconds(timeout, "timeout", wait=True)
         end = None if timeout is None else c.now() + timeout
         while True:
             if self.cancel is not None and self.cancel.is_set():

@@ -187,6 +187,20 @@ class SyncTests(unittest.TestCase):
                             (before,)).fetchone()
             self.assertEqual(row, (lease.owner_id, lease.token, True))
 
+    def test_durations_checked(self):
+        for kw in ({"ttl": float("inf")}, {"ttl": float("nan")}, {"timeout": float("nan")}, {"timeout": -1},
+                   {"retry": 0}, {"retry": -1}, {"retry": "0s"}, {"timeout": "soon"}, {"jitter": float("nan")}):
+            with self.assertRaises(ValueError, msg=kw):
+                le.lead(DSN, "py-durations", **kw)
+        with self.assertRaisesRegex(TypeError, "retry must be a number of seconds"):
+            le.lead(DSN, "py-durations", retry=None)
+        self.assertEqual(le.lead(DSN, "py-durations", timeout="5s").timeout, 5.0)
+        self.assertEqual(le.lead(DSN, "py-durations", timeout="250ms").timeout, 0.25)
+        with le.lead(DSN, "py-durations", ttl="2s", timeout="1s") as lease:
+            with self.assertRaises(le.NotAcquired):
+                le.lead(DSN, "py-durations", ttl="2s").acquire(timeout="300ms")
+            self.assertTrue(lease.is_leader())
+
     def test_two_leases_one_process(self):
         with le.lead(DSN, "py-two-a", ttl="5s", name="same") as a, \
                 le.lead(DSN, "py-two-b", ttl="5s", name="same") as b:
@@ -218,10 +232,12 @@ class SyncTests(unittest.TestCase):
             with le.lead(DSN, "py-fence", ttl="5s") as new:
                 self.assertGreater(new.token, old.token)
                 # whether or not the old lease has heard yet, the fence refuses its token
-                with self.assertRaises(psycopg.Error) as cm:
+                with self.assertRaises(le.StaleToken) as cm:
                     with old.transaction(work, check=False):
                         work.execute("DELETE FROM py_fenced")
                 self.assertEqual(cm.exception.sqlstate, "LE001")
+                self.assertIsInstance(cm.exception, le.NotLeader)
+                self.assertIsInstance(cm.exception.__cause__, psycopg.Error)
                 with new.transaction(work):
                     work.execute("INSERT INTO py_fenced VALUES (3, 'new', %s)", (new.token,))
                 # the old lease's next renewal is refused: lost
@@ -232,6 +248,10 @@ class SyncTests(unittest.TestCase):
                     with old.transaction(work):
                         pass
             self.assertFalse(old.release())        # compare-and-release: no longer ours
+            with self.assertRaises(le.NotHeld) as cm:  # released: nobody holds it
+                with new.transaction(work, check=False):
+                    work.execute("INSERT INTO py_fenced VALUES (4, 'late', %s)", (new.token,))
+            self.assertEqual(cm.exception.sqlstate, "LE002")
             self.assertEqual(a.execute("SELECT array_agg(id ORDER BY id) FROM py_fenced").fetchone()[0], [1, 3])
             work.close()
 
