@@ -21,6 +21,9 @@ from . import _common as c
 from .sync import Lease
 
 
+RECANCEL = 0.1      # a body that swallowed its cancellation is cancelled again this often
+
+
 class AsyncLease(Lease):
     """One ownership period for asyncio code.  Create it with lead_async(); `lost` is an
     asyncio.Event; is_leader(), remaining(), stamp() and the attributes are those of Lease."""
@@ -35,6 +38,8 @@ class AsyncLease(Lease):
         self._body = None
         self._cancel_handle = None
         self._cancelled_by_us = False
+        self._cancels = 0
+        self._recancel_handle = None
 
     @contextlib.asynccontextmanager
     async def transaction(self, conn, check=True):
@@ -104,13 +109,26 @@ class AsyncLease(Lease):
 
     async def __aexit__(self, exc_type, exc, tb):
         body, self._body = self._body, None
-        if self._cancel_handle is not None:
-            self._cancel_handle.cancel()
-        await self.release()
-        if self._cancelled_by_us and exc_type in (asyncio.CancelledError, None):
-            if body is not None and body.cancelling():
+        for h in (self._cancel_handle, self._recancel_handle):
+            if h is not None:
+                h.cancel()
+        # a cancellation still on its way (the body swallowed an earlier one) must not stop the release
+        releasing = asyncio.ensure_future(self.release())
+        cancelled = False
+        while not releasing.done():
+            try:
+                await asyncio.shield(releasing)
+            except asyncio.CancelledError:
+                cancelled = True
+        if self._cancelled_by_us and (exc_type in (asyncio.CancelledError, None) or cancelled):
+            for _ in range(self._cancels):
+                if body is None or not body.cancelling():
+                    break
                 body.uncancel()
-            raise c.LeadershipLost(f'lease "{self.key}" ended ({self.lost_reason}): body cancelled')
+            if body is None or not body.cancelling():
+                raise c.LeadershipLost(f'lease "{self.key}" ended ({self.lost_reason}): body cancelled')
+        if cancelled:
+            raise asyncio.CancelledError()
         return False
 
     # --- internals -------------------------------------------------------------
@@ -120,7 +138,8 @@ class AsyncLease(Lease):
         if self._cancel_handle is not None:
             self._cancel_handle.cancel()
         loop = asyncio.get_running_loop()
-        self._cancel_handle = loop.call_later(max(0.0, self._deadline - self.cancel_margin - c.now()),
+        # in slices of at most 0.5 s: the loop's clock stops during a suspend, c.now() does not
+        self._cancel_handle = loop.call_later(min(0.5, max(0.0, self._deadline - self.cancel_margin - c.now())),
                                               self._on_timer)
 
     def _on_timer(self):
@@ -137,10 +156,18 @@ class AsyncLease(Lease):
         self.lost.set()
         if self._body is not None and reason != "released" and not self._body.done():
             self._cancelled_by_us = True
-            self._body.cancel()
+            self._cancel_body()
         if self.on_lost is not None and reason != "released":
             with contextlib.suppress(Exception):
                 self.on_lost(self)
+
+    def _cancel_body(self):
+        """Cancel the body, and again every RECANCEL seconds while it goes on (it swallowed one)."""
+        if self._body is None or self._body.done():
+            return
+        self._body.cancel()
+        self._cancels += 1
+        self._recancel_handle = asyncio.get_running_loop().call_later(RECANCEL, self._cancel_body)
 
     async def _connect_async(self, purpose, bound):
         conn = await c.drive_async(c._connect_gen(c.lease_conninfo(self.dsn, purpose, self.timing.connect_timeout)),
@@ -252,7 +279,10 @@ class AsyncLease(Lease):
         next_at = self._deadline - (t.ttl - t.margin) + t.renew_every
         try:
             while not self.lost.is_set():
-                await asyncio.sleep(max(0.0, next_at - c.now()))
+                while next_at - c.now() > 0 and not self.lost.is_set():    # slices: see _arm()
+                    await asyncio.sleep(min(0.5, next_at - c.now()))
+                if self.lost.is_set():
+                    return
                 if c.now() >= self._deadline:
                     self._end("deadline_passed")
                     return
@@ -293,6 +323,8 @@ def lead_async(dsn, key, ttl="15s", **options):
     Like lead() (same options), but the task running the block is cancelled cancel_margin
     (default 0.1 s) before the local deadline (send time of the last confirmed acquire/renew +
     ttl - safety margin), or as soon as the period ends otherwise, and the block then raises
-    LeadershipLost.  A body that blocks the event loop cannot be cancelled (use run() for such work);
+    LeadershipLost.  A body that swallows CancelledError is cancelled again every 0.1 s until it
+    ends.  A body that blocks the event loop (a blocking call, a loop without await) cannot be
+    cancelled at all (use run() for such work);
     its writes are still refused by the fence.  Leaving the block releases the lease."""
     return AsyncLease(dsn, key, ttl, **options)

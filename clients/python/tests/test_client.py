@@ -368,6 +368,36 @@ class AsyncTests(unittest.TestCase):
                        f" before the local deadline, last step {1000 * (seen['expires_at'] - seen['last_wall']):.0f} ms"
                        " before the server's expiry")
 
+    def test_body_swallowing_cancellation_is_cancelled_again(self):
+        seen = {"cancels": 0, "slices": []}
+
+        async def main():
+            loop = asyncio.get_running_loop()
+            lease = le.lead_async(DSN, "py-async-swallow", ttl="3s")
+            try:
+                async with lease:
+                    with admin() as a:
+                        a.execute("SELECT le_force_release('py-async-swallow')")
+                    for _ in range(300):            # at most ~3 s, then it ends by itself
+                        try:
+                            seen["slices"].append(lease._cancel_handle.when() - loop.time())
+                            await asyncio.sleep(0.01)
+                        except asyncio.CancelledError:
+                            seen["cancels"] += 1
+                            if seen["cancels"] == 4:
+                                raise
+            except le.LeadershipLost:
+                seen["reason"] = lease.lost_reason
+            seen["cancelling"] = asyncio.current_task().cancelling()
+
+        asyncio.run(main())
+        self.assertEqual(seen["cancels"], 4)        # cancelled again until it gave in
+        self.assertEqual(seen["reason"], "lost")
+        self.assertEqual(seen["cancelling"], 0)
+        self.assertLessEqual(max(seen["slices"]), 0.5 + 0.05)     # the timer never sleeps through a suspend
+        with admin() as a:
+            self.assertEqual(history(a, "py-async-swallow")[-1][2], "force_released")
+
     def test_async_fenced_transaction(self):
         async def main():
             async with await psycopg.AsyncConnection.connect(DSN) as conn:
