@@ -391,6 +391,27 @@ def value(result, col, row=0):
     return None if v is None else v.decode()
 
 
+def cancel_request(pgconn):
+    """Ask the server to cancel the statement running on `pgconn` (PQcancel, in a daemon thread: it
+    connects anew and may hang on a lost network), so that an acquire given up on the client side
+    does not go on to be granted.  Call it before closing the connection."""
+    import threading
+    try:
+        cancel = pgconn.get_cancel()
+    except Exception:
+        return None
+    t = threading.Thread(target=lambda: _cancel_quietly(cancel), name="leader_election cancel", daemon=True)
+    t.start()
+    return t
+
+
+def _cancel_quietly(cancel):
+    try:
+        cancel.cancel()
+    except Exception:
+        pass
+
+
 def close_quietly(pgconn):
     if pgconn is not None:
         try:

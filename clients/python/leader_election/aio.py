@@ -21,6 +21,14 @@ from . import _common as c
 from .sync import Lease
 
 
+_BACKGROUND = set()     # tasks that must run to their end: strong references
+
+
+def _background(task):
+    _BACKGROUND.add(task)
+    task.add_done_callback(_BACKGROUND.discard)
+
+
 RECANCEL = 0.1      # a body that swallowed its cancellation is cancelled again this often
 
 
@@ -38,7 +46,7 @@ class AsyncLease(Lease):
         self._body = None
         self._cancel_handle = None
         self._cancelled_by_us = False
-        self._cancels = 0
+        self._body_cancels = 0
         self._recancel_handle = None
 
     @contextlib.asynccontextmanager
@@ -63,19 +71,49 @@ class AsyncLease(Lease):
             raise RuntimeError("a Lease is one ownership period: call lead_async() again for another")
         timeout = self.timeout if timeout is None else c.seconds(timeout, "timeout", wait=True)
         end = None if timeout is None else c.now() + timeout
-        while True:
+        try:
+            while True:
+                if await self._attempt_async():
+                    self._task = asyncio.create_task(self._renew_task(), name=f"leader_election renew {self.key}")
+                    self._arm()
+                    await self._unwatch_async()
+                    return self
+                delay = self.timing.retry_delay()
+                if end is not None:
+                    left = end - c.now()
+                    if left <= 0:
+                        await self._give_up_async()
+                        raise c.not_acquired(self, f"not acquired within {timeout}s")
+                    delay = min(delay, left)
+                await self._wait_release_async(delay)
+        except asyncio.CancelledError:  # the campaign's task was cancelled: give up in the background
+            if self._unknown_acquire and self.token is None:
+                _background(asyncio.ensure_future(self._give_up_async()))
+            raise
+
+    async def _give_up_async(self):
+        """The asyncio twin of Lease._give_up(): after an acquire whose answer never came (its
+        statement was cancelled on the server), acquire once more and release what it got."""
+        if not self._unknown_acquire:
+            return
+        self._unknown_acquire = False
+        await self._join_cancels_async()        # the cancel requests first (bounded)
+        try:
             if await self._attempt_async():
-                self._task = asyncio.create_task(self._renew_task(), name=f"leader_election renew {self.key}")
-                self._arm()
-                await self._unwatch_async()
-                return self
-            delay = self.timing.retry_delay()
-            if end is not None:
-                left = end - c.now()
-                if left <= 0:
-                    raise c.not_acquired(self, f"not acquired within {timeout}s")
-                delay = min(delay, left)
-            await self._wait_release_async(delay)
+                await self._release_async(self.token)
+                self.token = None
+        except c.LeaseError:
+            pass
+        finally:
+            c.close_quietly(self._conn)
+            self._conn, self._watching = None, False
+        await self._join_cancels_async()        # that attempt's own, if it was given up too
+
+    async def _join_cancels_async(self):
+        cancels, self._cancels = self._cancels, []
+        for t in cancels:
+            if t is not None:
+                await asyncio.to_thread(t.join, self.timing.connect_timeout)
 
     async def release(self):
         """End the period and compare-and-release the lease (see Lease.release)."""
@@ -121,7 +159,7 @@ class AsyncLease(Lease):
             except asyncio.CancelledError:
                 cancelled = True
         if self._cancelled_by_us and (exc_type in (asyncio.CancelledError, None) or cancelled):
-            for _ in range(self._cancels):
+            for _ in range(self._body_cancels):
                 if body is None or not body.cancelling():
                     break
                 body.uncancel()
@@ -166,7 +204,7 @@ class AsyncLease(Lease):
         if self._body is None or self._body.done():
             return
         self._body.cancel()
-        self._cancels += 1
+        self._body_cancels += 1
         self._recancel_handle = asyncio.get_running_loop().call_later(RECANCEL, self._cancel_body)
 
     async def _connect_async(self, purpose, bound):
@@ -191,6 +229,9 @@ class AsyncLease(Lease):
                                                    (self.key, self.owner_id, t.ttl_sql())),
                                       sent + t.statement_timeout)
         except c.LeaseError as e:
+            if isinstance(e, c.Timeout) and self._conn is not None and self._conn.status == c.pq.ConnStatus.OK:
+                self._unknown_acquire = True
+                self._cancels.append(c.cancel_request(self._conn))
             c.close_quietly(self._conn)
             self._conn, self._watching = None, False
             self.last_error = e

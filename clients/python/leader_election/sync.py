@@ -67,6 +67,7 @@ class Lease:
         self._stmts = None
         self._threads = []
         self._unknown_acquire = False
+        self._cancels = []              # cancel requests of acquires given up on (threads)
         self._watching = False
         self._watch_failed = False
         self._release_lock = threading.Lock()
@@ -226,8 +227,9 @@ class Lease:
             res = c.drive(c._query_gen(self._conn, self._stmts.acquire, (self.key, self.owner_id, t.ttl_sql())),
                           sent + t.statement_timeout)
         except c.LeaseError as e:
-            if isinstance(e, c.Timeout):
+            if isinstance(e, c.Timeout) and self._conn is not None and self._conn.status == c.pq.ConnStatus.OK:
                 self._unknown_acquire = True
+                self._cancels.append(c.cancel_request(self._conn))
             c.close_quietly(self._conn)
             self._conn, self._watching = None, False
             self.last_error = e
@@ -304,12 +306,20 @@ class Lease:
         if not self._unknown_acquire:
             return
         self._unknown_acquire = False
+        self._join_cancels()            # the cancel requests first (bounded): then what is left
         try:
             if self._attempt():
                 self._release_token(self.token)
                 self.token = None
         except c.LeaseError:
             pass
+        self._join_cancels()            # that attempt's own, if it was given up too
+
+    def _join_cancels(self):
+        for t in self._cancels:
+            if t is not None:
+                t.join(self.timing.connect_timeout)
+        self._cancels = []
 
     def _release_token(self, token):
         for _ in range(2):

@@ -201,6 +201,28 @@ class SyncTests(unittest.TestCase):
                 le.lead(DSN, "py-durations", ttl="2s").acquire(timeout="300ms")
             self.assertTrue(lease.is_leader())
 
+    def test_abandoned_acquire_is_cancelled(self):
+        # the lease row is locked: each le_acquire waits (up to leader_election.lock_timeout, 2 s) and
+        # is given up on the client side after 300 ms; its statement must not go on to be granted
+        # once the lock goes, in threads and in asyncio
+        with admin() as a:
+            a.execute("SELECT le_force_release(k) FROM unnest(ARRAY['py-abandon', 'py-abandon-async']) k")
+            owners = []
+            with RowLock("py-abandon"), RowLock("py-abandon-async"):
+                lease = le.lead(DSN, "py-abandon", ttl="5s", statement_timeout="300ms", timeout=0.2)
+                owners.append(lease.owner_id)
+                with self.assertRaises(le.NotAcquired) as cm:
+                    lease.acquire()
+                self.assertIsInstance(cm.exception.last_error, le.Timeout)
+                alease = le.lead_async(DSN, "py-abandon-async", ttl="5s", statement_timeout="300ms", timeout=0.2)
+                owners.append(alease.owner_id)
+                with self.assertRaises(le.NotAcquired):
+                    asyncio.run(alease.acquire())
+            time.sleep(0.5)                 # what was still waiting for the lock has run by now
+            rows = a.execute("SELECT count(*) FROM le_lease_history WHERE holder = ANY(%s)", (owners,)).fetchone()
+            self.assertEqual(rows[0], 0)
+            self.assertEqual(a.execute("SELECT count(*) FROM le_leases WHERE holder = ANY(%s)", (owners,)).fetchone()[0], 0)
+
     def test_two_leases_one_process(self):
         with le.lead(DSN, "py-two-a", ttl="5s", name="same") as a, \
                 le.lead(DSN, "py-two-b", ttl="5s", name="same") as b:
