@@ -206,7 +206,8 @@ class SyncTests(unittest.TestCase):
         # is given up on the client side after 300 ms; its statement must not go on to be granted
         # once the lock goes, in threads and in asyncio
         with admin() as a:
-            a.execute("SELECT le_force_release(k) FROM unnest(ARRAY['py-abandon', 'py-abandon-async']) k")
+            for key in ("py-abandon", "py-abandon-async"):     # the lease rows exist, free
+                le.lead(DSN, key, ttl="1s").acquire().release()
             owners = []
             with RowLock("py-abandon"), RowLock("py-abandon-async"):
                 lease = le.lead(DSN, "py-abandon", ttl="5s", statement_timeout="300ms", timeout=0.2)
@@ -277,24 +278,26 @@ class SyncTests(unittest.TestCase):
             self.assertEqual(a.execute("SELECT array_agg(id ORDER BY id) FROM py_fenced").fetchone()[0], [1, 3])
             work.close()
 
-    def renew_backend(self, a, lease):
+    def renew_backend(self, a, app):
+        # the DSN's application_name `app` names this test's connections alone (other tests run at the
+        # same time); the renewal connection is the one whose last statement was le_renew
         for _ in range(100):
-            # by its last statement: PGAPPNAME (set by the TAP harness) overrides the fallback application name
-            row = a.execute("SELECT pid FROM pg_stat_activity WHERE query LIKE %s AND pid <> pg_backend_pid()"
+            row = a.execute("SELECT pid FROM pg_stat_activity WHERE query LIKE %s AND application_name = %s"
                             " AND state = 'idle' ORDER BY backend_start DESC LIMIT 1",
-                            ("%.le_renew(%",)).fetchone()
+                            ("%.le_renew(%", app)).fetchone()
             if row:
                 return row[0]
             time.sleep(0.05)
         self.fail("no renewal connection")
 
     def test_renewal_reconnects(self):
-        with admin() as a, le.lead(DSN, "py-reconnect", ttl="2s") as lease:
+        dsn = psycopg.conninfo.make_conninfo(DSN, application_name="py-reconnect")
+        with admin() as a, le.lead(dsn, "py-reconnect", ttl="2s") as lease:
             token = lease.token
-            first = self.renew_backend(a, lease)
+            first = self.renew_backend(a, "py-reconnect")
             a.execute("SELECT pg_terminate_backend(%s)", (first,))
             time.sleep(1.0)
-            frozen = self.renew_backend(a, lease)
+            frozen = self.renew_backend(a, "py-reconnect")
             self.assertNotEqual(frozen, first)
             # a frozen backend: the renewal on it hangs, is abandoned, and another connection renews
             os.kill(frozen, signal.SIGSTOP)
@@ -308,9 +311,10 @@ class SyncTests(unittest.TestCase):
                 os.kill(frozen, signal.SIGCONT)
 
     def test_release_does_not_wait_for_a_hung_renewal(self):
-        lease = le.lead(DSN, "py-rel-hung", ttl="20s", renew_every="0.3s").acquire()
+        dsn = psycopg.conninfo.make_conninfo(DSN, application_name="py-rel-hung")
+        lease = le.lead(dsn, "py-rel-hung", ttl="20s", renew_every="0.3s").acquire()
         with admin() as a:
-            frozen = self.renew_backend(a, lease)
+            frozen = self.renew_backend(a, "py-rel-hung")
             os.kill(frozen, signal.SIGSTOP)     # the next renewal hangs for its bound, the 5 s statement timeout
             try:
                 time.sleep(0.6)
