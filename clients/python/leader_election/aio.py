@@ -78,7 +78,7 @@ class AsyncLease(Lease):
                     self._arm()
                     await self._unwatch_async()
                     return self
-                delay = self.timing.retry_delay()
+                delay = max(self.timing.retry_delay(), self._not_before - c.now())
                 if end is not None:
                     left = end - c.now()
                     if left <= 0:
@@ -221,6 +221,7 @@ class AsyncLease(Lease):
 
     async def _attempt_async(self):
         t = self.timing
+        sent = None
         try:
             if self._conn is None:
                 self._conn = await self._connect_async("campaign", t.connect_timeout)
@@ -232,6 +233,8 @@ class AsyncLease(Lease):
             if isinstance(e, c.Timeout) and self._conn is not None and self._conn.status == c.pq.ConnStatus.OK:
                 self._unknown_acquire = True
                 self._cancels.append(c.cancel_request(self._conn))
+            if sent is not None and e.sqlstate is None:
+                self._unanswered = True
             c.close_quietly(self._conn)
             self._conn, self._watching = None, False
             self.last_error = e
@@ -243,6 +246,8 @@ class AsyncLease(Lease):
             await self._watch_async()
             return False
         token = int(c.value(res, 1))
+        if self._owner_conflict(token, c.value(res, 4)):
+            return False
         deadline = sent + t.ttl - t.margin
         if c.now() >= deadline:
             await self._release_async(token)

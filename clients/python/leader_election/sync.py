@@ -68,6 +68,8 @@ class Lease:
         self._threads = []
         self._unknown_acquire = False
         self._cancels = []              # cancel requests of acquires given up on (threads)
+        self._unanswered = False        # an acquire was sent and its answer lost
+        self._not_before = 0.0          # no attempt before (an owner id conflict)
         self._watching = False
         self._watch_failed = False
         self._release_lock = threading.Lock()
@@ -153,7 +155,7 @@ class Lease:
                 self._start_threads()
                 self._unwatch()
                 return self
-            delay = self.timing.retry_delay()
+            delay = max(self.timing.retry_delay(), self._not_before - c.now())
             if end is not None:
                 left = end - c.now()
                 if left <= 0:
@@ -218,6 +220,7 @@ class Lease:
 
     def _attempt(self):
         t = self.timing
+        sent = None
         try:
             if self._conn is None:
                 self._conn = self._connect("campaign", t.connect_timeout)
@@ -230,6 +233,8 @@ class Lease:
             if isinstance(e, c.Timeout) and self._conn is not None and self._conn.status == c.pq.ConnStatus.OK:
                 self._unknown_acquire = True
                 self._cancels.append(c.cancel_request(self._conn))
+            if sent is not None and e.sqlstate is None:
+                self._unanswered = True
             c.close_quietly(self._conn)
             self._conn, self._watching = None, False
             self.last_error = e
@@ -241,13 +246,25 @@ class Lease:
             self._watch()
             return False
         token = int(c.value(res, 1))
-        # new_period = f when we were not leading: with an owner id made for this Lease alone, only an
-        # earlier attempt of ours whose answer was lost can have been granted it: the same period.
+        if self._owner_conflict(token, c.value(res, 4)):
+            return False
         deadline = sent + t.ttl - t.margin
         if c.now() >= deadline:          # the answer came too late to act on
             self._release_token(token)
             return False
         self.token, self.expires_at, self._deadline = token, c.value(res, 3), deadline
+        return True
+
+    def _owner_conflict(self, token, new_period):
+        """True when a grant continues a period we never had (new_period false, and no earlier attempt
+        of ours lost its answer, which could have begun it): another process holds the lease with our
+        owner id.  Then neither lead (both would use one token) nor release (it is theirs); try again
+        after a ttl, when it will have expired if that process is gone."""
+        if new_period != "f" or self._unanswered:
+            return False
+        self.last_error = c.LeaseError(f'another process holds lease "{self.key}" with owner id'
+                                       f' "{self.owner_id}" (token {token}); owner ids must be unique')
+        self._not_before = c.now() + self.timing.ttl
         return True
 
     def _watch(self):

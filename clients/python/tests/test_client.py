@@ -224,6 +224,17 @@ class SyncTests(unittest.TestCase):
             self.assertEqual(rows[0], 0)
             self.assertEqual(a.execute("SELECT count(*) FROM le_leases WHERE holder = ANY(%s)", (owners,)).fetchone()[0], 0)
 
+    def test_owner_id_used_by_another_lease_refused(self):
+        with le.lead(DSN, "py-dup-owner", ttl="5s", owner_id="py-dup") as first:
+            with self.assertRaises(le.NotAcquired) as cm:
+                le.lead(DSN, "py-dup-owner", ttl="5s", owner_id="py-dup", timeout=0.3).acquire()
+            self.assertIn("owner ids must be unique", str(cm.exception))
+            with self.assertRaises(le.NotAcquired):
+                asyncio.run(le.lead_async(DSN, "py-dup-owner", ttl="5s", owner_id="py-dup", timeout=0.3).acquire())
+            self.assertTrue(first.is_leader())
+        with admin() as a:
+            self.assertEqual(history(a, "py-dup-owner")[-1][1:], (first.token, "released"))
+
     def test_two_leases_one_process(self):
         with le.lead(DSN, "py-two-a", ttl="5s", name="same") as a, \
                 le.lead(DSN, "py-two-b", ttl="5s", name="same") as b:
