@@ -5,7 +5,10 @@
 # stale fenced write gets LE001; with renewals hung, leadership ends before
 # the server's expiry: lost/is_leader in threads, cancellation in asyncio,
 # SIGKILL of a child ignoring SIGTERM in run()), G11 (a follower is woken by
-# the release it watches); the README example runs.
+# the release it watches); the README example runs.  Also: bad input (NUL,
+# types, durations), refused connections, owner id conflicts, forked copies
+# of a lease, abandoned acquires cancelled, run()'s work dying with run().
+# A missing prerequisite fails the test, naming its Debian package.
 # The conformance probe leads, writes through the fence and releases on
 # SIGTERM.
 use strict;
