@@ -3,7 +3,8 @@
 Three modes, with different guarantees (clients/python/README.md):
 - lead(): threads; is_leader() and `lost` are advisory, the fence is the guarantee;
 - lead_async(): asyncio; the body's task is cancelled before the local deadline;
-- run(): the work runs in a child process that is dead (SIGTERM, then SIGKILL) before it.
+- run(): the work runs in a process group that is killed (SIGTERM, then SIGKILL) before it, and
+  with run()'s process (the exact conditions: leader_election.run).
 
 Invariant: no mode reports a period as held after its local deadline, the
 send time of its last confirmed acquire/renew + ttl - safety margin.
