@@ -13,6 +13,7 @@ later; nothing here reads the wall clock for a decision.
 """
 
 import json
+import math
 import os
 import random
 import re
@@ -52,12 +53,31 @@ class NotLeader(LeaseError):
     """Raised by a fenced-transaction helper when the lease is not (or no longer) held."""
 
 
-class NotAcquired(TimeoutError):
-    """lead()/lead_async()/run() did not get the lease within `timeout`; `holder` names who has it."""
+class StaleToken(NotLeader):
+    """lease.transaction(): the fence refused a write, its token is older than the lease's (LE001)."""
 
-    def __init__(self, message, holder=None):
+
+class NotHeld(NotLeader):
+    """lease.transaction(): the fence refused a write, the lease is released, expired or unknown (LE002)."""
+
+
+FENCE_ERRORS = {"LE001": StaleToken, "LE002": NotHeld}
+
+
+def fence_error(err):
+    """The library exception for a psycopg error with SQLSTATE LE001/LE002 (None for another)."""
+    cls = FENCE_ERRORS.get(getattr(err, "sqlstate", None))
+    return None if cls is None else cls(str(err).strip(), err.sqlstate)
+
+
+class NotAcquired(TimeoutError):
+    """lead()/lead_async()/run() did not get the lease within `timeout`; `holder` names who has it,
+    `last_error` is the LeaseError of the last failed attempt (None when the server answered)."""
+
+    def __init__(self, message, holder=None, last_error=None):
         super().__init__(message)
         self.holder = holder
+        self.last_error = last_error
 
 
 class LeadershipLost(Exception):
@@ -68,22 +88,53 @@ class LeadershipLost(Exception):
 # bad input (the key, owner or ttl).
 PERMANENT_SQLSTATES = {"42501", "42883", "3F000", "22023", "22001", "22004", "0A000"}
 
+
+def permanent(sqlstate):
+    """True for an error that no retry can cure: PERMANENT_SQLSTATES, the extension missing (42704),
+    a refused authentication or missing role (class 28), a missing database (3D000)."""
+    if sqlstate is None:
+        return False
+    return sqlstate in PERMANENT_SQLSTATES or sqlstate in ("42704", "3D000") or sqlstate.startswith("28")
+
+
+def not_acquired(lease, why):
+    """The NotAcquired of a campaign that ends without the lease, with the last error in its text."""
+    err = lease.last_error
+    tail = f"; last error: {err}" if err is not None else ""
+    return NotAcquired(f'lease "{lease.key}" {why} (held by {lease.holder}{tail})', lease.holder, err)
+
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h)\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
-def seconds(value, name="duration"):
-    """A duration in seconds from a number of seconds or a string such as '500ms', '15s', '2m'."""
+def seconds(value, name="duration", wait=False):
+    """A duration in seconds from a number of seconds or a string such as '500ms', '15s', '2m':
+    finite and more than zero; wait=True (a timeout): zero or more, infinity allowed."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         v = float(value)
-    else:
-        m = _DURATION.match(str(value))
+    elif isinstance(value, str):
+        m = _DURATION.match(value)
         if not m:
             raise ValueError(f"{name}: {value!r} is not a duration (a number of seconds or e.g. '15s', '500ms')")
         v = float(m.group(1)) * _UNITS[m.group(2)]
-    if not v > 0:
-        raise ValueError(f"{name} must be more than zero, not {value!r}")
+    else:
+        raise TypeError(f"{name} must be a number of seconds or a str such as '15s', not {type(value).__name__}")
+    if wait:
+        if not v >= 0:
+            raise ValueError(f"{name} must be zero or more, not {value!r}")
+    elif not (v > 0 and math.isfinite(v)):
+        raise ValueError(f"{name} must be a finite duration more than zero, not {value!r}")
     return v
+
+
+def text(value, name):
+    """`value` if it is a str without NUL characters (libpq would cut the text at a NUL, so that
+    'a' and 'a\\x00b' would name the same lease or owner); TypeError or ValueError otherwise."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+    if "\x00" in value:
+        raise ValueError(f"{name} must not contain a NUL character: {value!r}")
+    return value
 
 
 def make_owner_id(name=None):
@@ -91,7 +142,7 @@ def make_owner_id(name=None):
 
     Every call returns a different id, so two leases in one process, or two
     processes given the same name, are always different owners."""
-    base = name if name else os.path.basename(sys.argv[0] if sys.argv and sys.argv[0] else "python") or "python"
+    base = text(name, "name") if name else os.path.basename(sys.argv[0] if sys.argv and sys.argv[0] else "python") or "python"
     host = socket.gethostname().split(".")[0] or "host"
     oid = f"{base}-{host}-{os.getpid()}-{random.getrandbits(48):012x}"
     encoded = oid.encode()
@@ -155,19 +206,49 @@ class Timing:
 
 # --- bounded libpq exchanges -------------------------------------------------
 
+def _verbose_errors(pgconn):
+    """PQsetErrorVerbosity(VERBOSE), so that a server's refusal to connect shows its SQLSTATE."""
+    global _LIBPQ
+    try:
+        if _LIBPQ is None:
+            import ctypes
+            import ctypes.util
+            _LIBPQ = ctypes.CDLL(ctypes.util.find_library("pq") or "libpq.so.5")
+            _LIBPQ.PQsetErrorVerbosity.argtypes = [ctypes.c_void_p, ctypes.c_int]
+        _LIBPQ.PQsetErrorVerbosity(pgconn.pgconn_ptr, 2)
+    except Exception:               # pragma: no cover (no libpq by that name): messages without SQLSTATE
+        _LIBPQ = False
+
+
+_LIBPQ = None
+_CONNECT_SQLSTATE = re.compile(r"(?:FATAL|ERROR):\s+([0-9A-Z]{5}):\s")
+
+
+def connect_error(pgconn):
+    """The LeaseError of a failed connect: libpq's message, with the server's SQLSTATE if it sent one."""
+    msg = pgconn.error_message.decode(errors="replace")
+    m = _CONNECT_SQLSTATE.search(msg)
+    msg = "\n".join(line for line in msg.strip().splitlines() if not line.startswith("LOCATION:"))
+    return LeaseError(f"connection failed: {msg}", m.group(1) if m else None)
+
+
 def _connect_gen(conninfo):
     pgconn = pq.PGconn.connect_start(conninfo.encode())
     if pgconn.status == pq.ConnStatus.BAD:
-        msg = pgconn.error_message.decode(errors="replace").strip()
+        err = connect_error(pgconn)
         pgconn.finish()
-        raise LeaseError(f"connection failed: {msg}")
+        raise err
     try:
+        if _LIBPQ is not False:
+            _verbose_errors(pgconn)
         while True:
             st = pgconn.connect_poll()
             if st == pq.PollingStatus.OK:
+                if _LIBPQ:
+                    _LIBPQ.PQsetErrorVerbosity(pgconn.pgconn_ptr, 1)     # statements: messages as usual
                 break
             if st == pq.PollingStatus.FAILED:
-                raise LeaseError("connection failed: " + pgconn.error_message.decode(errors="replace").strip())
+                raise connect_error(pgconn)
             yield pgconn.socket, st == pq.PollingStatus.WRITING
         pgconn.nonblocking = 1
     except BaseException:
@@ -178,6 +259,8 @@ def _connect_gen(conninfo):
 
 def _query_gen(pgconn, sql, params=()):
     values = [None if p is None else str(p).encode() for p in params]
+    if any(v is not None and b"\x00" in v for v in values):      # libpq would cut it short
+        raise ValueError("a statement parameter contains a NUL character")
     pgconn.send_query_params(sql.encode(), values)
     while pgconn.flush():
         yield pgconn.socket, True
@@ -201,14 +284,17 @@ def _query_gen(pgconn, sql, params=()):
         yield pgconn.socket, False
 
 
-def drive(gen, deadline):
-    """Run an exchange to its end with poll(), in slices of at most 250 ms, until `deadline` (now())."""
+def drive(gen, deadline, stop=None):
+    """Run an exchange to its end with poll(), in slices of at most 250 ms, until `deadline` (now())
+    or until the threading.Event `stop` is set (Timeout either way)."""
     try:
         want = next(gen)
         while True:
             left = deadline - now()
             if left <= 0:
                 raise Timeout("timed out")
+            if stop is not None and stop.is_set():
+                raise Timeout("stopped")
             fd, write = want
             p = select.poll()
             p.register(fd, (select.POLLOUT if write else select.POLLIN) | select.POLLERR | select.POLLHUP)
@@ -309,6 +395,27 @@ def schema_from(result):
 def value(result, col, row=0):
     v = result.get_value(row, col)
     return None if v is None else v.decode()
+
+
+def cancel_request(pgconn):
+    """Ask the server to cancel the statement running on `pgconn` (PQcancel, in a daemon thread: it
+    connects anew and may hang on a lost network), so that an acquire given up on the client side
+    does not go on to be granted.  Call it before closing the connection."""
+    import threading
+    try:
+        cancel = pgconn.get_cancel()
+    except Exception:
+        return None
+    t = threading.Thread(target=lambda: _cancel_quietly(cancel), name="leader_election cancel", daemon=True)
+    t.start()
+    return t
+
+
+def _cancel_quietly(cancel):
+    try:
+        cancel.cancel()
+    except Exception:
+        pass
 
 
 def close_quietly(pgconn):

@@ -15,9 +15,21 @@ that never awaits cannot be cancelled: the fence still stops its writes).
 
 import asyncio
 import contextlib
+import os
 
 from . import _common as c
 from .sync import Lease
+
+
+_BACKGROUND = set()     # tasks that must run to their end: strong references
+
+
+def _background(task):
+    _BACKGROUND.add(task)
+    task.add_done_callback(_BACKGROUND.discard)
+
+
+RECANCEL = 0.1      # a body that swallowed its cancellation is cancelled again this often
 
 
 class AsyncLease(Lease):
@@ -27,47 +39,86 @@ class AsyncLease(Lease):
     def __init__(self, dsn, key, ttl="15s", *, cancel_margin=0.1, **options):
         super().__init__(dsn, key, ttl, **options)
         self.lost = asyncio.Event()
-        self.cancel_margin = float(cancel_margin)
+        self.cancel_margin = 0.0 if cancel_margin == 0 else c.seconds(cancel_margin, "cancel_margin")
         if not 0 <= self.cancel_margin < self.timing.ttl / 4:
             raise ValueError("cancel_margin must be in [0, ttl/4)")
         self._task = None
         self._body = None
         self._cancel_handle = None
         self._cancelled_by_us = False
+        self._body_cancels = 0
+        self._recancel_handle = None
 
     @contextlib.asynccontextmanager
     async def transaction(self, conn, check=True):
         """`async with lease.transaction(aconn) as tx:` the asyncio twin of Lease.transaction()."""
         if self.token is None or (check and not self.is_leader()):
             raise c.NotLeader(f'not leading lease "{self.key}"')
-        async with conn.transaction() as tx:
-            await conn.execute("SELECT pg_catalog.set_config('leader_election.fencing_token', %s, true)",
-                               (str(self.token),))
-            yield tx
+        try:
+            async with conn.transaction() as tx:
+                await conn.execute("SELECT pg_catalog.set_config('leader_election.fencing_token', %s, true)",
+                                   (str(self.token),))
+                yield tx
+        except c.psycopg.Error as e:
+            fenced = c.fence_error(e)
+            if fenced is None:
+                raise
+            raise fenced from e
 
     async def acquire(self, timeout=None):
         """Campaign until leading (see Lease.acquire); NotAcquired after `timeout` seconds."""
         if self.token is not None:
             raise RuntimeError("a Lease is one ownership period: call lead_async() again for another")
-        timeout = self.timeout if timeout is None else timeout
+        timeout = self.timeout if timeout is None else c.seconds(timeout, "timeout", wait=True)
         end = None if timeout is None else c.now() + timeout
-        while True:
+        try:
+            while True:
+                if await self._attempt_async():
+                    self._task = asyncio.create_task(self._renew_task(), name=f"leader_election renew {self.key}")
+                    self._arm()
+                    await self._unwatch_async()
+                    return self
+                delay = max(self.timing.retry_delay(), self._not_before - c.now())
+                if end is not None:
+                    left = end - c.now()
+                    if left <= 0:
+                        await self._give_up_async()
+                        raise c.not_acquired(self, f"not acquired within {timeout}s")
+                    delay = min(delay, left)
+                await self._wait_release_async(delay)
+        except asyncio.CancelledError:  # the campaign's task was cancelled: give up in the background
+            if self._unknown_acquire and self.token is None:
+                _background(asyncio.ensure_future(self._give_up_async()))
+            raise
+
+    async def _give_up_async(self):
+        """The asyncio twin of Lease._give_up(): after an acquire whose answer never came (its
+        statement was cancelled on the server), acquire once more and release what it got."""
+        if not self._unknown_acquire:
+            return
+        self._unknown_acquire = False
+        await self._join_cancels_async()        # the cancel requests first (bounded)
+        try:
             if await self._attempt_async():
-                self._task = asyncio.create_task(self._renew_task(), name=f"leader_election renew {self.key}")
-                self._arm()
-                await self._unwatch_async()
-                return self
-            delay = self.timing.retry_delay()
-            if end is not None:
-                left = end - c.now()
-                if left <= 0:
-                    raise c.NotAcquired(f'lease "{self.key}" not acquired within {timeout}s'
-                                        f' (held by {self.holder})', self.holder)
-                delay = min(delay, left)
-            await self._wait_release_async(delay)
+                await self._release_async(self.token)
+                self.token = None
+        except c.LeaseError:
+            pass
+        finally:
+            c.close_quietly(self._conn)
+            self._conn, self._watching = None, False
+        await self._join_cancels_async()        # that attempt's own, if it was given up too
+
+    async def _join_cancels_async(self):
+        cancels, self._cancels = self._cancels, []
+        for t in cancels:
+            if t is not None:
+                await asyncio.to_thread(t.join, self.timing.connect_timeout)
 
     async def release(self):
         """End the period and compare-and-release the lease (see Lease.release)."""
+        if os.getpid() != self._pid:
+            return None
         self._end("released")
         if self._task is not None:
             self._task.cancel()
@@ -96,13 +147,26 @@ class AsyncLease(Lease):
 
     async def __aexit__(self, exc_type, exc, tb):
         body, self._body = self._body, None
-        if self._cancel_handle is not None:
-            self._cancel_handle.cancel()
-        await self.release()
-        if self._cancelled_by_us and exc_type in (asyncio.CancelledError, None):
-            if body is not None and body.cancelling():
+        for h in (self._cancel_handle, self._recancel_handle):
+            if h is not None:
+                h.cancel()
+        # a cancellation still on its way (the body swallowed an earlier one) must not stop the release
+        releasing = asyncio.ensure_future(self.release())
+        cancelled = False
+        while not releasing.done():
+            try:
+                await asyncio.shield(releasing)
+            except asyncio.CancelledError:
+                cancelled = True
+        if self._cancelled_by_us and (exc_type in (asyncio.CancelledError, None) or cancelled):
+            for _ in range(self._body_cancels):
+                if body is None or not body.cancelling():
+                    break
                 body.uncancel()
-            raise c.LeadershipLost(f'lease "{self.key}" ended ({self.lost_reason}): body cancelled')
+            if body is None or not body.cancelling():
+                raise c.LeadershipLost(f'lease "{self.key}" ended ({self.lost_reason}): body cancelled')
+        if cancelled:
+            raise asyncio.CancelledError()
         return False
 
     # --- internals -------------------------------------------------------------
@@ -112,7 +176,8 @@ class AsyncLease(Lease):
         if self._cancel_handle is not None:
             self._cancel_handle.cancel()
         loop = asyncio.get_running_loop()
-        self._cancel_handle = loop.call_later(max(0.0, self._deadline - self.cancel_margin - c.now()),
+        # in slices of at most 0.5 s: the loop's clock stops during a suspend, c.now() does not
+        self._cancel_handle = loop.call_later(min(0.5, max(0.0, self._deadline - self.cancel_margin - c.now())),
                                               self._on_timer)
 
     def _on_timer(self):
@@ -129,10 +194,18 @@ class AsyncLease(Lease):
         self.lost.set()
         if self._body is not None and reason != "released" and not self._body.done():
             self._cancelled_by_us = True
-            self._body.cancel()
+            self._cancel_body()
         if self.on_lost is not None and reason != "released":
             with contextlib.suppress(Exception):
                 self.on_lost(self)
+
+    def _cancel_body(self):
+        """Cancel the body, and again every RECANCEL seconds while it goes on (it swallowed one)."""
+        if self._body is None or self._body.done():
+            return
+        self._body.cancel()
+        self._body_cancels += 1
+        self._recancel_handle = asyncio.get_running_loop().call_later(RECANCEL, self._cancel_body)
 
     async def _connect_async(self, purpose, bound):
         conn = await c.drive_async(c._connect_gen(c.lease_conninfo(self.dsn, purpose, self.timing.connect_timeout)),
@@ -148,6 +221,7 @@ class AsyncLease(Lease):
 
     async def _attempt_async(self):
         t = self.timing
+        sent = None
         try:
             if self._conn is None:
                 self._conn = await self._connect_async("campaign", t.connect_timeout)
@@ -156,16 +230,24 @@ class AsyncLease(Lease):
                                                    (self.key, self.owner_id, t.ttl_sql())),
                                       sent + t.statement_timeout)
         except c.LeaseError as e:
+            if isinstance(e, c.Timeout) and self._conn is not None and self._conn.status == c.pq.ConnStatus.OK:
+                self._unknown_acquire = True
+                self._cancels.append(c.cancel_request(self._conn))
+            if sent is not None and e.sqlstate is None:
+                self._unanswered = True
             c.close_quietly(self._conn)
             self._conn, self._watching = None, False
-            if e.sqlstate in c.PERMANENT_SQLSTATES or e.sqlstate == "42704":
+            self.last_error = e
+            if c.permanent(e.sqlstate):
                 raise
             return False
-        self.holder = c.value(res, 2)
+        self.holder, self.last_error = c.value(res, 2), None
         if c.value(res, 0) != "t":
             await self._watch_async()
             return False
         token = int(c.value(res, 1))
+        if self._owner_conflict(token, c.value(res, 4)):
+            return False
         deadline = sent + t.ttl - t.margin
         if c.now() >= deadline:
             await self._release_async(token)
@@ -248,7 +330,10 @@ class AsyncLease(Lease):
             except c.LeaseError:
                 conn = None             # the renewal connects again and retries
             while not self.lost.is_set():
-                await asyncio.sleep(max(0.0, next_at - c.now()))
+                while next_at - c.now() > 0 and not self.lost.is_set():    # slices: see _arm()
+                    await asyncio.sleep(min(0.5, next_at - c.now()))
+                if self.lost.is_set():
+                    return
                 if c.now() >= self._deadline:
                     self._end("deadline_passed")
                     return
@@ -264,7 +349,7 @@ class AsyncLease(Lease):
                 except Exception as e:          # LeaseError, or anything unexpected: retry, never die
                     c.close_quietly(conn)
                     conn = None
-                    if getattr(e, "sqlstate", None) in c.PERMANENT_SQLSTATES:
+                    if c.permanent(getattr(e, "sqlstate", None)):
                         self._end("renew_failed")
                         return
                     left = self._deadline - c.now()
@@ -289,6 +374,8 @@ def lead_async(dsn, key, ttl="15s", **options):
     Like lead() (same options), but the task running the block is cancelled cancel_margin
     (default 0.1 s) before the local deadline (send time of the last confirmed acquire/renew +
     ttl - safety margin), or as soon as the period ends otherwise, and the block then raises
-    LeadershipLost.  A body that blocks the event loop cannot be cancelled (use run() for such work);
+    LeadershipLost.  A body that swallows CancelledError is cancelled again every 0.1 s until it
+    ends.  A body that blocks the event loop (a blocking call, a loop without await) cannot be
+    cancelled at all (use run() for such work);
     its writes are still refused by the fence.  Leaving the block releases the lease."""
     return AsyncLease(dsn, key, ttl, **options)

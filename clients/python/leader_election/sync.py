@@ -13,9 +13,24 @@ once its period ended, is never reported as held again.
 """
 
 import contextlib
+import os
 import threading
+import weakref
 
 from . import _common as c
+
+_LEASES = weakref.WeakSet()
+
+
+def _after_fork_in_child():
+    """A forked child shares the lease connections' sockets: it must never send on them.  Its
+    copies of the leases drop their connections (psycopg does not close a connection made in
+    another process) and, by the pid check, are not leading and release nothing."""
+    for lease in list(_LEASES):
+        lease._conn, lease._watching = None, False
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Lease:
@@ -27,18 +42,22 @@ class Lease:
 
     def __init__(self, dsn, key, ttl="15s", *, name=None, owner_id=None, timeout=None, cancel=None,
                  on_lost=None, renew_by=0.0, **timing):
-        if not key or len(key.encode()) > 200:
+        if not c.text(key, "key") or len(key.encode()) > 200:
             raise ValueError("lease key must be 1 to 200 bytes")
+        for value, what in ((dsn, "dsn"), (name, "name"), (owner_id, "owner_id")):
+            if value is not None:
+                c.text(value, what)
         self.dsn = dsn
         self.key = key
         self.owner_id = owner_id or c.make_owner_id(name)
         self.timing = c.Timing(ttl, renew_by=renew_by, **timing)
-        self.timeout = None if timeout is None else float(timeout)
+        self.timeout = None if timeout is None else c.seconds(timeout, "timeout", wait=True)
         self.cancel = cancel
         self.on_lost = on_lost
         self.token = None
         self.expires_at = None
         self.holder = None
+        self.last_error = None
         self.lost = threading.Event()
         self.lost_reason = None
         self._deadline = 0.0
@@ -48,9 +67,17 @@ class Lease:
         self._stmts = None
         self._threads = []
         self._unknown_acquire = False
+        self._cancels = []              # cancel requests of acquires given up on (threads)
+        self._unanswered = False        # an acquire was sent and its answer lost
+        self._not_before = 0.0          # no attempt before (an owner id conflict)
         self._watching = False
         self._watch_failed = False
         self._acquire_rtt = 0.0
+        self._release_lock = threading.Lock()
+        self._released = False
+        self._release_result = None
+        self._pid = os.getpid()         # the process that owns the period; a forked copy is inert
+        _LEASES.add(self)
 
     # --- public --------------------------------------------------------------
 
@@ -59,7 +86,8 @@ class Lease:
 
         Advisory in threaded code: the period can end right after it returned True. Every write
         that matters must carry the token through the fence (transaction(), stamp())."""
-        return self.token is not None and not self.lost.is_set() and c.now() < self._deadline
+        return (self.token is not None and not self.lost.is_set() and c.now() < self._deadline
+                and os.getpid() == self._pid)
 
     def remaining(self):
         """Seconds left before the local deadline (0 when not leading)."""
@@ -80,13 +108,21 @@ class Lease:
         write in it (INSERT, UPDATE, DELETE, TRUNCATE on tables under le_protect) is judged with this
         period's token: after a takeover the database refuses it (SQLSTATE LE001 or LE002) and nothing
         commits.  Raises NotLeader without touching `conn` when the local deadline has passed
-        (check=False: stamp the period's token anyway and let the fence alone judge it)."""
+        (check=False: stamp the period's token anyway and let the fence alone judge it).  A write the
+        fence refuses raises StaleToken (LE001) or NotHeld (LE002), subclasses of NotLeader with
+        .sqlstate, the psycopg error as __cause__; other errors pass through unchanged."""
         if self.token is None or (check and not self.is_leader()):
             raise c.NotLeader(f'not leading lease "{self.key}"')
-        with conn.transaction() as tx:
-            conn.execute("SELECT pg_catalog.set_config('leader_election.fencing_token', %s, true)",
-                         (str(self.token),))
-            yield tx
+        try:
+            with conn.transaction() as tx:
+                conn.execute("SELECT pg_catalog.set_config('leader_election.fencing_token', %s, true)",
+                             (str(self.token),))
+                yield tx
+        except c.psycopg.Error as e:
+            fenced = c.fence_error(e)
+            if fenced is None:
+                raise
+            raise fenced from e
 
     def stamp(self, values=None, column="fencing_token", **more):
         """A dict of column values with this period's token added under `column`.
@@ -105,47 +141,57 @@ class Lease:
 
         Tries le_acquire every `retry` seconds (+- jitter) until it is granted, or raises
         NotAcquired after `timeout` seconds (None: wait for ever; 0: one attempt), or when the
-        `cancel` event given to lead() is set.  Permanent errors (permission denied, missing
-        extension, bad input) raise LeaseError at once."""
-        if self.token is not None:
-            raise RuntimeError("a Lease is one ownership period: call lead() again for another")
-        timeout = self.timeout if timeout is None else timeout
+        `cancel` event given to lead() is set (its last_error: the last failed attempt's LeaseError).
+        Permanent errors (permission denied, missing extension, bad input, refused authentication,
+        missing role or database: _common.permanent()) raise LeaseError at once."""
+        if self.token is not None or os.getpid() != self._pid:
+            raise RuntimeError("a Lease is one ownership period of one process: call lead() again for another")
+        timeout = self.timeout if timeout is None else c.seconds(timeout, "timeout", wait=True)
         end = None if timeout is None else c.now() + timeout
         while True:
             if self.cancel is not None and self.cancel.is_set():
                 self._give_up()
-                raise c.NotAcquired(f'lease "{self.key}": campaign cancelled', self.holder)
+                raise c.not_acquired(self, "campaign cancelled")
             if self._attempt():
                 self._unwatch()
                 self._start_threads()
                 return self
-            delay = self.timing.retry_delay()
+            delay = max(self.timing.retry_delay(), self._not_before - c.now())
             if end is not None:
                 left = end - c.now()
                 if left <= 0:
                     self._give_up()
-                    raise c.NotAcquired(f'lease "{self.key}" not acquired within {timeout}s'
-                                        f' (held by {self.holder})', self.holder)
+                    raise c.not_acquired(self, f"not acquired within {timeout}s")
                 delay = min(delay, left)
             self._wait_release(delay)
 
     def release(self):
         """End the period (reason 'released' unless it already ended) and compare-and-release it
         on the server with our owner id and token, so that a follower gets it at once.  Returns
-        the server's answer (False when it was no longer ours), None when it could not be asked."""
+        the server's answer (False when it was no longer ours), None when it could not be asked.
+        In a forked child (another pid than the one that created the Lease) it does nothing and
+        returns None: the period belongs to the parent."""
+        if os.getpid() != self._pid:
+            return None
         self._end("released")
         self._stop.set()
-        for t in self._threads:
-            t.join(self.timing.statement_timeout + self.timing.connect_timeout + 1)
-        if self.token is None:
-            return None
-        try:
-            ok = self._release_token(self.token)
-        except c.LeaseError:
-            ok = None
-        c.close_quietly(self._conn)
-        self._conn, self._watching = None, False
-        return ok
+        me = threading.current_thread()
+        for t in self._threads:     # they see _stop within a 250 ms slice, even in a hung renewal
+            if t is not me:         # release() from on_lost runs in one of them
+                t.join(1.0)
+        with self._release_lock:    # once, even from two threads: one campaign connection
+            if self._released:
+                return self._release_result
+            self._released = True
+            if self.token is None:
+                return None
+            try:
+                self._release_result = self._release_token(self.token)
+            except c.LeaseError:
+                self._release_result = None
+            c.close_quietly(self._conn)
+            self._conn, self._watching = None, False
+            return self._release_result
 
     def __enter__(self):
         try:
@@ -161,12 +207,12 @@ class Lease:
 
     # --- campaign --------------------------------------------------------------
 
-    def _connect(self, purpose, bound):
+    def _connect(self, purpose, bound, stop=None):
         conn = c.drive(c._connect_gen(c.lease_conninfo(self.dsn, purpose, self.timing.connect_timeout)),
-                       c.now() + bound)
+                       c.now() + bound, stop)
         if self._stmts is None:
             try:
-                res = c.drive(c._query_gen(conn, c.SCHEMA_SQL), c.now() + self.timing.statement_timeout)
+                res = c.drive(c._query_gen(conn, c.SCHEMA_SQL), c.now() + self.timing.statement_timeout, stop)
                 self._stmts = c.Statements(c.schema_from(res))
             except BaseException:
                 c.close_quietly(conn)
@@ -175,6 +221,7 @@ class Lease:
 
     def _attempt(self):
         t = self.timing
+        sent = None
         try:
             if self._conn is None:
                 self._conn = self._connect("campaign", t.connect_timeout)
@@ -184,26 +231,42 @@ class Lease:
             res = c.drive(c._query_gen(self._conn, self._stmts.acquire, (self.key, self.owner_id, t.ttl_sql())),
                           sent + t.statement_timeout)
         except c.LeaseError as e:
-            if isinstance(e, c.Timeout):
+            if isinstance(e, c.Timeout) and self._conn is not None and self._conn.status == c.pq.ConnStatus.OK:
                 self._unknown_acquire = True
+                self._cancels.append(c.cancel_request(self._conn))
+            if sent is not None and e.sqlstate is None:
+                self._unanswered = True
             c.close_quietly(self._conn)
             self._conn, self._watching = None, False
-            if e.sqlstate in c.PERMANENT_SQLSTATES or e.sqlstate == "42704":
+            self.last_error = e
+            if c.permanent(e.sqlstate):
                 raise
             return False
-        self.holder = c.value(res, 2)
+        self.holder, self.last_error = c.value(res, 2), None
         if c.value(res, 0) != "t":
             self._watch()
             return False
         token = int(c.value(res, 1))
-        # new_period = f when we were not leading: with an owner id made for this Lease alone, only an
-        # earlier attempt of ours whose answer was lost can have been granted it: the same period.
+        if self._owner_conflict(token, c.value(res, 4)):
+            return False
         deadline = sent + t.ttl - t.margin
         if c.now() >= deadline:          # the answer came too late to act on
             self._release_token(token)
             return False
         self.token, self.expires_at, self._deadline = token, c.value(res, 3), deadline
         self._acquire_rtt = c.now() - sent
+        return True
+
+    def _owner_conflict(self, token, new_period):
+        """True when a grant continues a period we never had (new_period false, and no earlier attempt
+        of ours lost its answer, which could have begun it): another process holds the lease with our
+        owner id.  Then neither lead (both would use one token) nor release (it is theirs); try again
+        after a ttl, when it will have expired if that process is gone."""
+        if new_period != "f" or self._unanswered:
+            return False
+        self.last_error = c.LeaseError(f'another process holds lease "{self.key}" with owner id'
+                                       f' "{self.owner_id}" (token {token}); owner ids must be unique')
+        self._not_before = c.now() + self.timing.ttl
         return True
 
     def _watch(self):
@@ -262,12 +325,20 @@ class Lease:
         if not self._unknown_acquire:
             return
         self._unknown_acquire = False
+        self._join_cancels()            # the cancel requests first (bounded): then what is left
         try:
             if self._attempt():
                 self._release_token(self.token)
                 self.token = None
         except c.LeaseError:
             pass
+        self._join_cancels()            # that attempt's own, if it was given up too
+
+    def _join_cancels(self):
+        for t in self._cancels:
+            if t is not None:
+                t.join(self.timing.connect_timeout)
+        self._cancels = []
 
     def _release_token(self, token):
         for _ in range(2):
@@ -334,16 +405,16 @@ class Lease:
                 try:
                     bound = t.attempt_bound(self._deadline, rtt)
                     if conn is None:
-                        conn = self._connect("renew", min(t.connect_timeout, max(bound, 3 * rtt)))
+                        conn = self._connect("renew", min(t.connect_timeout, max(bound, 3 * rtt)), self._stop)
                     sent = c.now()
                     res = c.drive(c._query_gen(conn, self._stmts.renew,
                                                (self.key, self.owner_id, self.token, t.ttl_sql())),
-                                  sent + bound)
+                                  sent + bound, self._stop)
                     rtt = c.now() - sent
                 except Exception as e:          # LeaseError, or anything unexpected: retry, never die
                     c.close_quietly(conn)
                     conn = None
-                    if getattr(e, "sqlstate", None) in c.PERMANENT_SQLSTATES:
+                    if c.permanent(getattr(e, "sqlstate", None)):
                         self._end("renew_failed")
                         return
                     left = self._deadline - c.now()

@@ -126,6 +126,116 @@ class SyncTests(unittest.TestCase):
         old, new = asyncio.run(main())
         self.assertGreater(new, old)
 
+    def test_text_parameters_checked(self):
+        # libpq ends a parameter at a NUL: "svc\x00" names would make two leases one owner
+        for kw in ({"key": "billing\x00shard2"}, {"name": "svc\x00"}, {"owner_id": "a\x00b"},
+                   {"dsn": DSN + "\x00"}):
+            args = dict(dict(dsn=DSN, key="py-nul", ttl="5s", timeout=0), **kw)
+            with self.assertRaises(ValueError, msg=kw):
+                le.lead(**args).acquire()
+        with self.assertRaisesRegex(ValueError, "NUL"):
+            le.make_owner_id("svc\x00")
+        with self.assertRaisesRegex(TypeError, "key must be a str, not int"):
+            le.lead(DSN, 123)
+        with self.assertRaisesRegex(TypeError, "owner_id must be a str"):
+            le.lead(DSN, "py-nul", owner_id=b"x")
+        with self.assertRaises(ValueError):
+            asyncio.run(le.lead_async(DSN, "py-nul\x00", timeout=0).acquire())
+        with admin() as a:
+            self.assertEqual(history(a, "py-nul"), [])
+
+    def test_connection_errors(self):
+        # refusals no retry can cure end the campaign at once (timeout 60 s is never reached),
+        # with the server's SQLSTATE
+        for what, state in (({"dbname": "py_no_such_db"}, "3D000"), ({"user": "py_no_such_role"}, "28")):
+            dsn = psycopg.conninfo.make_conninfo(DSN, **what)
+            with self.assertRaises(le.LeaseError) as cm:
+                le.lead(dsn, "py-badconn", ttl="2s", timeout=60).acquire()
+            self.assertNotIsInstance(cm.exception, le.NotAcquired)
+            self.assertTrue((cm.exception.sqlstate or "").startswith(state), cm.exception)
+            self.assertIn(next(iter(what.values())), str(cm.exception))
+        with self.assertRaises(le.LeaseError) as cm:
+            asyncio.run(le.lead_async(psycopg.conninfo.make_conninfo(DSN, dbname="py_no_such_db"),
+                                      "py-badconn", ttl="2s", timeout=60).acquire())
+        self.assertEqual(cm.exception.sqlstate, "3D000")
+        # a server that does not answer: retried until the timeout, and NotAcquired says why
+        dsn = psycopg.conninfo.make_conninfo(DSN, port="1")
+        with self.assertRaises(le.NotAcquired) as cm:
+            le.lead(dsn, "py-badconn", ttl="2s", timeout=0.5, retry=0.1).acquire()
+        self.assertIsInstance(cm.exception.last_error, le.LeaseError)
+        self.assertIn("connection failed", str(cm.exception))
+
+    def test_forked_child_leaves_the_lease_alone(self):
+        # the child shares the lease's sockets: leaving the block there must send nothing
+        with admin() as a, le.lead(DSN, "py-fork", ttl="1s") as lease:
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    os.write(w, f"{lease.is_leader()}".encode())
+                    lease.__exit__(None, None, None)    # leaving the block in the child: nothing sent
+                finally:
+                    os._exit(0)
+            os.close(w)
+            seen = os.read(r, 100).decode()
+            os.close(r)
+            os.waitpid(pid, 0)
+            self.assertEqual(seen, "False")
+            before = a.execute("SELECT renewed_at FROM le_leases WHERE lease_key = 'py-fork'").fetchone()[0]
+            time.sleep(0.8)                 # more than two renewals
+            self.assertTrue(lease.is_leader(), lease.lost_reason)
+            row = a.execute("SELECT holder, fencing_token, renewed_at > %s FROM le_leases WHERE lease_key = 'py-fork'",
+                            (before,)).fetchone()
+            self.assertEqual(row, (lease.owner_id, lease.token, True))
+
+    def test_durations_checked(self):
+        for kw in ({"ttl": float("inf")}, {"ttl": float("nan")}, {"timeout": float("nan")}, {"timeout": -1},
+                   {"retry": 0}, {"retry": -1}, {"retry": "0s"}, {"timeout": "soon"}, {"jitter": float("nan")}):
+            with self.assertRaises(ValueError, msg=kw):
+                le.lead(DSN, "py-durations", **kw)
+        with self.assertRaisesRegex(TypeError, "retry must be a number of seconds"):
+            le.lead(DSN, "py-durations", retry=None)
+        self.assertEqual(le.lead(DSN, "py-durations", timeout="5s").timeout, 5.0)
+        self.assertEqual(le.lead(DSN, "py-durations", timeout="250ms").timeout, 0.25)
+        with le.lead(DSN, "py-durations", ttl="2s", timeout="1s") as lease:
+            with self.assertRaises(le.NotAcquired):
+                le.lead(DSN, "py-durations", ttl="2s").acquire(timeout="300ms")
+            self.assertTrue(lease.is_leader())
+
+    def test_abandoned_acquire_is_cancelled(self):
+        # the lease row is locked: each le_acquire waits (up to leader_election.lock_timeout, 2 s) and
+        # is given up on the client side after 300 ms; its statement must not go on to be granted
+        # once the lock goes, in threads and in asyncio
+        with admin() as a:
+            for key in ("py-abandon", "py-abandon-async"):     # the lease rows exist, free
+                le.lead(DSN, key, ttl="1s").acquire().release()
+            owners = []
+            with RowLock("py-abandon"), RowLock("py-abandon-async"):
+                lease = le.lead(DSN, "py-abandon", ttl="5s", statement_timeout="300ms", timeout=0.2)
+                owners.append(lease.owner_id)
+                with self.assertRaises(le.NotAcquired) as cm:
+                    lease.acquire()
+                self.assertIsInstance(cm.exception.last_error, le.Timeout)
+                alease = le.lead_async(DSN, "py-abandon-async", ttl="5s", statement_timeout="300ms", timeout=0.2)
+                owners.append(alease.owner_id)
+                with self.assertRaises(le.NotAcquired):
+                    asyncio.run(alease.acquire())
+            time.sleep(0.5)                 # what was still waiting for the lock has run by now
+            rows = a.execute("SELECT count(*) FROM le_lease_history WHERE holder = ANY(%s)", (owners,)).fetchone()
+            self.assertEqual(rows[0], 0)
+            self.assertEqual(a.execute("SELECT count(*) FROM le_leases WHERE holder = ANY(%s)", (owners,)).fetchone()[0], 0)
+
+    def test_owner_id_used_by_another_lease_refused(self):
+        with le.lead(DSN, "py-dup-owner", ttl="5s", owner_id="py-dup") as first:
+            with self.assertRaises(le.NotAcquired) as cm:
+                le.lead(DSN, "py-dup-owner", ttl="5s", owner_id="py-dup", timeout=0.3).acquire()
+            self.assertIn("owner ids must be unique", str(cm.exception))
+            with self.assertRaises(le.NotAcquired):
+                asyncio.run(le.lead_async(DSN, "py-dup-owner", ttl="5s", owner_id="py-dup", timeout=0.3).acquire())
+            self.assertTrue(first.is_leader())
+        with admin() as a:
+            self.assertEqual(history(a, "py-dup-owner")[-1][1:], (first.token, "released"))
+
     def test_two_leases_one_process(self):
         with le.lead(DSN, "py-two-a", ttl="5s", name="same") as a, \
                 le.lead(DSN, "py-two-b", ttl="5s", name="same") as b:
@@ -157,10 +267,12 @@ class SyncTests(unittest.TestCase):
             with le.lead(DSN, "py-fence", ttl="5s") as new:
                 self.assertGreater(new.token, old.token)
                 # whether or not the old lease has heard yet, the fence refuses its token
-                with self.assertRaises(psycopg.Error) as cm:
+                with self.assertRaises(le.StaleToken) as cm:
                     with old.transaction(work, check=False):
                         work.execute("DELETE FROM py_fenced")
                 self.assertEqual(cm.exception.sqlstate, "LE001")
+                self.assertIsInstance(cm.exception, le.NotLeader)
+                self.assertIsInstance(cm.exception.__cause__, psycopg.Error)
                 with new.transaction(work):
                     work.execute("INSERT INTO py_fenced VALUES (3, 'new', %s)", (new.token,))
                 # the old lease's next renewal is refused: lost
@@ -171,27 +283,33 @@ class SyncTests(unittest.TestCase):
                     with old.transaction(work):
                         pass
             self.assertFalse(old.release())        # compare-and-release: no longer ours
+            with self.assertRaises(le.NotHeld) as cm:  # released: nobody holds it
+                with new.transaction(work, check=False):
+                    work.execute("INSERT INTO py_fenced VALUES (4, 'late', %s)", (new.token,))
+            self.assertEqual(cm.exception.sqlstate, "LE002")
             self.assertEqual(a.execute("SELECT array_agg(id ORDER BY id) FROM py_fenced").fetchone()[0], [1, 3])
             work.close()
 
-    def renew_backend(self, a, lease):
+    def renew_backend(self, a, app):
+        # the DSN's application_name `app` names this test's connections alone (other tests run at the
+        # same time); the renewal connection is the one whose last statement was le_renew
         for _ in range(100):
-            # by its last statement: PGAPPNAME (set by the TAP harness) overrides the fallback application name
-            row = a.execute("SELECT pid FROM pg_stat_activity WHERE query LIKE %s AND pid <> pg_backend_pid()"
+            row = a.execute("SELECT pid FROM pg_stat_activity WHERE query LIKE %s AND application_name = %s"
                             " AND state = 'idle' ORDER BY backend_start DESC LIMIT 1",
-                            ("%.le_renew(%",)).fetchone()
+                            ("%.le_renew(%", app)).fetchone()
             if row:
                 return row[0]
             time.sleep(0.05)
         self.fail("no renewal connection")
 
     def test_renewal_reconnects(self):
-        with admin() as a, le.lead(DSN, "py-reconnect", ttl="2s") as lease:
+        dsn = psycopg.conninfo.make_conninfo(DSN, application_name="py-reconnect")
+        with admin() as a, le.lead(dsn, "py-reconnect", ttl="2s") as lease:
             token = lease.token
-            first = self.renew_backend(a, lease)
+            first = self.renew_backend(a, "py-reconnect")
             a.execute("SELECT pg_terminate_backend(%s)", (first,))
             time.sleep(1.0)
-            frozen = self.renew_backend(a, lease)
+            frozen = self.renew_backend(a, "py-reconnect")
             self.assertNotEqual(frozen, first)
             # a frozen backend: the renewal on it hangs, is abandoned, and another connection renews
             os.kill(frozen, signal.SIGSTOP)
@@ -203,6 +321,38 @@ class SyncTests(unittest.TestCase):
                 self.assertEqual(row, (token, True))
             finally:
                 os.kill(frozen, signal.SIGCONT)
+
+    def test_release_does_not_wait_for_a_hung_renewal(self):
+        dsn = psycopg.conninfo.make_conninfo(DSN, application_name="py-rel-hung")
+        lease = le.lead(dsn, "py-rel-hung", ttl="20s", renew_every="0.3s").acquire()
+        with admin() as a:
+            frozen = self.renew_backend(a, "py-rel-hung")
+            os.kill(frozen, signal.SIGSTOP)     # the next renewal hangs for its bound, the 5 s statement timeout
+            try:
+                time.sleep(0.6)
+                t0 = time.monotonic()
+                self.assertTrue(lease.release())
+                took = time.monotonic() - t0
+            finally:
+                os.kill(frozen, signal.SIGCONT)
+            self.assertLess(took, lease.timing.statement_timeout / 2)
+            self.assertEqual(history(a, "py-rel-hung")[-1][1:], (lease.token, "released"))
+            FIGURES.append(f"release() with a renewal hung: {1000 * took:.0f} ms")
+
+    def test_release_from_on_lost(self):
+        answers = []
+        lease = le.lead(DSN, "py-onlost", ttl="2s", on_lost=lambda l: answers.append(l.release())).acquire()
+        with admin() as a:
+            a.execute("SELECT le_force_release('py-onlost')")
+            self.assertTrue(lease.lost.wait(5))
+            for _ in range(100):
+                if answers:
+                    break
+                time.sleep(0.02)
+            self.assertEqual(lease.lost_reason, "lost")
+            self.assertEqual(answers, [False])      # compare-and-release ran: no longer ours
+            self.assertEqual(lease.release(), False)    # once: the same answer
+            self.assertTrue(all(not t.is_alive() for t in lease._threads))
 
     def test_hung_renewals_end_leadership_before_expiry(self):
         with le.lead(DSN, "py-hung", ttl="2s") as lease:
@@ -255,6 +405,36 @@ class AsyncTests(unittest.TestCase):
         FIGURES.append(f"asyncio, ttl 2 s, renewals hung: body cancelled {1000 * (seen['last_deadline'] - seen['cancelled']):.0f} ms"
                        f" before the local deadline, last step {1000 * (seen['expires_at'] - seen['last_wall']):.0f} ms"
                        " before the server's expiry")
+
+    def test_body_swallowing_cancellation_is_cancelled_again(self):
+        seen = {"cancels": 0, "slices": []}
+
+        async def main():
+            loop = asyncio.get_running_loop()
+            lease = le.lead_async(DSN, "py-async-swallow", ttl="3s")
+            try:
+                async with lease:
+                    with admin() as a:
+                        a.execute("SELECT le_force_release('py-async-swallow')")
+                    for _ in range(300):            # at most ~3 s, then it ends by itself
+                        try:
+                            seen["slices"].append(lease._cancel_handle.when() - loop.time())
+                            await asyncio.sleep(0.01)
+                        except asyncio.CancelledError:
+                            seen["cancels"] += 1
+                            if seen["cancels"] == 4:
+                                raise
+            except le.LeadershipLost:
+                seen["reason"] = lease.lost_reason
+            seen["cancelling"] = asyncio.current_task().cancelling()
+
+        asyncio.run(main())
+        self.assertEqual(seen["cancels"], 4)        # cancelled again until it gave in
+        self.assertEqual(seen["reason"], "lost")
+        self.assertEqual(seen["cancelling"], 0)
+        self.assertLessEqual(max(seen["slices"]), 0.5 + 0.05)     # the timer never sleeps through a suspend
+        with admin() as a:
+            self.assertEqual(history(a, "py-async-swallow")[-1][2], "force_released")
 
     def test_async_fenced_transaction(self):
         async def main():
@@ -315,6 +495,23 @@ class RunTests(unittest.TestCase):
         with admin() as a:
             self.assertEqual(history(a, "py-run-missing")[-1][2], "released")
 
+    def test_sigchld_ignored(self):
+        # with SIGCHLD ignored the kernel reaps the child: waitpid() fails with ECHILD; run() must
+        # still return, release, and stop its renewal threads (main thread and another thread)
+        code = ("import signal, sys, threading, leader_election as le\n"
+                "signal.signal(signal.SIGCHLD, signal.SIG_IGN)\n"
+                "r = le.run(sys.argv[1], 'py-run-chld', ['sh', '-c', 'exit 3'], ttl='2s')\n"
+                "print(r.reason, r.returncode, signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN)\n"
+                "out = {}\n"
+                "t = threading.Thread(target=lambda: out.update(r=le.run(sys.argv[1], 'py-run-chld', ['true'], ttl='2s')))\n"
+                "t.start(); t.join(10)\n"
+                "print(out['r'].reason, out['r'].returncode)\n"
+                "print([t.name for t in threading.enumerate() if t.name.startswith('leader_election')])\n")
+        out = subprocess.run([sys.executable, "-c", code, DSN], capture_output=True, text=True, timeout=20)
+        self.assertEqual(out.stdout.splitlines(), ["exited 3 True", "exited None", "[]"], out.stderr)
+        with admin() as a:
+            self.assertEqual([h[2] for h in history(a, "py-run-chld")[-2:]], ["released", "released"])
+
     def test_command_and_sigterm_release(self):
         code = ("import sys, leader_election as le\n"
                 "r = le.run(sys.argv[1], 'py-run-cmd', ['sh', '-c', 'echo $LE_FENCING_TOKEN; exec sleep 30'], ttl='5s')\n"
@@ -328,6 +525,53 @@ class RunTests(unittest.TestCase):
         self.assertEqual((reason, rc, tok), ("signal", str(-signal.SIGTERM), token))
         with admin() as a:
             self.assertEqual(history(a, "py-run-cmd")[-1][1:], (int(token), "released"))
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+PARENT = ("import os, subprocess, sys, leader_election as le\n"
+          "def fn(info):\n"
+          "    p = subprocess.Popen(['sleep', '60'])\n"
+          "    print(os.getpid(), p.pid, flush=True)\n"
+          "    p.wait()\n"
+          "work = fn if sys.argv[2] == 'function' else ['sh', '-c', 'sleep 60 & echo $$ $!; wait']\n"
+          "r = le.run(sys.argv[1], sys.argv[3], work, ttl='5s')\n"
+          "print(r.reason, r.returncode, r.token, flush=True)\n")
+
+
+class RunParentTests(unittest.TestCase):
+    def test_parent_sigkill_kills_the_work_and_its_children(self):
+        parents = {how: subprocess.Popen([sys.executable, "-c", PARENT, DSN, how, "py-run-kill-" + how],
+                                         stdout=subprocess.PIPE, text=True)
+                   for how in ("function", "command")}
+        pids = {how: [int(x) for x in p.stdout.readline().split()] for how, p in parents.items()}
+        for how, p in parents.items():
+            self.assertEqual(len(pids[how]), 2, how)
+            self.assertTrue(all(alive(x) for x in pids[how]), how)
+            p.kill()
+            p.wait()
+            p.stdout.close()
+        end = time.monotonic() + 10
+        while time.monotonic() < end and any(alive(x) for v in pids.values() for x in v):
+            time.sleep(0.05)
+        self.assertEqual({how: [x for x in v if alive(x)] for how, v in pids.items()},
+                         {"function": [], "command": []})
+
+    def test_sighup_stops_and_releases(self):
+        p = subprocess.Popen([sys.executable, "-c", PARENT, DSN, "command", "py-run-hup"], stdout=subprocess.PIPE, text=True)
+        work = [int(x) for x in p.stdout.readline().split()]
+        p.send_signal(signal.SIGHUP)
+        reason, rc, token = p.communicate(timeout=15)[0].split()
+        self.assertEqual(reason, "signal")
+        self.assertFalse(any(alive(x) for x in work))
+        with admin() as a:
+            self.assertEqual(history(a, "py-run-hup")[-1][1:], (int(token), "released"))
 
 
 class ReadmeTest(unittest.TestCase):
