@@ -25,13 +25,13 @@ COMMENT ON COLUMN @extschema@.le_lease.expiries IS
 COMMENT ON COLUMN @extschema@.le_lease.force_releases IS
     'valid ownership periods ended by le_force_release';
 COMMENT ON COLUMN @extschema@.le_lease.ttl_us IS
-    'ttl of the last grant or renewal, in microseconds (NULL: not granted or renewed since version 1.1)';
+    'ttl of the last ownership period that ended (its expires_at minus its last renewed_at), in microseconds; le_lease_metrics shows the current period''s ttl while the lease is held (NULL: no period ended since version 1.1)';
 COMMENT ON COLUMN @extschema@.le_lease.freed_at IS
     'time of the last le_release or le_force_release (NULL: none since version 1.1)';
 COMMENT ON COLUMN @extschema@.le_lease.renew_margin_us IS
-    'time the lease had left, by the server clock, when its last successful le_renew arrived, in microseconds (NULL: no renewal in this ownership period)';
+    'time the lease had left, by the server clock, when its last successful le_renew arrived, in microseconds (NULL: no renewal in the current ownership period, or the lease is free)';
 COMMENT ON COLUMN @extschema@.le_lease.renew_margin_min_us IS
-    'least renew_margin_us of the current ownership period (NULL: no renewal in it)';
+    'least renew_margin_us of the current ownership period (NULL: no renewal in it, or the lease is free)';
 
 -- Periods that lapsed before this version: what the history still holds.
 UPDATE @extschema@.le_lease AS l
@@ -51,8 +51,10 @@ SELECT l.lease_key,
        CASE WHEN l.expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
             THEN pg_catalog.date_part('epoch', l.expires_at OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp())
             ELSE 0 END::double precision AS seconds_remaining,
-       COALESCE(l.ttl_us::double precision OPERATOR(pg_catalog./) 1e6,
-                pg_catalog.date_part('epoch', l.expires_at OPERATOR(pg_catalog.-) l.renewed_at)) AS ttl_seconds,
+       -- Held: the ttl of the last grant, extension or renewal; free: that
+       -- of the period that ended last.
+       COALESCE(pg_catalog.date_part('epoch', l.expires_at OPERATOR(pg_catalog.-) l.renewed_at),
+                l.ttl_us::double precision OPERATOR(pg_catalog./) 1e6) AS ttl_seconds,
        l.transitions AS periods_granted,
        -- A lapsed period still held is an expiry already, though no call has
        -- ended it yet.
