@@ -31,10 +31,18 @@ SELECT renew_margin_seconds > 19 AS margin_near_ttl,
        renew_margin_min_seconds < 9.8 AS least_kept
   FROM le_lease_metrics WHERE lease_key = 'metrics-a';
 
--- A force release of a valid lease: counted as such, not as an expiry.
+-- The holder extends its own lease with le_acquire: the same period, with
+-- the new ttl.
+SELECT acquired, new_period FROM le_acquire('metrics-a', 'a', '45 seconds');
+SELECT ttl_seconds, periods_granted, renew_margin_min_seconds < 9.8 AS least_kept
+  FROM le_lease_metrics WHERE lease_key = 'metrics-a';
+
+-- A force release of a valid lease: counted as such, not as an expiry; the
+-- ttl shown is that of the period that ended, and no renewal margin is left.
 SELECT le_force_release('metrics-a');
 SELECT holder, is_valid, seconds_remaining, periods_granted, expiries, force_releases,
-       seconds_without_holder < 5 AS freed_just_now
+       seconds_without_holder < 5 AS freed_just_now, ttl_seconds,
+       renew_margin_seconds, renew_margin_min_seconds
   FROM le_lease_metrics WHERE lease_key = 'metrics-a';
 
 -- A new period resets the margins.

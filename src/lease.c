@@ -144,7 +144,9 @@ le_lease_note_period_end(LeaseRow *row, const LeaseRow *old, TimestampTz now)
 /*
  * Count the end of old's period, ended now, in row (the version about to
  * be written): kept in the lease row, not only in the history, which is
- * pruned.  A period that had lapsed is an expiry however it ends (as in
+ * pruned; its ttl is kept too (while a lease is held, le_lease_metrics
+ * derives the ttl from expires_at and renewed_at, so a renewal writes no
+ * ttl).  A period that had lapsed is an expiry however it ends (as in
  * the history); a valid one that le_force_release ended is a force release.
  */
 static void
@@ -152,6 +154,7 @@ le_lease_count_end(LeaseRow *row, const LeaseRow *old, TimestampTz now, bool for
 {
 	if (old->holder == NULL)
 		return;
+	row->ttl_us = old->expires_at - old->renewed_at;
 	if (old->expires_at <= now)
 		row->expiries++;
 	else if (forced)
@@ -261,7 +264,6 @@ le_lease_grant(LeaseStoreState *st, LeaseRow *row, char *owner, int64 ttl,
 	row->expires_at = now + ttl;
 	row->transitions++;
 	le_lease_count_end(row, &old, now, false);
-	row->ttl_us = ttl;
 	row->renew_margin_us = row->renew_margin_min_us = -1;
 
 	/*
@@ -513,7 +515,6 @@ retry:
 	row.renew_margin_us = row.expires_at - now;
 	if (row.renew_margin_min_us < 0 || row.renew_margin_us < row.renew_margin_min_us)
 		row.renew_margin_min_us = row.renew_margin_us;
-	row.ttl_us = ttl;
 	row.renewed_at = now;
 	row.expires_at = now + ttl;
 	if (!le_rows_write(&st, &row))
@@ -614,6 +615,7 @@ retry:
 	row.holder_role = NULL;
 	row.expires_at = 0;
 	row.freed_at = now;
+	row.renew_margin_us = row.renew_margin_min_us = -1;
 	le_lease_count_end(&row, &old, now, owner == NULL);
 	end = le_lease_plan_period_end(&st, &row, &old, now);
 	if (!le_rows_write(&st, &row))

@@ -276,8 +276,11 @@ le_rows_relids(Oid nsp, Oid *lease_relid, Oid *key_indexid)
 
 /*
  * The attribute numbers of the metric columns of the le_lease last
- * checked (0: the column is absent, as in the 1.0 table), looked up when
- * its oid or number of columns changes.
+ * checked (0: the column is absent, as in the 1.0 table), looked up again
+ * when its oid or number of columns changes or a relcache invalidation of
+ * it arrives (rename, ALTER COLUMN ... TYPE, DROP COLUMN keep the number
+ * of columns); le_rows_metric_columns also checks the type of the columns
+ * kept, at every open, against the descriptor it is given.
  */
 static struct
 {
@@ -286,21 +289,56 @@ static struct
 	AttrNumber	att[LE_NMETRIC_COLS];
 }			le_rows_metric_cols;
 
+static void
+le_rows_metric_cols_forget(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == le_rows_metric_cols.relid)
+		le_rows_metric_cols.relid = InvalidOid;
+}
+
+/* Are the kept attribute numbers still those of the metric columns of desc? */
+static bool
+le_rows_metric_cols_current(Relation rel, TupleDesc desc)
+{
+	int			m;
+
+	if (le_rows_metric_cols.relid != RelationGetRelid(rel) ||
+		le_rows_metric_cols.natts != desc->natts)
+		return false;
+	for (m = 0; m < LE_NMETRIC_COLS; m++)
+	{
+		AttrNumber	a = le_rows_metric_cols.att[m];
+
+		if (a != 0 && (TupleDescAttr(desc, a - 1)->attisdropped ||
+					   TupleDescAttr(desc, a - 1)->atttypid != le_metric_types[m]))
+			return false;
+	}
+	return true;
+}
+
 /*
  * Find the metric columns among those of le_lease after the first
- * Natts_le_lease; false when one has the right name and a wrong type.
- * Other columns there are left alone: never written, NULL in a new row.
+ * Natts_le_lease.  The columns there that are not dropped must be none
+ * (the 1.0 table) or exactly the metric columns, each with its type: a
+ * column of another name or type is refused (false), since a new row is
+ * written without its NOT NULL or DEFAULT.
  */
 static bool
 le_rows_metric_columns(Relation rel)
 {
+	static bool registered = false;
 	TupleDesc	desc = RelationGetDescr(rel);
+	int			found = 0;
 	int			i;
 	int			m;
 
-	if (le_rows_metric_cols.relid == RelationGetRelid(rel) &&
-		le_rows_metric_cols.natts == desc->natts)
+	if (le_rows_metric_cols_current(rel, desc))
 		return true;
+	if (!registered)
+	{
+		CacheRegisterRelcacheCallback(le_rows_metric_cols_forget, (Datum) 0);
+		registered = true;
+	}
 	le_rows_metric_cols.relid = InvalidOid;
 	memset(le_rows_metric_cols.att, 0, sizeof(le_rows_metric_cols.att));
 	for (i = Natts_le_lease; i < desc->natts; i++)
@@ -311,11 +349,17 @@ le_rows_metric_columns(Relation rel)
 			continue;
 		for (m = 0; m < LE_NMETRIC_COLS; m++)
 			if (strcmp(NameStr(att->attname), le_metric_names[m]) == 0)
-			{
-				if (att->atttypid != le_metric_types[m])
-					return false;
-				le_rows_metric_cols.att[m] = att->attnum;
-			}
+				break;
+		if (m == LE_NMETRIC_COLS || att->atttypid != le_metric_types[m] ||
+			le_rows_metric_cols.att[m] != 0)
+			return false;
+		le_rows_metric_cols.att[m] = att->attnum;
+		found++;
+	}
+	if (found != 0 && found != LE_NMETRIC_COLS)
+	{
+		memset(le_rows_metric_cols.att, 0, sizeof(le_rows_metric_cols.att));
+		return false;
 	}
 	le_rows_metric_cols.relid = RelationGetRelid(rel);
 	le_rows_metric_cols.natts = desc->natts;
@@ -324,7 +368,8 @@ le_rows_metric_columns(Relation rel)
 
 /*
  * Are the columns of rel the ones we read and write?  le_lease may have
- * more (see LE_LEASE_MAX_NATTS), the history table not.
+ * the metric columns too (le_rows_metric_columns; at most
+ * LE_LEASE_MAX_NATTS columns in all), the history table not.
  */
 static bool
 le_rows_layout_ok(Relation rel, const Oid *types, int natts)

@@ -27,19 +27,36 @@
 #include "storage/shmem.h"
 #include "storage/spin.h"
 #include "utils/builtins.h"
+#include "utils/syscache.h"
 
 #include "leader_election.h"
 
 /*
- * Tables counted, over all databases (slots are never freed: a dropped
- * table's count stays until the restart); a refusal that finds no slot is
- * counted in overflow, shown in every database.
+ * Tables counted, over all databases, in an open-addressing table keyed by
+ * (database, table, overflow).  A database sees only its own slots.  A
+ * refusal that finds no slot is counted in its database's overflow slot;
+ * the last LE_METRICS_RESERVED free slots are kept for those, and a
+ * refusal that finds none of them either is counted nowhere (lost).  The
+ * slot of a dropped table is freed when its database reads the counts
+ * (le_metrics_reclaim): only a backend of that database can tell that
+ * the table is gone.  A freed slot becomes a tombstone, reused by the next
+ * new key probing through it, so that probe sequences stay unbroken.
  */
 #define LE_METRICS_SLOTS	1024
+#define LE_METRICS_RESERVED	64
+
+typedef enum LeSlotState
+{
+	LE_SLOT_EMPTY = 0,			/* never used: ends a probe */
+	LE_SLOT_USED,
+	LE_SLOT_FREED				/* tombstone */
+} LeSlotState;
 
 typedef struct LeRefusalSlot
 {
-	Oid			dboid;			/* InvalidOid: slot unused */
+	uint8		state;			/* LeSlotState */
+	bool		overflow;		/* the database's refusals that found no slot */
+	Oid			dboid;
 	Oid			relid;			/* InvalidOid: no table (le_fence_check) */
 	uint64		refused;
 } LeRefusalSlot;
@@ -47,7 +64,8 @@ typedef struct LeRefusalSlot
 typedef struct LeMetricsShared
 {
 	slock_t		mutex;
-	uint64		overflow;		/* refusals that found no slot */
+	int			used;			/* slots in state LE_SLOT_USED */
+	uint64		lost;			/* refusals that found no slot, not even an overflow one */
 	LeRefusalSlot slots[LE_METRICS_SLOTS];
 } LeMetricsShared;
 
@@ -99,6 +117,44 @@ le_metrics_init(void)
 }
 
 /*
+ * The slot of key (MyDatabaseId, relid, overflow), taken if new and one
+ * may be taken; NULL if not.  Caller holds the spinlock.
+ */
+static LeRefusalSlot *
+le_metrics_slot(Oid relid, bool overflow)
+{
+	uint32		h = ((uint32) MyDatabaseId * 2654435761u) ^ (uint32) relid ^ (overflow ? 0x9e3779b9u : 0);
+	LeRefusalSlot *free_slot = NULL;
+	int			i;
+
+	for (i = 0; i < LE_METRICS_SLOTS; i++)
+	{
+		LeRefusalSlot *s = &le_metrics->slots[(h + i) % LE_METRICS_SLOTS];
+
+		if (s->state == LE_SLOT_USED)
+		{
+			if (s->dboid == MyDatabaseId && s->relid == relid && s->overflow == overflow)
+				return s;
+			continue;
+		}
+		if (free_slot == NULL)
+			free_slot = s;
+		if (s->state == LE_SLOT_EMPTY)
+			break;
+	}
+	if (free_slot == NULL ||
+		(!overflow && le_metrics->used >= LE_METRICS_SLOTS - LE_METRICS_RESERVED))
+		return NULL;
+	free_slot->state = LE_SLOT_USED;
+	free_slot->overflow = overflow;
+	free_slot->dboid = MyDatabaseId;
+	free_slot->relid = relid;
+	free_slot->refused = 0;
+	le_metrics->used++;
+	return free_slot;
+}
+
+/*
  * Count one write refused in table relid (InvalidOid: not a table's
  * trigger) of this database.  Does nothing without the preload.  Called
  * just before the refusal's ereport(ERROR), never elsewhere.
@@ -106,30 +162,55 @@ le_metrics_init(void)
 void
 le_metrics_count_refusal(Oid relid)
 {
-	uint32		h;
-	int			i;
+	LeRefusalSlot *s;
 
 	if (le_metrics == NULL)
 		return;
-	h = ((uint32) MyDatabaseId * 2654435761u) ^ (uint32) relid;
+	SpinLockAcquire(&le_metrics->mutex);
+	s = le_metrics_slot(relid, false);
+	if (s == NULL)
+		s = le_metrics_slot(InvalidOid, true);
+	if (s != NULL)
+		s->refused++;
+	else
+		le_metrics->lost++;
+	SpinLockRelease(&le_metrics->mutex);
+}
+
+/*
+ * Free the slots of this database's tables that no longer exist (their
+ * count goes with them), among those in copy, and mark them in copy (not
+ * LE_SLOT_USED any more); the relation lookups happen before the spinlock
+ * is taken.
+ */
+static void
+le_metrics_reclaim(LeRefusalSlot *copy)
+{
+	int			i;
+	bool		any = false;
+
+	for (i = 0; i < LE_METRICS_SLOTS; i++)
+		if (copy[i].state == LE_SLOT_USED && copy[i].dboid == MyDatabaseId &&
+			!copy[i].overflow && copy[i].relid != InvalidOid &&
+			!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(copy[i].relid)))
+		{
+			copy[i].state = LE_SLOT_FREED + 1;	/* to free */
+			any = true;
+		}
+	if (!any)
+		return;
 	SpinLockAcquire(&le_metrics->mutex);
 	for (i = 0; i < LE_METRICS_SLOTS; i++)
 	{
-		LeRefusalSlot *s = &le_metrics->slots[(h + i) % LE_METRICS_SLOTS];
+		LeRefusalSlot *s = &le_metrics->slots[i];
 
-		if (s->dboid == InvalidOid)
+		if (copy[i].state == LE_SLOT_FREED + 1 && s->state == LE_SLOT_USED &&
+			s->dboid == MyDatabaseId && !s->overflow && s->relid == copy[i].relid)
 		{
-			s->dboid = MyDatabaseId;
-			s->relid = relid;
-		}
-		if (s->dboid == MyDatabaseId && s->relid == relid)
-		{
-			s->refused++;
-			SpinLockRelease(&le_metrics->mutex);
-			return;
+			s->state = LE_SLOT_FREED;
+			le_metrics->used--;
 		}
 	}
-	le_metrics->overflow++;
 	SpinLockRelease(&le_metrics->mutex);
 }
 
@@ -143,16 +224,16 @@ le_fence_refusals_counted(PG_FUNCTION_ARGS)
 /*
  * le_fence_refusal_counts() -> (relid, refused) of this database since the
  * server started: one row per table with a refusal, relid 0 for refusals
- * of le_fence_check() and the job functions, NULL for the overflow; no
- * rows when nothing is counted.  The slots are copied under the spinlock
- * and returned after it is released.
+ * of le_fence_check() and the job functions, NULL for this database's
+ * overflow; no rows when nothing is counted.  The slots are copied under
+ * the spinlock and returned after it is released; the slots of tables
+ * dropped since are freed then (le_metrics_reclaim) and not shown.
  */
 Datum
 le_fence_refusal_counts(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	LeRefusalSlot *copy;
-	uint64		overflow;
 	int			i;
 
 	InitMaterializedSRF(fcinfo, 0);
@@ -161,25 +242,19 @@ le_fence_refusal_counts(PG_FUNCTION_ARGS)
 	copy = palloc(sizeof(le_metrics->slots));
 	SpinLockAcquire(&le_metrics->mutex);
 	memcpy(copy, le_metrics->slots, sizeof(le_metrics->slots));
-	overflow = le_metrics->overflow;
 	SpinLockRelease(&le_metrics->mutex);
+	le_metrics_reclaim(copy);
 
 	for (i = 0; i < LE_METRICS_SLOTS; i++)
 	{
 		Datum		values[2];
 		bool		nulls[2] = {false, false};
 
-		if (copy[i].dboid != MyDatabaseId)
+		if (copy[i].state != LE_SLOT_USED || copy[i].dboid != MyDatabaseId)
 			continue;
+		nulls[0] = copy[i].overflow;
 		values[0] = ObjectIdGetDatum(copy[i].relid);
 		values[1] = Int64GetDatum((int64) copy[i].refused);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-	}
-	if (overflow > 0)
-	{
-		Datum		values[2] = {(Datum) 0, Int64GetDatum((int64) overflow)};
-		bool		nulls[2] = {true, false};
-
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	pfree(copy);

@@ -25,13 +25,13 @@ COMMENT ON COLUMN @extschema@.le_lease.expiries IS
 COMMENT ON COLUMN @extschema@.le_lease.force_releases IS
     'valid ownership periods ended by le_force_release';
 COMMENT ON COLUMN @extschema@.le_lease.ttl_us IS
-    'ttl of the last grant or renewal, in microseconds (NULL: not granted or renewed since version 1.1)';
+    'ttl of the last ownership period that ended (its expires_at minus its last renewed_at), in microseconds; le_lease_metrics shows the current period''s ttl while the lease is held (NULL: no period ended since version 1.1)';
 COMMENT ON COLUMN @extschema@.le_lease.freed_at IS
     'time of the last le_release or le_force_release (NULL: none since version 1.1)';
 COMMENT ON COLUMN @extschema@.le_lease.renew_margin_us IS
-    'time the lease had left, by the server clock, when its last successful le_renew arrived, in microseconds (NULL: no renewal in this ownership period)';
+    'time the lease had left, by the server clock, when its last successful le_renew arrived, in microseconds (NULL: no renewal in the current ownership period, or the lease is free)';
 COMMENT ON COLUMN @extschema@.le_lease.renew_margin_min_us IS
-    'least renew_margin_us of the current ownership period (NULL: no renewal in it)';
+    'least renew_margin_us of the current ownership period (NULL: no renewal in it, or the lease is free)';
 
 -- Periods that lapsed before this version: what the history still holds.
 UPDATE @extschema@.le_lease AS l
@@ -47,31 +47,35 @@ SELECT l.lease_key,
        l.holder,
        l.holder_role,
        l.fencing_token,
-       COALESCE(l.expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp(), false) AS is_valid,
-       CASE WHEN l.expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
-            THEN pg_catalog.date_part('epoch', l.expires_at OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp())
+       COALESCE(l.expires_at OPERATOR(pg_catalog.>) n.now, false) AS is_valid,
+       CASE WHEN l.expires_at OPERATOR(pg_catalog.>) n.now
+            THEN pg_catalog.date_part('epoch', l.expires_at OPERATOR(pg_catalog.-) n.now)
             ELSE 0 END::double precision AS seconds_remaining,
-       COALESCE(l.ttl_us::double precision OPERATOR(pg_catalog./) 1e6,
-                pg_catalog.date_part('epoch', l.expires_at OPERATOR(pg_catalog.-) l.renewed_at)) AS ttl_seconds,
+       -- Held: the ttl of the last grant, extension or renewal; free: that
+       -- of the period that ended last.
+       COALESCE(pg_catalog.date_part('epoch', l.expires_at OPERATOR(pg_catalog.-) l.renewed_at),
+                l.ttl_us::double precision OPERATOR(pg_catalog./) 1e6) AS ttl_seconds,
        l.transitions AS periods_granted,
        -- A lapsed period still held is an expiry already, though no call has
        -- ended it yet.
        l.expiries OPERATOR(pg_catalog.+)
-           CASE WHEN l.expires_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() THEN 1 ELSE 0 END
+           CASE WHEN l.expires_at OPERATOR(pg_catalog.<=) n.now THEN 1 ELSE 0 END
            AS expiries,
        l.force_releases,
        l.renew_margin_us::double precision OPERATOR(pg_catalog./) 1e6 AS renew_margin_seconds,
        l.renew_margin_min_us::double precision OPERATOR(pg_catalog./) 1e6 AS renew_margin_min_seconds,
        -- How long nobody has held it validly: since it lapsed, since it was
        -- freed (or the last recorded end of a period), or since it was made.
-       CASE WHEN l.expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp() THEN 0
-            ELSE pg_catalog.date_part('epoch', pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-)
+       CASE WHEN l.expires_at OPERATOR(pg_catalog.>) n.now THEN 0
+            ELSE pg_catalog.date_part('epoch', n.now OPERATOR(pg_catalog.-)
                      COALESCE(l.expires_at, l.freed_at,
                               (SELECT pg_catalog.max(h.ended_at) FROM @extschema@.le_lease_history AS h
                                 WHERE h.lease_id OPERATOR(pg_catalog.=) l.lease_id),
                               l.created_at))
             END::double precision AS seconds_without_holder
-  FROM @extschema@.le_lease AS l;
+  FROM @extschema@.le_lease AS l,
+       -- One reading of the clock per row: a row is never valid and lapsed at once.
+       LATERAL (SELECT pg_catalog.clock_timestamp() AS now) AS n;
 COMMENT ON VIEW @extschema@.le_lease_metrics IS
     'one row per lease for monitoring: holder, token, seconds remaining, ttl, periods granted, expiries, force releases, the time left when the last renewal arrived (and its least in this period), and how long the lease has had no valid holder; readable through le_grant(role, ''monitor'')';
 REVOKE ALL ON @extschema@.le_lease_metrics FROM PUBLIC;
