@@ -209,7 +209,8 @@ class Probe:
     def stop(self):
         self.early_rc = None if self.termed else self.proc.poll()
         self.signal(signal.SIGCONT)
-        self.signal(signal.SIGTERM)
+        if not self.termed:             # a second SIGTERM could land in the exit of the first
+            self.signal(signal.SIGTERM)
         try:
             self.rc = self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:

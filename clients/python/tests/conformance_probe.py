@@ -74,11 +74,15 @@ class Probe:
             if self.conn is None or self.conn.closed:
                 self.conn = psycopg.connect(self.a.dsn, connect_timeout=5)
             with lease.transaction(self.conn, check=False):
+                # a write blocked behind a lock fails instead of hiding what comes next (PROTOCOL.md)
+                self.conn.execute("SELECT set_config('statement_timeout', %s, true)",
+                                  (str(max(1, self.a.ttl_ms // 4)),))
                 self.conn.execute(self.insert, (CLIENT, lease.key, lease.owner_id, lease.token))
             emit("write", token=lease.token, ok=True)
             self.wrote = True
-        except psycopg.Error as e:
-            emit("write", token=lease.token, ok=False, sqlstate=e.sqlstate or "08006")
+        except (psycopg.Error, le.LeaseError) as e:
+            # the library's StaleToken / NotHeld carry the fence's SQLSTATE
+            emit("write", token=lease.token, ok=False, sqlstate=getattr(e, "sqlstate", None) or "08006")
             if self.conn is not None and (self.conn.broken or self.conn.closed):
                 self.conn = None
 
