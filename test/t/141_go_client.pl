@@ -37,17 +37,60 @@ ok($built, 'the Go package, example and probe build offline') or diag($err);
 ($out, $err) = ('', '');
 ok(IPC::Run::run(["$gdir/build.sh", 'vet'], '>', \$out, '2>', \$err), 'go vet finds nothing') or diag($err);
 
+# the extension in a schema of its own (a name that needs quoting), off
+# the search_path, in a second database
+$node->safe_psql('postgres', 'CREATE DATABASE le_schema');
+$node->safe_psql('le_schema', 'CREATE SCHEMA "le schema"; CREATE EXTENSION leader_election SCHEMA "le schema"');
+
+# PgBouncer in transaction mode, on a Unix socket (when installed: the
+# suite's package list has it)
+my $pgbouncer = '/usr/sbin/pgbouncer';
+my $bdir = PostgreSQL::Test::Utils::tempdir;
+my $bdsn = '';
+if (-x $pgbouncer)
+{
+	my $bport = PostgreSQL::Test::Cluster::get_free_port();
+	my $user = $node->safe_psql('postgres', 'SELECT current_user');
+	open my $ini, '>', "$bdir/pgbouncer.ini" or die $!;
+	print $ini <<"EOF";
+[databases]
+postgres = host=@{[$node->host]} port=@{[$node->port]} dbname=postgres
+[pgbouncer]
+listen_addr =
+listen_port = $bport
+unix_socket_dir = $bdir
+auth_type = trust
+auth_file = $bdir/users.txt
+pool_mode = transaction
+default_pool_size = 4
+max_client_conn = 20
+logfile = $bdir/pgbouncer.log
+pidfile = $bdir/pgbouncer.pid
+EOF
+	close $ini;
+	open my $users, '>', "$bdir/users.txt" or die $!;
+	print $users qq{"$user" ""\n};
+	close $users;
+	system($pgbouncer, '-d', "$bdir/pgbouncer.ini") == 0 or die "pgbouncer did not start";
+	$bdsn = "host=$bdir port=$bport dbname=postgres user=$user prefer_simple_protocol=true";
+}
+END { system('sh', '-c', "kill \$(cat $bdir/pgbouncer.pid) 2>/dev/null") if defined $bdir && -f "$bdir/pgbouncer.pid"; }
+
 # the package's own tests
 ($out, $err) = ('', '');
 {
 	local $ENV{LE_TEST_DSN} = $dsn;
+	local $ENV{LE_TEST_SCHEMA_DSN} = $node->connstr('le_schema');
+	local $ENV{LE_TEST_BOUNCER_DSN} = $bdsn;
 	IPC::Run::run(["$gdir/build.sh", 'test', '-count=1', '-v', '-timeout=120s'],
 		'>', \$out, '2>', \$err);
 }
 my %result;
 $result{$2} = $1 while $out =~ /^--- (PASS|FAIL): (\w+)/mg;
 for my $t (qw(TestAcquireRenewRelease TestTwoRunsTakeover TestHungRenewals TestRenewRefused
-	TestFencedTx TestExitProcess TestReleaseWakesFollower))
+	TestFencedTx TestExitProcess TestReleaseWakesFollower TestOptionsChecks TestShutdownEndsPeriodFirst
+	TestRecampaignWorkContextError TestPermanentConnectError TestPanicReleases TestExtensionSchema
+	TestShadowedFunctions TestThroughPgBouncer))
 {
 	is($result{$t} // 'missing', 'PASS', "go test $t");
 }
