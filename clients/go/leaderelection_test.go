@@ -273,6 +273,14 @@ func TestFencedTx(t *testing.T) {
 		if !IsStale(err) || !errors.Is(err, ErrStale) || SQLState(err) != "LE001" {
 			return fmt.Errorf("stale write: %v (SQLSTATE %q), want LE001", err, SQLState(err))
 		}
+		// the same, with fn ignoring the failed INSERT: the commit's error says LE001
+		err = old.Tx(ctx, pool, func(tx pgx.Tx) error {
+			tx.Exec(ctx, "INSERT INTO "+table+" VALUES ('stale', $1)", old.Token()) //nolint:errcheck
+			return nil
+		})
+		if !IsStale(err) {
+			return fmt.Errorf("stale write ignored by fn: %v (SQLSTATE %q), want LE001", err, SQLState(err))
+		}
 		return nil
 	})
 	if err != nil {
