@@ -63,9 +63,11 @@ var errNoExtension = &Error{SQLState: "42883",
 // token). Without opts.Recampaign it then returns fn's error, or a
 // *LostError when the period ended before fn returned, or nil; with it, it
 // campaigns again (after a retry interval when fn returned by itself) and
-// returns only when ctx is done or fn returned an error while leading.
-// Bad input, missing privileges or a missing extension end Run with an
-// *Error (SQLSTATE class 22, 28 or 42).
+// returns only when ctx is done or fn returned an error (other than its
+// period's context error) while leading. A panic in fn ends the period,
+// releases the lease and goes on in Run's goroutine. Bad input, missing
+// privileges, a missing database or extension end Run with an *Error
+// (SQLSTATE class 22, 28 or 42, or 3D000).
 func Run(ctx context.Context, pool *pgxpool.Pool, key string, opts Options, fn Func) error {
 	o, err := opts.resolve(key)
 	if err != nil {
