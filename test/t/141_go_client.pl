@@ -7,10 +7,15 @@
 #    deadline (with every renewal hung the work's context is cancelled and
 #    Lost closes before the server's expiry; ExitProcess ends a process
 #    whose work ignores its context before that expiry), G11 (a release
-#    wakes a follower long before its next poll);
+#    wakes a follower long before its next poll), G1/G4/G5 through PgBouncer
+#    in transaction mode, G4 (a panic in the work releases; Run's end ends
+#    the period before the work's context), G6 (typed option errors, whole
+#    ms ttl, 3D000 ends Run), G8 (the extension in a quoted schema off the
+#    search_path; a shadowing le_renew changes nothing);
 #  - README.md's example is clients/go/example/main.go verbatim, and runs;
 #  - the conformance probe (test/conformance/probe-go) leads, writes fenced
-#    rows, and on SIGTERM reports the end, releases and exits 0.
+#    rows, and on SIGTERM reports the end, releases and exits 0 (also with
+#    --ignore-cancel).
 use strict;
 use warnings;
 use FindBin;
@@ -141,5 +146,19 @@ is($node->safe_psql('postgres', qq{
 	SELECT (SELECT count(*) FROM conformance_writes WHERE fencing_token = $token AND client = 'go') > 0
 	   AND (SELECT end_reason FROM le_lease_history WHERE lease_key = 'probe-key' AND fencing_token = $token)
 	       = 'released'}), 't', 'its rows carry its token, and it released the lease');
+
+# with --ignore-cancel, a SIGTERM still ends the long task: release, exit 0
+$pout = '';
+$h = IPC::Run::start(['env', '--default-signal', "$root/test/conformance/probe-go", '--dsn', $dsn,
+		'--key', 'probe-ignore', '--owner', 'probe', '--ttl-ms', '3000', '--ignore-cancel'],
+	'<', \undef, '>', \$pout, '2>', \$err);
+$t0 = time;
+while ($pout !~ /"ev":"act"/ && time - $t0 < 20) { $h->pump_nb; usleep(20_000); }
+$h->signal('TERM');
+$h->finish;
+is($h->full_result(0), 0, 'an --ignore-cancel probe exits 0 on SIGTERM') or diag("$pout\n$err");
+like($pout, qr/"ev":"exit"/, 'and prints its exit event');
+is($node->safe_psql('postgres', q{
+	SELECT end_reason FROM le_lease_history WHERE lease_key = 'probe-ignore'}), 'released', 'and released the lease');
 
 done_testing();
