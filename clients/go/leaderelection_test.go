@@ -434,13 +434,16 @@ func TestOptionsChecks(t *testing.T) {
 		t.Fatalf("ttl %v, %v", o.TTL, err)
 	}
 	for _, bad := range []Options{{Margin: time.Nanosecond}, {Margin: 24 * time.Millisecond},
-		{ExitCode: 256}, {ExitCode: -1}, {TTL: time.Millisecond}} {
+		{ExitCode: 256}, {ExitCode: -1}, {TTL: time.Millisecond}, {Name: "a\x00b"}, {Retry: time.Nanosecond},
+		{Margin: -1}} {
 		if _, err := bad.resolve("k"); SQLState(err) != "22023" {
 			t.Errorf("%+v: %v", bad, err)
 		}
 	}
-	if _, err := (Options{}).resolve(""); SQLState(err) != "22023" {
-		t.Errorf("empty key: %v", err)
+	for _, key := range []string{"", "a\x00b", strings.Repeat("k", 201)} {
+		if _, err := (Options{}).resolve(key); SQLState(err) != "22023" {
+			t.Errorf("key %q: %v", key, err)
+		}
 	}
 }
 

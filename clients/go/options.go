@@ -43,7 +43,7 @@ type Options struct {
 	Margin           time.Duration // deadline this long before the ttl runs out (default TTL/10, 50ms..TTL/4; at least 25ms)
 	Grace            time.Duration // stop point this long before the deadline (default min(1s, (TTL-Margin)/4))
 	Renew            time.Duration // renewal interval (default (TTL-Margin-Grace)/3, at most half of it)
-	Retry            time.Duration // campaign interval while not leading (default 2s)
+	Retry            time.Duration // campaign interval while not leading (default 2s, at least 10ms)
 	Jitter           float64       // Retry varies by ± this fraction (default 0.2; negative: none)
 	StatementTimeout time.Duration // bound on every connect and statement of Run (default 5s)
 	Recampaign       bool          // after a period, campaign again instead of returning
@@ -52,14 +52,15 @@ type Options struct {
 }
 
 func (o Options) resolve(key string) (Options, error) {
-	if key == "" || len(key) > 200 || !utf8.ValidString(key) {
-		return o, inputError("leaderelection: lease key must be 1 to 200 bytes of UTF-8")
+	// no NUL: the server refuses it, and a statement's text cannot carry it
+	if key == "" || len(key) > 200 || !utf8.ValidString(key) || strings.ContainsRune(key, 0) {
+		return o, inputError("leaderelection: lease key must be 1 to 200 bytes of UTF-8 without NUL")
 	}
 	if o.Name == "" {
 		o.Name = "go"
 	}
-	if !utf8.ValidString(o.Name) {
-		return o, inputError("leaderelection: owner name is not valid UTF-8")
+	if !utf8.ValidString(o.Name) || strings.ContainsRune(o.Name, 0) {
+		return o, inputError("leaderelection: owner name must be UTF-8 without NUL")
 	}
 	if o.TTL == 0 {
 		o.TTL = 15 * time.Second
@@ -107,8 +108,8 @@ func (o Options) resolve(key string) (Options, error) {
 	if o.Jitter < 0 {
 		o.Jitter = 0
 	}
-	if o.Jitter > 1 || o.Retry < 0 {
-		return o, inputError("leaderelection: jitter must be at most 1 and retry positive")
+	if o.Jitter > 1 || o.Retry < 10*time.Millisecond {
+		return o, inputError("leaderelection: jitter must be at most 1 and retry at least 10ms")
 	}
 	if o.StatementTimeout == 0 {
 		o.StatementTimeout = 5 * time.Second
