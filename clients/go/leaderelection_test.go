@@ -652,3 +652,29 @@ func TestThroughPgBouncer(t *testing.T) {
 		t.Fatalf("history: %q %v", reason, err)
 	}
 }
+
+// G4 with a connection configuration that turns standard_conforming_strings
+// off: Run's own connection still leads and releases.
+func TestNonStandardStrings(t *testing.T) {
+	cfg, err := pgxpool.ParseConfig(os.Getenv("LE_TEST_DSN"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["standard_conforming_strings"] = "off"
+	pool, err := pgxpool.ConnectConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	key := testKey(t) + `\'`
+	led := false
+	err = Run(ctx, pool, key, fastOpts(), func(context.Context, *Lease) error { led = true; return nil })
+	if err != nil || !led {
+		t.Fatalf("Run returned %v (led %v)", err, led)
+	}
+	if h, _, _ := serverLease(t, testPool(t), key); h != nil {
+		t.Fatalf("still held by %s", *h)
+	}
+}

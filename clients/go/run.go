@@ -84,6 +84,8 @@ func Run(ctx context.Context, pool *pgxpool.Pool, key string, opts Options, fn F
 	// no prepared statements either: they do not survive PgBouncer's
 	// transaction pooling (arguments are sent as escaped literals)
 	cfg.PreferSimpleProtocol, cfg.BuildStatementCache = true, nil
+	// which pgx allows only with standard strings (PgBouncer accepts this one)
+	cfg.RuntimeParams["standard_conforming_strings"] = "on"
 	var seed [8]byte
 	cryptorand.Read(seed[:]) //nolint:errcheck // a zero seed still works
 	e := &elector{key: key, owner: newOwnerID(o.Name), o: o, cfg: cfg,
