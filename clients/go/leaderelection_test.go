@@ -678,3 +678,29 @@ func TestNonStandardStrings(t *testing.T) {
 		t.Fatalf("still held by %s", *h)
 	}
 }
+
+// G9: a Run whose ctx ends while its first le_acquire is in flight leaves
+// no grant behind on the server (one would block others for the ttl).
+func TestCancelDuringAcquire(t *testing.T) {
+	pool := testPool(t)
+	left := 0
+	for i := 0; i < 100; i++ {
+		key := testKey(t)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%40)*250*time.Microsecond+2*time.Millisecond)
+		opts := fastOpts()
+		opts.TTL = 30 * time.Second
+		Run(ctx, pool, key, opts, func(context.Context, *Lease) error { return nil }) //nolint:errcheck
+		cancel()
+		var held bool
+		if err := pool.QueryRow(context.Background(),
+			"SELECT pg_catalog.count(*) > 0 FROM le_leases WHERE lease_key = $1 AND holder IS NOT NULL", key).Scan(&held); err != nil {
+			t.Fatal(err)
+		}
+		if held {
+			left++
+		}
+	}
+	if left > 0 {
+		t.Fatalf("%d of 100 Runs returned with the lease still held", left)
+	}
+}

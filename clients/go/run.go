@@ -266,6 +266,10 @@ func (e *elector) campaign(ctx context.Context) (*Lease, error) {
 		wait := e.retry()
 		switch {
 		case err != nil && ctx.Err() != nil:
+			var pe *pgconn.PgError
+			if !errors.As(err, &pe) {
+				e.abandon() // the acquire may have been granted after all
+			}
 			return nil, ctx.Err()
 		case err != nil && permanent(err):
 			return nil, wrap(err)
@@ -448,6 +452,20 @@ func (e *elector) renew(ctx context.Context, l *Lease) time.Duration {
 		wait = time.Millisecond
 	}
 	return wait
+}
+
+// abandon: best-effort release of whatever period this Run's owner id may
+// hold on the key, after an acquire whose reply was lost as Run ended.
+func (e *elector) abandon() {
+	timeout := e.o.StatementTimeout
+	if timeout > time.Second {
+		timeout = time.Second
+	}
+	var n int64
+	e.query(context.Background(), timeout, //nolint:errcheck
+		"SELECT pg_catalog.count(@.le_release(l.lease_key, l.holder, l.fencing_token)) FROM @.le_leases l"+
+			" WHERE l.lease_key OPERATOR(pg_catalog.=) $1 AND l.holder OPERATOR(pg_catalog.=) $2",
+		[]interface{}{e.key, e.owner}, &n)
 }
 
 // release: compare-and-release of token, best effort (a failed release

@@ -95,7 +95,8 @@ $result{$2} = $1 while $out =~ /^--- (PASS|FAIL): (\w+)/mg;
 for my $t (qw(TestAcquireRenewRelease TestTwoRunsTakeover TestHungRenewals TestRenewRefused
 	TestFencedTx TestExitProcess TestReleaseWakesFollower TestOptionsChecks TestShutdownEndsPeriodFirst
 	TestRecampaignWorkContextError TestPermanentConnectError TestPanicReleases TestExtensionSchema
-	TestShadowedFunctions TestThroughPgBouncer TestNonStandardStrings))
+	TestShadowedFunctions TestThroughPgBouncer TestNonStandardStrings
+	TestCancelDuringAcquire))
 {
 	is($result{$t} // 'missing', 'PASS', "go test $t");
 }
