@@ -1,7 +1,8 @@
 // Tests of the Go client against a real server with the extension, whose
 // connection string is in LE_TEST_DSN (test/t/141_go_client.pl starts one).
 // Times are never asserted absolutely: only orders of events against the
-// server's own expiry.
+// server's own expiry. Tests that mostly wait, on keys of their own, run in
+// parallel once the others are done.
 
 package leaderelection
 
@@ -61,6 +62,7 @@ func fastOpts() Options {
 
 // G1, G4: acquire, several renewals (the server's expiry moves), release.
 func TestAcquireRenewRelease(t *testing.T) {
+	t.Parallel() // its own key; mostly waiting
 	pool := testPool(t)
 	key := testKey(t)
 	var owner string
@@ -100,6 +102,7 @@ func TestAcquireRenewRelease(t *testing.T) {
 // second does not lead while the first does, takes over when it stops,
 // with a higher token.
 func TestTwoRunsTakeover(t *testing.T) {
+	t.Parallel() // its own key; mostly waiting
 	pool := testPool(t)
 	key := testKey(t)
 	opts := fastOpts()
@@ -198,6 +201,7 @@ func TestHungRenewals(t *testing.T) {
 // G4: an administrator's force release makes the next renewal return NULL:
 // Lost closes with reason renew_refused.
 func TestRenewRefused(t *testing.T) {
+	t.Parallel() // its own key; mostly waiting
 	pool := testPool(t)
 	key := testKey(t)
 	err := Run(context.Background(), pool, key, fastOpts(), func(ctx context.Context, l *Lease) error {
@@ -543,6 +547,7 @@ func TestPanicReleases(t *testing.T) {
 // G4 with the extension in a schema of its own, off the search_path: Run
 // leads, renews and releases.
 func TestExtensionSchema(t *testing.T) {
+	t.Parallel() // its own key; mostly waiting
 	dsn := os.Getenv("LE_TEST_SCHEMA_DSN")
 	if dsn == "" {
 		t.Fatal("LE_TEST_SCHEMA_DSN is not set (run through test/t/141_go_client.pl)")
@@ -573,6 +578,7 @@ func TestExtensionSchema(t *testing.T) {
 // G4: a function named le_renew earlier on the search_path (always
 // "renewed") does not hide a force release from the leader.
 func TestShadowedFunctions(t *testing.T) {
+	t.Parallel() // its own key; mostly waiting
 	pool := testPool(t)
 	ctx := context.Background()
 	if _, err := pool.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS shadow;
@@ -613,6 +619,7 @@ func TestShadowedFunctions(t *testing.T) {
 // Run leads (no startup parameter PgBouncer refuses), renews past the ttl,
 // a fenced transaction commits, and the lease is released.
 func TestThroughPgBouncer(t *testing.T) {
+	t.Parallel() // its own key; mostly waiting
 	dsn := os.Getenv("LE_TEST_BOUNCER_DSN")
 	if dsn == "" {
 		t.Fatal("LE_TEST_BOUNCER_DSN is not set (run through test/t/141_go_client.pl)")
@@ -684,7 +691,7 @@ func TestNonStandardStrings(t *testing.T) {
 func TestCancelDuringAcquire(t *testing.T) {
 	pool := testPool(t)
 	left := 0
-	for i := 0; i < 100; i++ {
+	for i := 0; i < 60; i++ {
 		key := testKey(t)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%40)*250*time.Microsecond+2*time.Millisecond)
 		opts := fastOpts()
@@ -701,6 +708,6 @@ func TestCancelDuringAcquire(t *testing.T) {
 		}
 	}
 	if left > 0 {
-		t.Fatalf("%d of 100 Runs returned with the lease still held", left)
+		t.Fatalf("%d of 60 Runs returned with the lease still held", left)
 	}
 }
