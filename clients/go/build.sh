@@ -16,8 +16,17 @@ mkdir -p "$gp/src"
 ln -sfn "$here" "$gp/src/leaderelection"
 GO111MODULE=off GOPATH="$gp:/usr/share/gocode" GOPROXY=off GOFLAGS=
 export GO111MODULE GOPATH GOPROXY GOFLAGS
-# the user's build cache when there is one (faster rebuilds), else a private one
-case $(go env GOCACHE 2>/dev/null) in ''|off) GOCACHE=$gp/cache; export GOCACHE ;; esac
+# the user's build cache when there is one and it is writable (faster
+# rebuilds), else a private one
+c=$(go env GOCACHE 2>/dev/null || true)
+case $c in
+''|off) c= ;;
+*) mkdir -p "$c" 2>/dev/null && [ -w "$c" ] || c= ;;
+esac
+if [ -z "$c" ]; then
+	GOCACHE=$gp/cache
+	export GOCACHE
+fi
 pkgs="leaderelection leaderelection/example leaderelection/cmd/le-conformance-probe"
 case ${1:-build} in
 build)

@@ -1,7 +1,8 @@
 // Tests of the Go client against a real server with the extension, whose
 // connection string is in LE_TEST_DSN (test/t/141_go_client.pl starts one).
 // Times are never asserted absolutely: only orders of events against the
-// server's own expiry.
+// server's own expiry. Tests that mostly wait, on keys of their own, run in
+// parallel once the others are done.
 
 package leaderelection
 
@@ -61,6 +62,7 @@ func fastOpts() Options {
 
 // G1, G4: acquire, several renewals (the server's expiry moves), release.
 func TestAcquireRenewRelease(t *testing.T) {
+	t.Parallel() // its own key; mostly waiting
 	pool := testPool(t)
 	key := testKey(t)
 	var owner string
@@ -100,6 +102,7 @@ func TestAcquireRenewRelease(t *testing.T) {
 // second does not lead while the first does, takes over when it stops,
 // with a higher token.
 func TestTwoRunsTakeover(t *testing.T) {
+	t.Parallel() // its own key; mostly waiting
 	pool := testPool(t)
 	key := testKey(t)
 	opts := fastOpts()
@@ -198,6 +201,7 @@ func TestHungRenewals(t *testing.T) {
 // G4: an administrator's force release makes the next renewal return NULL:
 // Lost closes with reason renew_refused.
 func TestRenewRefused(t *testing.T) {
+	t.Parallel() // its own key; mostly waiting
 	pool := testPool(t)
 	key := testKey(t)
 	err := Run(context.Background(), pool, key, fastOpts(), func(ctx context.Context, l *Lease) error {
@@ -272,6 +276,14 @@ func TestFencedTx(t *testing.T) {
 		})
 		if !IsStale(err) || !errors.Is(err, ErrStale) || SQLState(err) != "LE001" {
 			return fmt.Errorf("stale write: %v (SQLSTATE %q), want LE001", err, SQLState(err))
+		}
+		// the same, with fn ignoring the failed INSERT: the commit's error says LE001
+		err = old.Tx(ctx, pool, func(tx pgx.Tx) error {
+			tx.Exec(ctx, "INSERT INTO "+table+" VALUES ('stale', $1)", old.Token()) //nolint:errcheck
+			return nil
+		})
+		if !IsStale(err) {
+			return fmt.Errorf("stale write ignored by fn: %v (SQLSTATE %q), want LE001", err, SQLState(err))
 		}
 		return nil
 	})
@@ -415,5 +427,287 @@ func TestReleaseWakesFollower(t *testing.T) {
 		t.Logf("follower led %v after the release (its poll interval: %v)", time.Since(released), slow.Retry)
 	case <-time.After(slow.Retry / 3):
 		t.Fatal("the follower waited for its poll: the release did not wake it")
+	}
+}
+
+// Bad input: typed errors (SQLSTATE 22023); the ttl is whole milliseconds
+// for the local deadline as for the server; no margin below 25 ms.
+func TestOptionsChecks(t *testing.T) {
+	o, err := Options{TTL: 1500*time.Millisecond + 999*time.Microsecond}.resolve("k")
+	if err != nil || o.TTL != 1500*time.Millisecond {
+		t.Fatalf("ttl %v, %v", o.TTL, err)
+	}
+	for _, bad := range []Options{{Margin: time.Nanosecond}, {Margin: 24 * time.Millisecond},
+		{ExitCode: 256}, {ExitCode: -1}, {TTL: time.Millisecond}, {Name: "a\x00b"}, {Retry: time.Nanosecond},
+		{Margin: -1}} {
+		if _, err := bad.resolve("k"); SQLState(err) != "22023" {
+			t.Errorf("%+v: %v", bad, err)
+		}
+	}
+	for _, key := range []string{"", "a\x00b", strings.Repeat("k", 201)} {
+		if _, err := (Options{}).resolve(key); SQLState(err) != "22023" {
+			t.Errorf("key %q: %v", key, err)
+		}
+	}
+}
+
+// G4: the work's context is done only after the period ended: a work that
+// sees Run's cancellation sees IsLeader false with reason shutdown.
+func TestShutdownEndsPeriodFirst(t *testing.T) {
+	pool := testPool(t)
+	for i := 0; i < 20; i++ {
+		ctx, cancel := context.WithCancel(context.Background())
+		err := Run(ctx, pool, testKey(t), fastOpts(), func(wctx context.Context, l *Lease) error {
+			go cancel()
+			<-wctx.Done()
+			if l.IsLeader() || l.Reason() != ReasonShutdown {
+				return fmt.Errorf("context done while leader %v reason %q", l.IsLeader(), l.Reason())
+			}
+			return nil
+		})
+		cancel()
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("attempt %d: Run returned %v", i, err)
+		}
+	}
+}
+
+// With Recampaign, a work error that wraps a context error of the work's
+// own (its period's context not cancelled) ends Run with that error.
+func TestRecampaignWorkContextError(t *testing.T) {
+	pool := testPool(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	opts := fastOpts()
+	opts.Recampaign = true
+	err := Run(ctx, pool, testKey(t), opts, func(wctx context.Context, l *Lease) error {
+		qctx, qcancel := context.WithTimeout(wctx, time.Millisecond)
+		defer qcancel()
+		<-qctx.Done()
+		return fmt.Errorf("own query: %w", qctx.Err())
+	})
+	if err == nil || !strings.HasPrefix(err.Error(), "own query") {
+		t.Fatalf("Run returned %v", err)
+	}
+}
+
+// A permanent connection error (no such database, 3D000) ends Run at once.
+func TestPermanentConnectError(t *testing.T) {
+	cfg, err := pgxpool.ParseConfig(os.Getenv("LE_TEST_DSN"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Database = "le_no_such_database"
+	cfg.LazyConnect = true
+	pool, err := pgxpool.ConnectConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = Run(ctx, pool, testKey(t), fastOpts(), func(context.Context, *Lease) error { return nil })
+	if SQLState(err) != "3D000" || ctx.Err() != nil {
+		t.Fatalf("Run returned %v", err)
+	}
+}
+
+// G4: a panic in the work ends the period and releases the lease before it
+// goes on (and ends the process: run in a child process).
+func TestPanicReleases(t *testing.T) {
+	if key := os.Getenv("LE_TEST_PANIC_CHILD"); key != "" {
+		pool, err := pgxpool.Connect(context.Background(), os.Getenv("LE_TEST_DSN"))
+		if err != nil {
+			os.Exit(3)
+		}
+		Run(context.Background(), pool, key, fastOpts(), func(ctx context.Context, l *Lease) error { //nolint:errcheck
+			panic("work panicked")
+		})
+		os.Exit(0)
+	}
+	pool := testPool(t)
+	key := testKey(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestPanicReleases$")
+	cmd.Env = append(os.Environ(), "LE_TEST_PANIC_CHILD="+key)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), "panic: work panicked") {
+		t.Fatalf("child: %v, output %q", err, out)
+	}
+	var reason string
+	if err := pool.QueryRow(context.Background(),
+		"SELECT end_reason FROM le_lease_history WHERE lease_key = $1", key).Scan(&reason); err != nil || reason != "released" {
+		t.Fatalf("history: %q %v (output %q)", reason, err, out)
+	}
+	if h, _, _ := serverLease(t, pool, key); h != nil {
+		t.Fatalf("still held by %s", *h)
+	}
+}
+
+// G4 with the extension in a schema of its own, off the search_path: Run
+// leads, renews and releases.
+func TestExtensionSchema(t *testing.T) {
+	t.Parallel() // its own key; mostly waiting
+	dsn := os.Getenv("LE_TEST_SCHEMA_DSN")
+	if dsn == "" {
+		t.Fatal("LE_TEST_SCHEMA_DSN is not set (run through test/t/141_go_client.pl)")
+	}
+	pool, err := pgxpool.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	key := testKey(t)
+	err = Run(context.Background(), pool, key, fastOpts(), func(ctx context.Context, l *Lease) error {
+		time.Sleep(1500 * time.Millisecond) // past several renewals
+		if !l.IsLeader() {
+			return fmt.Errorf("not leader: %s", l.Reason())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Run returned %v", err)
+	}
+	var reason string
+	if err := pool.QueryRow(context.Background(),
+		`SELECT end_reason FROM "le schema".le_lease_history WHERE lease_key = $1`, key).Scan(&reason); err != nil || reason != "released" {
+		t.Fatalf("history: %q %v", reason, err)
+	}
+}
+
+// G4: a function named le_renew earlier on the search_path (always
+// "renewed") does not hide a force release from the leader.
+func TestShadowedFunctions(t *testing.T) {
+	t.Parallel() // its own key; mostly waiting
+	pool := testPool(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS shadow;
+		CREATE OR REPLACE FUNCTION shadow.le_renew(text, text, bigint, interval) RETURNS timestamptz
+		    LANGUAGE sql AS 'SELECT pg_catalog.now()';
+		GRANT USAGE ON SCHEMA shadow TO PUBLIC`); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pgxpool.ParseConfig(os.Getenv("LE_TEST_DSN"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = "shadow, public"
+	spool, err := pgxpool.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer spool.Close()
+	key := testKey(t)
+	err = Run(ctx, spool, key, fastOpts(), func(wctx context.Context, l *Lease) error {
+		if _, err := pool.Exec(wctx, "SELECT le_force_release($1)", key); err != nil {
+			return err
+		}
+		select {
+		case <-l.Lost():
+		case <-time.After(5 * time.Second):
+			return errors.New("Lost not closed")
+		}
+		return nil
+	})
+	var le *LostError
+	if !errors.As(err, &le) || le.Reason != ReasonRenewRefused {
+		t.Fatalf("Run returned %v", err)
+	}
+}
+
+// G1, G4, G5 through PgBouncer in transaction mode (LE_TEST_BOUNCER_DSN):
+// Run leads (no startup parameter PgBouncer refuses), renews past the ttl,
+// a fenced transaction commits, and the lease is released.
+func TestThroughPgBouncer(t *testing.T) {
+	t.Parallel() // its own key; mostly waiting
+	dsn := os.Getenv("LE_TEST_BOUNCER_DSN")
+	if dsn == "" {
+		t.Fatal("LE_TEST_BOUNCER_DSN is not set (run through test/t/141_go_client.pl)")
+	}
+	pool, err := pgxpool.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	direct := testPool(t)
+	if _, err := direct.Exec(context.Background(), "CREATE TABLE IF NOT EXISTS bouncer_writes (fencing_token bigint NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	key := testKey(t)
+	if _, err := direct.Exec(context.Background(), "SELECT le_protect('bouncer_writes', $1)", key); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	err = Run(ctx, pool, key, fastOpts(), func(wctx context.Context, l *Lease) error {
+		time.Sleep(2500 * time.Millisecond) // longer than the ttl: renewals went through
+		if !l.IsLeader() {
+			return fmt.Errorf("not leader: %s", l.Reason())
+		}
+		return l.Tx(wctx, pool, func(tx pgx.Tx) error {
+			_, err := tx.Exec(wctx, "INSERT INTO bouncer_writes VALUES ($1)", l.Token())
+			return err
+		})
+	})
+	if err != nil {
+		t.Fatalf("Run returned %v", err)
+	}
+	var reason string
+	if err := direct.QueryRow(context.Background(),
+		"SELECT h.end_reason FROM le_lease_history h JOIN bouncer_writes w USING (fencing_token) WHERE h.lease_key = $1",
+		key).Scan(&reason); err != nil || reason != "released" {
+		t.Fatalf("history: %q %v", reason, err)
+	}
+}
+
+// G4 with a connection configuration that turns standard_conforming_strings
+// off: Run's own connection still leads and releases.
+func TestNonStandardStrings(t *testing.T) {
+	cfg, err := pgxpool.ParseConfig(os.Getenv("LE_TEST_DSN"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["standard_conforming_strings"] = "off"
+	pool, err := pgxpool.ConnectConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	key := testKey(t) + `\'`
+	led := false
+	err = Run(ctx, pool, key, fastOpts(), func(context.Context, *Lease) error { led = true; return nil })
+	if err != nil || !led {
+		t.Fatalf("Run returned %v (led %v)", err, led)
+	}
+	if h, _, _ := serverLease(t, testPool(t), key); h != nil {
+		t.Fatalf("still held by %s", *h)
+	}
+}
+
+// G9: a Run whose ctx ends while its first le_acquire is in flight leaves
+// no grant behind on the server (one would block others for the ttl).
+func TestCancelDuringAcquire(t *testing.T) {
+	pool := testPool(t)
+	left := 0
+	for i := 0; i < 60; i++ {
+		key := testKey(t)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%40)*250*time.Microsecond+2*time.Millisecond)
+		opts := fastOpts()
+		opts.TTL = 30 * time.Second
+		Run(ctx, pool, key, opts, func(context.Context, *Lease) error { return nil }) //nolint:errcheck
+		cancel()
+		var held bool
+		if err := pool.QueryRow(context.Background(),
+			"SELECT pg_catalog.count(*) > 0 FROM le_leases WHERE lease_key = $1 AND holder IS NOT NULL", key).Scan(&held); err != nil {
+			t.Fatal(err)
+		}
+		if held {
+			left++
+		}
+	}
+	if left > 0 {
+		t.Fatalf("%d of 60 Runs returned with the lease still held", left)
 	}
 }

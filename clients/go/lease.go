@@ -214,11 +214,32 @@ func (l *Lease) Tx(ctx context.Context, db Beginner, fn func(pgx.Tx) error) erro
 		strconv.FormatInt(l.token, 10)); err != nil {
 		return wrap(err)
 	}
-	if err = fn(tx); err != nil {
+	rt := &recordingTx{Tx: tx}
+	if err = fn(rt); err != nil {
 		return wrap(err)
 	}
 	if err = tx.Commit(ctx); err != nil {
+		if errors.Is(err, pgx.ErrTxCommitRollback) && rt.first != nil {
+			// fn went on after a failed statement: the commit became a
+			// rollback for that statement's error (LE001, say); keep its SQLSTATE
+			return wrap(fmt.Errorf("leaderelection: commit rolled back after: %w", rt.first))
+		}
 		return wrap(fmt.Errorf("leaderelection: commit: %w", err))
 	}
 	return nil
+}
+
+// recordingTx remembers the first server error of fn's Exec calls.
+type recordingTx struct {
+	pgx.Tx
+	first *pgconn.PgError
+}
+
+func (t *recordingTx) Exec(ctx context.Context, sql string, args ...interface{}) (pgconn.CommandTag, error) {
+	tag, err := t.Tx.Exec(ctx, sql, args...)
+	var pe *pgconn.PgError
+	if err != nil && t.first == nil && errors.As(err, &pe) {
+		t.first = pe
+	}
+	return tag, err
 }

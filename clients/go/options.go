@@ -39,34 +39,37 @@ const (
 // Options configure Run. Zero values take the defaults shown.
 type Options struct {
 	Name             string        // owner name (default "go"); the owner id is Name-host-pid-random
-	TTL              time.Duration // lease ttl (default 15s, at least 100ms)
-	Margin           time.Duration // deadline this long before the ttl runs out (default TTL/10, 50ms..TTL/4)
+	TTL              time.Duration // lease ttl (default 15s, at least 100ms; whole milliseconds, the rest is dropped)
+	Margin           time.Duration // deadline this long before the ttl runs out (default TTL/10, 50ms..TTL/4; at least 25ms)
 	Grace            time.Duration // stop point this long before the deadline (default min(1s, (TTL-Margin)/4))
 	Renew            time.Duration // renewal interval (default (TTL-Margin-Grace)/3, at most half of it)
-	Retry            time.Duration // campaign interval while not leading (default 2s)
+	Retry            time.Duration // campaign interval while not leading (default 2s, at least 10ms)
 	Jitter           float64       // Retry varies by ± this fraction (default 0.2; negative: none)
 	StatementTimeout time.Duration // bound on every connect and statement of Run (default 5s)
 	Recampaign       bool          // after a period, campaign again instead of returning
 	OnOverrun        OverrunMode   // Cancel (default) or ExitProcess
-	ExitCode         int           // exit status of ExitProcess (default 70)
+	ExitCode         int           // exit status of ExitProcess (default 70; 1 to 255)
 }
 
 func (o Options) resolve(key string) (Options, error) {
-	if key == "" || len(key) > 200 || !utf8.ValidString(key) {
-		return o, fmt.Errorf("leaderelection: lease key must be 1 to 200 bytes of UTF-8")
+	// no NUL: the server refuses it, and a statement's text cannot carry it
+	if key == "" || len(key) > 200 || !utf8.ValidString(key) || strings.ContainsRune(key, 0) {
+		return o, inputError("leaderelection: lease key must be 1 to 200 bytes of UTF-8 without NUL")
 	}
 	if o.Name == "" {
 		o.Name = "go"
 	}
-	if !utf8.ValidString(o.Name) {
-		return o, fmt.Errorf("leaderelection: owner name is not valid UTF-8")
+	if !utf8.ValidString(o.Name) || strings.ContainsRune(o.Name, 0) {
+		return o, inputError("leaderelection: owner name must be UTF-8 without NUL")
 	}
 	if o.TTL == 0 {
 		o.TTL = 15 * time.Second
 	}
 	if o.TTL < 100*time.Millisecond {
-		return o, fmt.Errorf("leaderelection: ttl %v is below 100ms", o.TTL)
+		return o, inputError("leaderelection: ttl %v is below 100ms", o.TTL)
 	}
+	// the server is sent whole milliseconds: the local deadline uses the same
+	o.TTL = o.TTL.Truncate(time.Millisecond)
 	if o.Margin == 0 {
 		o.Margin = o.TTL / 10
 		if o.Margin < 50*time.Millisecond {
@@ -76,8 +79,8 @@ func (o Options) resolve(key string) (Options, error) {
 			o.Margin = o.TTL / 4
 		}
 	}
-	if o.Margin < 0 || o.Margin >= o.TTL/2 {
-		return o, fmt.Errorf("leaderelection: margin %v must be positive and below ttl/2", o.Margin)
+	if o.Margin < minMargin || o.Margin >= o.TTL/2 {
+		return o, inputError("leaderelection: margin %v must be at least %v and below ttl/2", o.Margin, minMargin)
 	}
 	room := o.TTL - o.Margin
 	if o.Grace == 0 {
@@ -87,14 +90,14 @@ func (o Options) resolve(key string) (Options, error) {
 		}
 	}
 	if o.Grace < 0 || o.Grace > room/2 {
-		return o, fmt.Errorf("leaderelection: grace %v must be at most (ttl-margin)/2", o.Grace)
+		return o, inputError("leaderelection: grace %v must be at most (ttl-margin)/2", o.Grace)
 	}
 	room -= o.Grace
 	if o.Renew == 0 {
 		o.Renew = room / 3
 	}
 	if o.Renew <= 0 || o.Renew > room/2 {
-		return o, fmt.Errorf("leaderelection: renew %v must be at most (ttl-margin-grace)/2 = %v", o.Renew, room/2)
+		return o, inputError("leaderelection: renew %v must be at most (ttl-margin-grace)/2 = %v", o.Renew, room/2)
 	}
 	if o.Retry == 0 {
 		o.Retry = 2 * time.Second
@@ -105,19 +108,31 @@ func (o Options) resolve(key string) (Options, error) {
 	if o.Jitter < 0 {
 		o.Jitter = 0
 	}
-	if o.Jitter > 1 || o.Retry < 0 {
-		return o, fmt.Errorf("leaderelection: jitter must be at most 1 and retry positive")
+	if o.Jitter > 1 || o.Retry < 10*time.Millisecond {
+		return o, inputError("leaderelection: jitter must be at most 1 and retry at least 10ms")
 	}
 	if o.StatementTimeout == 0 {
 		o.StatementTimeout = 5 * time.Second
 	}
 	if o.StatementTimeout < 10*time.Millisecond {
-		return o, fmt.Errorf("leaderelection: statement timeout %v is below 10ms", o.StatementTimeout)
+		return o, inputError("leaderelection: statement timeout %v is below 10ms", o.StatementTimeout)
 	}
 	if o.ExitCode == 0 {
 		o.ExitCode = 70
 	}
+	if o.ExitCode < 1 || o.ExitCode > 255 {
+		return o, inputError("leaderelection: exit code %d must be 1 to 255", o.ExitCode)
+	}
 	return o, nil
+}
+
+// minMargin: the least margin between the local deadline and the server's
+// expiry (clock rates and the send time's rounding fit in it).
+const minMargin = 25 * time.Millisecond
+
+// inputError is an *Error with SQLSTATE 22023 (invalid_parameter_value).
+func inputError(format string, args ...interface{}) error {
+	return &Error{SQLState: "22023", Err: fmt.Errorf(format, args...)}
 }
 
 // cut shortens s to at most n bytes without splitting a character.

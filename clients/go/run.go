@@ -42,7 +42,17 @@ type elector struct {
 	lastToken  int64 // token of the last period, never led on again
 	unknown    bool  // an acquire whose outcome we do not know was sent
 	lastWake   time.Time
+	schema     string // the extension's schema, quoted, for the current connection
 }
+
+// extensionSchema is the schema leader_election is installed in.
+const extensionSchema = "SELECT n.nspname FROM pg_catalog.pg_extension x" +
+	" JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) x.extnamespace" +
+	" WHERE x.extname OPERATOR(pg_catalog.=) 'leader_election'"
+
+// errNoExtension: the database has no leader_election extension.
+var errNoExtension = &Error{SQLState: "42883",
+	Err: errors.New("leaderelection: extension leader_election is not installed in this database")}
 
 // Run campaigns for key until it leads or ctx is done, then runs fn with a
 // context that is cancelled at the period's stop point at the latest. It
@@ -53,9 +63,11 @@ type elector struct {
 // token). Without opts.Recampaign it then returns fn's error, or a
 // *LostError when the period ended before fn returned, or nil; with it, it
 // campaigns again (after a retry interval when fn returned by itself) and
-// returns only when ctx is done or fn returned an error while leading.
-// Bad input, missing privileges or a missing extension end Run with an
-// *Error (SQLSTATE class 22, 28 or 42).
+// returns only when ctx is done or fn returned an error (other than its
+// period's context error) while leading. A panic in fn ends the period,
+// releases the lease and goes on in Run's goroutine. Bad input, missing
+// privileges, a missing database or extension end Run with an *Error
+// (SQLSTATE class 22, 28 or 42, or 3D000).
 func Run(ctx context.Context, pool *pgxpool.Pool, key string, opts Options, fn Func) error {
 	o, err := opts.resolve(key)
 	if err != nil {
@@ -65,11 +77,15 @@ func Run(ctx context.Context, pool *pgxpool.Pool, key string, opts Options, fn F
 	if cfg.RuntimeParams == nil {
 		cfg.RuntimeParams = map[string]string{}
 	}
+	// no statement_timeout among the startup parameters: PgBouncer refuses
+	// it. Each statement is bounded by its context instead, and pgx sends
+	// the server a cancel request when that context ends.
 	cfg.RuntimeParams["application_name"] = ApplicationName
-	if _, set := cfg.RuntimeParams["statement_timeout"]; !set {
-		// the server's own bound too, for a statement whose client gave up
-		cfg.RuntimeParams["statement_timeout"] = fmt.Sprint(o.StatementTimeout.Milliseconds())
-	}
+	// no prepared statements either: they do not survive PgBouncer's
+	// transaction pooling (arguments are sent as escaped literals)
+	cfg.PreferSimpleProtocol, cfg.BuildStatementCache = true, nil
+	// which pgx allows only with standard strings (PgBouncer accepts this one)
+	cfg.RuntimeParams["standard_conforming_strings"] = "on"
 	var seed [8]byte
 	cryptorand.Read(seed[:]) //nolint:errcheck // a zero seed still works
 	e := &elector{key: key, owner: newOwnerID(o.Name), o: o, cfg: cfg,
@@ -80,10 +96,11 @@ func Run(ctx context.Context, pool *pgxpool.Pool, key string, opts Options, fn F
 		if err != nil {
 			return err
 		}
-		ferr := e.lead(ctx, l, fn)
+		ferr, cancelled := e.lead(ctx, l, fn)
 		reason := l.Reason()
 		switch {
-		case ferr != nil && !errors.Is(ferr, context.Canceled) && !errors.Is(ferr, context.DeadlineExceeded):
+		case ferr != nil && !(cancelled && (errors.Is(ferr, context.Canceled) || errors.Is(ferr, context.DeadlineExceeded))):
+			// an error of the work's own, not the end of its period's context
 			return ferr
 		case ctx.Err() != nil:
 			return ctx.Err()
@@ -98,6 +115,12 @@ func Run(ctx context.Context, pool *pgxpool.Pool, key string, opts Options, fn F
 		}
 	}
 }
+
+// the ttl parameter ($3, $4) in milliseconds as an interval
+const (
+	msInterval  = "$3::pg_catalog.int8 OPERATOR(pg_catalog.*) '1 millisecond'::pg_catalog.interval"
+	msInterval4 = "$4::pg_catalog.int8 OPERATOR(pg_catalog.*) '1 millisecond'::pg_catalog.interval"
+)
 
 func sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
@@ -133,17 +156,27 @@ func (e *elector) query(ctx context.Context, timeout time.Duration, sql string, 
 		if err != nil {
 			return err
 		}
-		e.conn = c
+		var schema string
+		if err := c.QueryRow(qctx, extensionSchema).Scan(&schema); err != nil {
+			c.Close(context.Background()) //nolint:errcheck
+			if errors.Is(err, pgx.ErrNoRows) {
+				return errNoExtension
+			}
+			return err
+		}
+		e.conn, e.schema = c, pgx.Identifier{schema}.Sanitize()
 		// wake-ups: releases of a watched lease are announced (best effort:
 		// without them, campaigns poll every retry interval)
 		if _, err := c.Exec(qctx, "LISTEN leader_election"); err == nil {
-			c.Exec(qctx, "SELECT le_watch($1)", e.key) //nolint:errcheck
+			c.Exec(qctx, "SELECT "+e.schema+".le_watch($1)", e.key) //nolint:errcheck
 		}
 		if c.IsClosed() {
 			e.conn = nil
 			return errors.New("leaderelection: connection closed while setting up LISTEN")
 		}
 	}
+	// own objects in the extension's schema, whatever the search_path
+	sql = strings.ReplaceAll(sql, "@.", e.schema+".")
 	err := e.conn.QueryRow(qctx, sql, args...).Scan(dest...)
 	var pe *pgconn.PgError
 	if err != nil && (!errors.As(err, &pe) || e.conn.IsClosed()) {
@@ -213,7 +246,8 @@ func (e *elector) drain() {
 
 func permanent(err error) bool {
 	c := SQLState(err)
-	return strings.HasPrefix(c, "22") || strings.HasPrefix(c, "28") || strings.HasPrefix(c, "42")
+	return strings.HasPrefix(c, "22") || strings.HasPrefix(c, "28") || strings.HasPrefix(c, "42") ||
+		c == "3D000"
 }
 
 // campaign calls le_acquire every retry interval until granted a new
@@ -227,11 +261,15 @@ func (e *elector) campaign(ctx context.Context) (*Lease, error) {
 		var token *int64
 		sent := time.Now()
 		err := e.query(ctx, e.o.StatementTimeout,
-			"SELECT acquired, fencing_token, new_period FROM le_acquire($1, $2, $3::bigint * interval '1 millisecond')",
+			"SELECT acquired, fencing_token, new_period FROM @.le_acquire($1, $2, "+msInterval+")",
 			[]interface{}{e.key, e.owner, e.o.TTL.Milliseconds()}, &acquired, &token, &newPeriod)
 		wait := e.retry()
 		switch {
 		case err != nil && ctx.Err() != nil:
+			var pe *pgconn.PgError
+			if !errors.As(err, &pe) {
+				e.abandon() // the acquire may have been granted after all
+			}
 			return nil, ctx.Err()
 		case err != nil && permanent(err):
 			return nil, wrap(err)
@@ -270,10 +308,14 @@ func (e *elector) campaign(ctx context.Context) (*Lease, error) {
 }
 
 // lead runs fn for the period l, renews it until it ends, waits for fn and
-// releases. It returns fn's error.
-func (e *elector) lead(ctx context.Context, l *Lease, fn Func) error {
+// releases. It returns fn's error and whether the period's context was
+// already cancelled when fn returned. A panic in fn ends the period, the
+// lease is released, and the panic goes on in the caller's goroutine.
+func (e *elector) lead(ctx context.Context, l *Lease, fn Func) (error, bool) {
 	e.lastToken = l.token
-	wctx, cancel := context.WithCancel(ctx)
+	// the work's context carries ctx's values but not its cancellation:
+	// Run's end first ends the period (IsLeader false), then cancels it
+	wctx, cancel := context.WithCancel(valuesOnly{ctx})
 	l.mu.Lock()
 	l.cancel = cancel
 	l.armStop()
@@ -284,15 +326,33 @@ func (e *elector) lead(ctx context.Context, l *Lease, fn Func) error {
 	if e.o.OnOverrun == ExitProcess {
 		exit = e.armExit(l, &exitMu, &returned)
 	}
-	done := make(chan error, 1)
-	go func() { done <- fn(wctx, l) }()
-	var ferr error
+	type result struct {
+		err       error
+		cancelled bool
+		panicked  interface{}
+	}
+	done := make(chan result, 1)
+	go func() {
+		var r result
+		defer func() {
+			if p := recover(); p != nil {
+				r = result{panicked: p, cancelled: wctx.Err() != nil}
+			}
+			exitMu.Lock()
+			returned = true
+			exitMu.Unlock()
+			done <- r
+		}()
+		err := fn(wctx, l)
+		r = result{err: err, cancelled: wctx.Err() != nil}
+	}()
+	var res result
 	fnDone := false
 	next := time.NewTimer(e.o.Renew)
 loop:
 	for {
 		select {
-		case ferr = <-done:
+		case res = <-done:
 			fnDone = true
 			l.end(ReasonReturned)
 			break loop
@@ -308,18 +368,27 @@ loop:
 	}
 	next.Stop()
 	if !fnDone {
-		ferr = <-done
+		res = <-done
 	}
-	exitMu.Lock()
-	returned = true
-	exitMu.Unlock()
 	if exit != nil {
 		exit.Stop()
 	}
 	cancel()
 	e.release(l.token)
-	return ferr
+	if res.panicked != nil {
+		e.closeConn()
+		panic(res.panicked)
+	}
+	return res.err, res.cancelled
 }
+
+// valuesOnly is a context with the values of its parent and no deadline or
+// cancellation.
+type valuesOnly struct{ context.Context }
+
+func (valuesOnly) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (valuesOnly) Done() <-chan struct{}       { return nil }
+func (valuesOnly) Err() error                  { return nil }
 
 // armExit: in ExitProcess mode, end the process at the local deadline if
 // fn has not returned by then.
@@ -364,7 +433,7 @@ func (e *elector) renew(ctx context.Context, l *Lease) time.Duration {
 	var renewed bool
 	sent := time.Now()
 	err := e.query(ctx, timeout,
-		"SELECT le_renew($1, $2, $3, $4::bigint * interval '1 millisecond') IS NOT NULL",
+		"SELECT @.le_renew($1, $2, $3::pg_catalog.int8, "+msInterval4+") IS NOT NULL",
 		[]interface{}{e.key, e.owner, l.token, e.o.TTL.Milliseconds()}, &renewed)
 	switch {
 	case err == nil && !renewed:
@@ -385,10 +454,24 @@ func (e *elector) renew(ctx context.Context, l *Lease) time.Duration {
 	return wait
 }
 
+// abandon: best-effort release of whatever period this Run's owner id may
+// hold on the key, after an acquire whose reply was lost as Run ended.
+func (e *elector) abandon() {
+	timeout := e.o.StatementTimeout
+	if timeout > time.Second {
+		timeout = time.Second
+	}
+	var n int64
+	e.query(context.Background(), timeout, //nolint:errcheck
+		"SELECT pg_catalog.count(@.le_release(l.lease_key, l.holder, l.fencing_token)) FROM @.le_leases l"+
+			" WHERE l.lease_key OPERATOR(pg_catalog.=) $1 AND l.holder OPERATOR(pg_catalog.=) $2",
+		[]interface{}{e.key, e.owner}, &n)
+}
+
 // release: compare-and-release of token, best effort (a failed release
 // leaves the lease to expire; the token is never led on again).
 func (e *elector) release(token int64) {
 	var ok bool
 	e.query(context.Background(), e.o.StatementTimeout, //nolint:errcheck
-		"SELECT le_release($1, $2, $3)", []interface{}{e.key, e.owner, token}, &ok)
+		"SELECT @.le_release($1, $2, $3::pg_catalog.int8)", []interface{}{e.key, e.owner, token}, &ok)
 }

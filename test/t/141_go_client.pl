@@ -7,10 +7,15 @@
 #    deadline (with every renewal hung the work's context is cancelled and
 #    Lost closes before the server's expiry; ExitProcess ends a process
 #    whose work ignores its context before that expiry), G11 (a release
-#    wakes a follower long before its next poll);
+#    wakes a follower long before its next poll), G1/G4/G5 through PgBouncer
+#    in transaction mode, G4 (a panic in the work releases; Run's end ends
+#    the period before the work's context), G6 (typed option errors, whole
+#    ms ttl, 3D000 ends Run), G8 (the extension in a quoted schema off the
+#    search_path; a shadowing le_renew changes nothing);
 #  - README.md's example is clients/go/example/main.go verbatim, and runs;
 #  - the conformance probe (test/conformance/probe-go) leads, writes fenced
-#    rows, and on SIGTERM reports the end, releases and exits 0.
+#    rows, and on SIGTERM reports the end, releases and exits 0 (also with
+#    --ignore-cancel).
 use strict;
 use warnings;
 use FindBin;
@@ -38,17 +43,61 @@ ok($built, 'the Go package, example and probe build offline') or diag($err);
 ($out, $err) = ('', '');
 ok(IPC::Run::run(["$gdir/build.sh", 'vet'], '>', \$out, '2>', \$err), 'go vet finds nothing') or diag($err);
 
+# the extension in a schema of its own (a name that needs quoting), off
+# the search_path, in a second database
+$node->safe_psql('postgres', 'CREATE DATABASE le_schema');
+$node->safe_psql('le_schema', 'CREATE SCHEMA "le schema"; CREATE EXTENSION leader_election SCHEMA "le schema"');
+
+# PgBouncer in transaction mode, on a Unix socket (when installed: the
+# suite's package list has it)
+my $pgbouncer = '/usr/sbin/pgbouncer';
+my $bdir = PostgreSQL::Test::Utils::tempdir;
+my $bdsn = '';
+if (-x $pgbouncer)
+{
+	my $bport = PostgreSQL::Test::Cluster::get_free_port();
+	my $user = $node->safe_psql('postgres', 'SELECT current_user');
+	open my $ini, '>', "$bdir/pgbouncer.ini" or die $!;
+	print $ini <<"EOF";
+[databases]
+postgres = host=@{[$node->host]} port=@{[$node->port]} dbname=postgres
+[pgbouncer]
+listen_addr =
+listen_port = $bport
+unix_socket_dir = $bdir
+auth_type = trust
+auth_file = $bdir/users.txt
+pool_mode = transaction
+default_pool_size = 4
+max_client_conn = 20
+logfile = $bdir/pgbouncer.log
+pidfile = $bdir/pgbouncer.pid
+EOF
+	close $ini;
+	open my $users, '>', "$bdir/users.txt" or die $!;
+	print $users qq{"$user" ""\n};
+	close $users;
+	system($pgbouncer, '-d', "$bdir/pgbouncer.ini") == 0 or die "pgbouncer did not start";
+	$bdsn = "host=$bdir port=$bport dbname=postgres user=$user prefer_simple_protocol=true";
+}
+END { system('sh', '-c', "kill \$(cat $bdir/pgbouncer.pid) 2>/dev/null") if defined $bdir && -f "$bdir/pgbouncer.pid"; }
+
 # the package's own tests
 ($out, $err) = ('', '');
 {
 	local $ENV{LE_TEST_DSN} = $dsn;
+	local $ENV{LE_TEST_SCHEMA_DSN} = $node->connstr('le_schema');
+	local $ENV{LE_TEST_BOUNCER_DSN} = $bdsn;
 	IPC::Run::run(["$gdir/build.sh", 'test', '-count=1', '-v', '-timeout=120s'],
 		'>', \$out, '2>', \$err);
 }
 my %result;
 $result{$2} = $1 while $out =~ /^--- (PASS|FAIL): (\w+)/mg;
 for my $t (qw(TestAcquireRenewRelease TestTwoRunsTakeover TestHungRenewals TestRenewRefused
-	TestFencedTx TestExitProcess TestReleaseWakesFollower))
+	TestFencedTx TestExitProcess TestReleaseWakesFollower TestOptionsChecks TestShutdownEndsPeriodFirst
+	TestRecampaignWorkContextError TestPermanentConnectError TestPanicReleases TestExtensionSchema
+	TestShadowedFunctions TestThroughPgBouncer TestNonStandardStrings
+	TestCancelDuringAcquire))
 {
 	is($result{$t} // 'missing', 'PASS', "go test $t");
 }
@@ -99,5 +148,19 @@ is($node->safe_psql('postgres', qq{
 	SELECT (SELECT count(*) FROM conformance_writes WHERE fencing_token = $token AND client = 'go') > 0
 	   AND (SELECT end_reason FROM le_lease_history WHERE lease_key = 'probe-key' AND fencing_token = $token)
 	       = 'released'}), 't', 'its rows carry its token, and it released the lease');
+
+# with --ignore-cancel, a SIGTERM still ends the long task: release, exit 0
+$pout = '';
+$h = IPC::Run::start(['env', '--default-signal', "$root/test/conformance/probe-go", '--dsn', $dsn,
+		'--key', 'probe-ignore', '--owner', 'probe', '--ttl-ms', '3000', '--ignore-cancel'],
+	'<', \undef, '>', \$pout, '2>', \$err);
+$t0 = time;
+while ($pout !~ /"ev":"act"/ && time - $t0 < 20) { $h->pump_nb; usleep(20_000); }
+$h->signal('TERM');
+$h->finish;
+is($h->full_result(0), 0, 'an --ignore-cancel probe exits 0 on SIGTERM') or diag("$pout\n$err");
+like($pout, qr/"ev":"exit"/, 'and prints its exit event');
+is($node->safe_psql('postgres', q{
+	SELECT end_reason FROM le_lease_history WHERE lease_key = 'probe-ignore'}), 'released', 'and released the lease');
 
 done_testing();

@@ -47,6 +47,7 @@ type probe struct {
 	interval, stall, ttl  time.Duration
 	ignoreCancel, stalled bool
 	wrote                 bool
+	shutdown              context.Context // done on SIGTERM, SIGINT or --duration-ms
 }
 
 func main() {
@@ -85,7 +86,7 @@ func main() {
 		insert: "INSERT INTO " + pgx.Identifier(strings.Split(*table, ".")).Sanitize() +
 			" (client, lease_key, owner_id, fencing_token) VALUES ($1, $2, $3, $4)",
 		interval: time.Duration(*intervalMs) * time.Millisecond, stall: time.Duration(*stallMs) * time.Millisecond,
-		ttl: time.Duration(*ttlMs) * time.Millisecond, ignoreCancel: *ignoreCancel}
+		ttl: time.Duration(*ttlMs) * time.Millisecond, ignoreCancel: *ignoreCancel, shutdown: ctx}
 	opts := le.Options{Name: *owner, TTL: p.ttl, Recampaign: true}
 	if p.ignoreCancel {
 		opts.OnOverrun = le.ExitProcess
@@ -150,10 +151,12 @@ func (p *probe) unit(l *le.Lease) {
 	emit("write", f)
 }
 
-// longTask: 2 x ttl of sleeping in small steps, ignoring every stop request.
+// longTask: 2 x ttl of sleeping in small steps, ignoring every stop request
+// of the library; only the probe's own shutdown (SIGTERM) ends it early, so
+// that a signalled probe still releases and exits 0.
 func (p *probe) longTask(l *le.Lease) {
 	step := 20 * time.Millisecond
-	for end := time.Now().Add(2 * p.ttl); time.Now().Before(end); {
+	for end := time.Now().Add(2 * p.ttl); time.Now().Before(end) && p.shutdown.Err() == nil; {
 		emit("act", map[string]interface{}{"token": l.Token(), "wall_us": wallUs()})
 		time.Sleep(step)
 	}
