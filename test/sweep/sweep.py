@@ -576,6 +576,12 @@ class Sweep:
         'keep-fds': ('run', [None], set()),
         'status-file': ('run', ['', '/', '/nonexistent-sweep-dir/st', '/tmp/sweep-status', b'/tmp/\xc3\x28\xff'],
                         {'', '/', '/nonexistent-sweep-dir/st'}),
+        'svg': ('history', ['', '/', '/nonexistent-sweep-dir/h.svg', '/tmp/sweep-history.svg', b'/tmp/\xc3\x28\xff.svg'],
+                {''}),
+        'since': ('history', ['', 'abc', '1h', '10m', '2026-01-01', 'infinity', '-infinity', 'x' * 100000,
+                              b'\xc3\x28\xff'], {'abc', 'infinity', '-infinity'}),
+        'poll': ('watch', ['', '0', 'abc', '-1s', '1ms', '1s', '99999999999999999999h'],   # ended by SIGTERM
+                 {'', '0', 'abc', '-1s', '99999999999999999999h'}),
     }
     HB_PARTNER = {'heartbeat-file': '--heartbeat-timeout=1h', 'heartbeat-timeout': '--heartbeat-file=/tmp/sweep-hb'}
 
@@ -649,6 +655,8 @@ class Sweep:
                     argv = [pl, 'run', '-d', dsn, '-l', 'sweep-cli-%d' % self.cases, '--no-wait', '--ttl', '2s']
                 elif sub == 'status':
                     argv = [pl, 'status', '-d', dsn]
+                elif sub in ('history', 'watch'):
+                    argv = [pl, sub, '-d', dsn, '-l', 'sweep-k']
                 else:
                     argv = [pl, 'release', '-d', dsn, '-l', 'sweep-k', '--owner', 'sweep-nobody', '--token', '1']
                 if opt == 'dbname':
@@ -664,7 +672,7 @@ class Sweep:
                 if sub == 'run':
                     argv += ['--', 'true']
                 self.cli_case(opt, argv, v in must64 if v is not None else False,
-                              term_after=1.0 if opt == 'loop' else None)
+                              term_after=1.0 if opt == 'loop' or sub == 'watch' else None)
             if opt not in ('no-wait', 'loop', 'verbose', 'json', 'help', 'version'):
                 self.cli_case(opt, [pl, sub, '-d', dsn, '--' + opt], True)   # missing argument
         self.cli_case('(none)', [pl], True)
