@@ -73,9 +73,10 @@ my $t3 = sql("SELECT fencing_token FROM le_acquire('k', 'carol', '30 seconds')")
 @e = wait_events(6);
 sql("SELECT le_force_release('k')");
 @e = wait_events(7);
-# two changes within one poll: both are explained from the history
-my $t4 = sql("SELECT fencing_token FROM le_acquire('k', 'alice', '30 seconds')");
-sql("SELECT le_release('k', 'alice', $t4)");
+# two changes within one poll (one transaction, so no poll can fall between
+# them): both are explained from the history
+my $t4 = sql("SELECT a.fencing_token FROM le_acquire('k', 'alice', '30 seconds') a, "
+	  . "LATERAL le_release('k', 'alice', a.fencing_token) r");
 @e = wait_events(9);
 # a period the history does not record: granted from the lease row, "ended"
 my $t6 = sql("SET leader_election.history = off; SELECT fencing_token FROM le_acquire('k', 'erin', '30 seconds')");

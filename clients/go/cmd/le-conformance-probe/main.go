@@ -87,7 +87,8 @@ func main() {
 			" (client, lease_key, owner_id, fencing_token) VALUES ($1, $2, $3, $4)",
 		interval: time.Duration(*intervalMs) * time.Millisecond, stall: time.Duration(*stallMs) * time.Millisecond,
 		ttl: time.Duration(*ttlMs) * time.Millisecond, ignoreCancel: *ignoreCancel, shutdown: ctx}
-	opts := le.Options{Name: *owner, TTL: p.ttl, Recampaign: true}
+	// campaign every ttl/2 as the C probe does (the default 2 s is long for a 1 s ttl)
+	opts := le.Options{Name: *owner, TTL: p.ttl, Recampaign: true, Retry: p.ttl / 2}
 	if p.ignoreCancel {
 		opts.OnOverrun = le.ExitProcess
 	}
