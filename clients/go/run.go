@@ -181,37 +181,8 @@ func (e *elector) closeConn() {
 func (e *elector) query(ctx context.Context, timeout time.Duration, sql string, args []interface{}, dest ...interface{}) error {
 	qctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if e.conn == nil {
-		c, err := pgx.ConnectConfig(qctx, e.cfg)
-		if err != nil {
-			return err
-		}
-		var schema string
-		if err := c.QueryRow(qctx, extensionSchema).Scan(&schema); err != nil {
-			c.Close(context.Background()) //nolint:errcheck
-			if errors.Is(err, pgx.ErrNoRows) {
-				return errNoExtension
-			}
-			return err
-		}
-		e.conn, e.schema = c, pgx.Identifier{schema}.Sanitize()
-		if err := c.QueryRow(qctx, hasServerWait, e.schema+".le_acquire(text,text,interval,interval,jsonb)").
-			Scan(&e.serverWait); err != nil {
-			e.closeConn()
-			return err
-		}
-		// 1.0: wake-ups, releases of a watched lease are announced (best
-		// effort: without them, campaigns poll every retry interval); 1.1
-		// waits in the server instead
-		if !e.serverWait {
-			if _, err := c.Exec(qctx, "LISTEN leader_election"); err == nil {
-				c.Exec(qctx, "SELECT "+e.schema+".le_watch($1)", e.key) //nolint:errcheck
-			}
-		}
-		if c.IsClosed() {
-			e.conn = nil
-			return errors.New("leaderelection: connection closed while setting up LISTEN")
-		}
+	if err := e.connect(qctx); err != nil {
+		return err
 	}
 	if strings.Contains(sql, "@.le_acquire(") && e.serverWait {
 		// the 1.1 form: $4 the wait in milliseconds, $5 the metadata
@@ -230,6 +201,46 @@ func (e *elector) query(ctx context.Context, timeout time.Duration, sql string, 
 		e.closeConn()
 	}
 	return err
+}
+
+// connect opens Run's connection if there is none, within qctx: it looks up
+// the extension's schema and whether le_acquire waits in the server (1.1),
+// and against 1.0 sets up LISTEN and le_watch for wake-ups.
+func (e *elector) connect(qctx context.Context) error {
+	if e.conn != nil {
+		return nil
+	}
+	c, err := pgx.ConnectConfig(qctx, e.cfg)
+	if err != nil {
+		return err
+	}
+	var schema string
+	if err := c.QueryRow(qctx, extensionSchema).Scan(&schema); err != nil {
+		c.Close(context.Background()) //nolint:errcheck
+		if errors.Is(err, pgx.ErrNoRows) {
+			return errNoExtension
+		}
+		return err
+	}
+	e.conn, e.schema = c, pgx.Identifier{schema}.Sanitize()
+	if err := c.QueryRow(qctx, hasServerWait, e.schema+".le_acquire(text,text,interval,interval,jsonb)").
+		Scan(&e.serverWait); err != nil {
+		e.closeConn()
+		return err
+	}
+	// 1.0: wake-ups, releases of a watched lease are announced (best
+	// effort: without them, campaigns poll every retry interval); 1.1
+	// waits in the server instead
+	if !e.serverWait {
+		if _, err := c.Exec(qctx, "LISTEN leader_election"); err == nil {
+			c.Exec(qctx, "SELECT "+e.schema+".le_watch($1)", e.key) //nolint:errcheck
+		}
+	}
+	if c.IsClosed() {
+		e.conn = nil
+		return errors.New("leaderelection: connection closed while setting up LISTEN")
+	}
+	return nil
 }
 
 // wait sleeps d, or less when a release of our key is announced (then
@@ -313,12 +324,20 @@ func (e *elector) campaign(ctx context.Context) (*Lease, error) {
 			s := string(e.o.Metadata)
 			meta = &s
 		}
-		sw := e.serverWaitFor(ctx)
 		sent := time.Now()
-		err := e.query(ctx, e.o.StatementTimeout+sw,
-			"SELECT acquired, fencing_token, new_period FROM @.le_acquire($1, $2, "+msInterval+")",
-			[]interface{}{e.key, e.owner, e.o.TTL.Milliseconds(), sw.Milliseconds(), meta},
-			&acquired, &token, &newPeriod)
+		var sw time.Duration
+		cctx, cancel := context.WithTimeout(ctx, e.o.StatementTimeout)
+		err := e.connect(cctx)
+		cancel()
+		if err == nil {
+			if e.serverWait {
+				sw = e.serverWaitFor(ctx)
+			}
+			err = e.query(ctx, e.o.StatementTimeout+sw,
+				"SELECT acquired, fencing_token, new_period FROM @.le_acquire($1, $2, "+msInterval+")",
+				[]interface{}{e.key, e.owner, e.o.TTL.Milliseconds(), sw.Milliseconds(), meta},
+				&acquired, &token, &newPeriod)
+		}
 		waited := err == nil && e.serverWait && sw > 0
 		wait := e.retry()
 		switch {
