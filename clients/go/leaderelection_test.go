@@ -9,6 +9,7 @@ package leaderelection
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -397,14 +398,16 @@ func TestReleaseWakesFollower(t *testing.T) {
 		return nil
 	})
 	// wait until A renewed (its connection's last statement is le_renew)
-	// and B's first le_acquire was refused (the other one's is le_acquire)
+	// and B's first le_acquire was refused (the other one's is le_acquire;
+	// against 1.1 it is waiting in the server, active)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var ready bool
 		if err := pool.QueryRow(context.Background(), `
 			SELECT count(*) FILTER (WHERE query LIKE '%le_renew(%') = 1
 			   AND count(*) FILTER (WHERE query LIKE '%le_acquire(%') = 1
-			  FROM pg_stat_activity WHERE application_name = $1 AND state = 'idle'`,
+			  FROM pg_stat_activity WHERE application_name = $1 AND state IN ('idle', 'active')
+			   AND (state = 'idle' OR query LIKE '%le_acquire(%')`,
 			ApplicationName).Scan(&ready); err != nil {
 			t.Fatal(err)
 		}
@@ -709,5 +712,101 @@ func TestCancelDuringAcquire(t *testing.T) {
 	}
 	if left > 0 {
 		t.Fatalf("%d of 60 Runs returned with the lease still held", left)
+	}
+}
+
+// hasServerWait reports whether the server has the 1.1 le_acquire (a wait
+// in the server, metadata).
+func testHasServerWait(t *testing.T, pool *pgxpool.Pool) bool {
+	t.Helper()
+	var has bool
+	if err := pool.QueryRow(context.Background(), `
+		SELECT to_regprocedure(quote_ident(n.nspname) || '.le_acquire(text,text,interval,interval,jsonb)') IS NOT NULL
+		  FROM pg_extension x JOIN pg_namespace n ON n.oid = x.extnamespace WHERE x.extname = 'leader_election'`).
+		Scan(&has); err != nil {
+		t.Fatal(err)
+	}
+	return has
+}
+
+const noServerWait = "SKIP: this server's leader_election has no le_acquire(text,text,interval,interval,jsonb)" +
+	" (extension 1.1): the server-side wait and metadata checks do not run"
+
+// Against 1.0: Options.Metadata ends Run with 42883 (the campaign itself
+// polls and LISTENs: the other tests). Against 1.1 (G5, G13): a crashed
+// holder's lease is taken at its expiry by the server-side wait, not at the
+// next poll; metadata is published with the lease and changed only with
+// the current token (LE002 after the release, LE001 after a takeover).
+func TestServerWaitAndMetadata(t *testing.T) {
+	t.Parallel()
+	pool := testPool(t)
+	key := testKey(t)
+	o := fastOpts()
+	o.Metadata = json.RawMessage(`{"addr": "10.0.0.5:8080"}`)
+	if !testHasServerWait(t, pool) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		err := Run(ctx, pool, key, o, func(ctx context.Context, l *Lease) error { return nil })
+		if SQLState(err) != "42883" {
+			t.Fatalf("metadata against 1.0: %v, want 42883", err)
+		}
+		t.Log(noServerWait)
+		t.Skip(noServerWait)
+	}
+	meta := func() (m *string) {
+		if err := pool.QueryRow(context.Background(), "SELECT metadata::text FROM le_leases WHERE lease_key = $1", key).
+			Scan(&m); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	var first *Lease
+	err := Run(context.Background(), pool, key, o, func(ctx context.Context, l *Lease) error {
+		first = l
+		if m := meta(); m == nil || *m != `{"addr": "10.0.0.5:8080"}` {
+			t.Errorf("published metadata %v", m)
+		}
+		if err := l.SetMetadata(ctx, map[string]string{"addr": "10.0.0.6:8080"}); err != nil {
+			return err
+		}
+		if m := meta(); m == nil || *m != `{"addr": "10.0.0.6:8080"}` {
+			t.Errorf("metadata after SetMetadata %v", m)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.SetMetadata(context.Background(), "late"); !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("SetMetadata after the release: %v, want LE002", err)
+	}
+	// a crashed holder: taken at its expiry, not at the follower's next poll
+	var expires time.Time
+	if err := pool.QueryRow(context.Background(), "SELECT expires_at FROM le_acquire($1, 'crashed', '1 second')", key).
+		Scan(&expires); err != nil {
+		t.Fatal(err)
+	}
+	slow := fastOpts()
+	slow.Retry = 5 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = Run(ctx, pool, key, slow, func(ctx context.Context, l *Lease) error {
+		var now time.Time
+		if err := pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&now); err != nil {
+			return err
+		}
+		gap := now.Sub(expires)
+		t.Logf("server-side wait: crash takeover %v after the expiry (poll interval %v)", gap, slow.Retry)
+		// a poll would come 4 to 6 s after the first refusal, at least 3 s after the expiry
+		if gap > 2500*time.Millisecond {
+			t.Errorf("taken %v after the expiry: the follower waited for its poll", gap)
+		}
+		if err := first.SetMetadata(ctx, "late"); !errors.Is(err, ErrStale) {
+			t.Errorf("SetMetadata with the old token: %v, want LE001", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

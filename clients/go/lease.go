@@ -10,6 +10,7 @@ package leaderelection
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/jackc/pgconn"
 	"github.com/jackc/pgx/v4"
+	"github.com/jackc/pgx/v4/pgxpool"
 )
 
 // Errors of the package. Fenced writes fail with an *Error carrying the
@@ -103,6 +105,34 @@ type Lease struct {
 	lost     chan struct{}
 	cancel   context.CancelFunc
 	stop     *time.Timer // ends the period at the stop point
+
+	pool   *pgxpool.Pool // SetMetadata runs on it
+	schema string        // the extension's schema, quoted
+}
+
+// SetMetadata publishes v (marshalled with encoding/json; a
+// json.RawMessage as it is; nil clears it) with the lease
+// (le_leases.metadata, extension 1.1), compare-and-set with this period's
+// owner id and token, on a connection of Run's pool, bounded by ctx. It
+// fails with an *Error: LE001 (errors.Is(err, ErrStale)) when the lease has
+// a newer token, LE002 (ErrNotHeld) when it is released or expired, 42883
+// against a server without extension 1.1.
+func (l *Lease) SetMetadata(ctx context.Context, v interface{}) error {
+	var meta *string
+	if v != nil {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return inputError("leaderelection: metadata: %v", err)
+		}
+		s := string(b)
+		meta = &s
+	}
+	if l.pool == nil {
+		return errors.New("leaderelection: SetMetadata of a Lease not granted by Run")
+	}
+	_, err := l.pool.Exec(ctx, "SELECT "+l.schema+".le_set_metadata($1, $2, $3::pg_catalog.int8, $4::pg_catalog.jsonb)",
+		l.key, l.owner, strconv.FormatInt(l.token, 10), meta)
+	return wrap(err)
 }
 
 // Key is the lease key.

@@ -43,6 +43,36 @@ type elector struct {
 	unknown    bool  // an acquire whose outcome we do not know was sent
 	lastWake   time.Time
 	schema     string // the extension's schema, quoted, for the current connection
+	pool       *pgxpool.Pool
+	serverWait bool // the current connection's server has the 1.1 le_acquire (wait, metadata)
+}
+
+// hasServerWait asks once per connection whether le_acquire can wait in the
+// server and publish metadata (extension 1.1).
+const hasServerWait = "SELECT pg_catalog.to_regprocedure($1) IS NOT NULL"
+
+// errNoMetadata: Options.Metadata against a server without extension 1.1.
+var errNoMetadata = &Error{SQLState: "42883",
+	Err: errors.New("leaderelection: metadata needs extension leader_election 1.1 (ALTER EXTENSION leader_election UPDATE)")}
+
+// serverWaitFor is the longest wait in the server of one le_acquire: at
+// most Retry, a quarter of the ttl (a period is counted from the moment the
+// call was sent, so a grant late in the wait shortens it by up to this),
+// half the statement timeout, 1 s, and what is left of ctx's deadline.
+func (e *elector) serverWaitFor(ctx context.Context) time.Duration {
+	w := e.o.Retry
+	for _, b := range []time.Duration{e.o.TTL / 4, e.o.StatementTimeout / 2, time.Second} {
+		if w > b {
+			w = b
+		}
+	}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < w {
+		w = time.Until(dl)
+	}
+	if w < 0 {
+		w = 0
+	}
+	return w.Truncate(time.Millisecond)
 }
 
 // extensionSchema is the schema leader_election is installed in.
@@ -88,7 +118,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, key string, opts Options, fn F
 	cfg.RuntimeParams["standard_conforming_strings"] = "on"
 	var seed [8]byte
 	cryptorand.Read(seed[:]) //nolint:errcheck // a zero seed still works
-	e := &elector{key: key, owner: newOwnerID(o.Name), o: o, cfg: cfg,
+	e := &elector{key: key, owner: newOwnerID(o.Name), o: o, cfg: cfg, pool: pool,
 		rnd: rand.New(rand.NewSource(int64(binary.BigEndian.Uint64(seed[:]))))}
 	defer e.closeConn()
 	for {
@@ -151,29 +181,17 @@ func (e *elector) closeConn() {
 func (e *elector) query(ctx context.Context, timeout time.Duration, sql string, args []interface{}, dest ...interface{}) error {
 	qctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if e.conn == nil {
-		c, err := pgx.ConnectConfig(qctx, e.cfg)
-		if err != nil {
-			return err
+	if err := e.connect(qctx); err != nil {
+		return err
+	}
+	if strings.Contains(sql, "@.le_acquire(") && e.serverWait {
+		// the 1.1 form: $4 the wait in milliseconds, $5 the metadata
+		sql = strings.Replace(sql, msInterval+")", msInterval+", "+msInterval4+", $5::pg_catalog.jsonb)", 1)
+	} else if strings.Contains(sql, "@.le_acquire(") {
+		if e.o.Metadata != nil {
+			return errNoMetadata
 		}
-		var schema string
-		if err := c.QueryRow(qctx, extensionSchema).Scan(&schema); err != nil {
-			c.Close(context.Background()) //nolint:errcheck
-			if errors.Is(err, pgx.ErrNoRows) {
-				return errNoExtension
-			}
-			return err
-		}
-		e.conn, e.schema = c, pgx.Identifier{schema}.Sanitize()
-		// wake-ups: releases of a watched lease are announced (best effort:
-		// without them, campaigns poll every retry interval)
-		if _, err := c.Exec(qctx, "LISTEN leader_election"); err == nil {
-			c.Exec(qctx, "SELECT "+e.schema+".le_watch($1)", e.key) //nolint:errcheck
-		}
-		if c.IsClosed() {
-			e.conn = nil
-			return errors.New("leaderelection: connection closed while setting up LISTEN")
-		}
+		args = args[:3]
 	}
 	// own objects in the extension's schema, whatever the search_path
 	sql = strings.ReplaceAll(sql, "@.", e.schema+".")
@@ -183,6 +201,46 @@ func (e *elector) query(ctx context.Context, timeout time.Duration, sql string, 
 		e.closeConn()
 	}
 	return err
+}
+
+// connect opens Run's connection if there is none, within qctx: it looks up
+// the extension's schema and whether le_acquire waits in the server (1.1),
+// and against 1.0 sets up LISTEN and le_watch for wake-ups.
+func (e *elector) connect(qctx context.Context) error {
+	if e.conn != nil {
+		return nil
+	}
+	c, err := pgx.ConnectConfig(qctx, e.cfg)
+	if err != nil {
+		return err
+	}
+	var schema string
+	if err := c.QueryRow(qctx, extensionSchema).Scan(&schema); err != nil {
+		c.Close(context.Background()) //nolint:errcheck
+		if errors.Is(err, pgx.ErrNoRows) {
+			return errNoExtension
+		}
+		return err
+	}
+	e.conn, e.schema = c, pgx.Identifier{schema}.Sanitize()
+	if err := c.QueryRow(qctx, hasServerWait, e.schema+".le_acquire(text,text,interval,interval,jsonb)").
+		Scan(&e.serverWait); err != nil {
+		e.closeConn()
+		return err
+	}
+	// 1.0: wake-ups, releases of a watched lease are announced (best
+	// effort: without them, campaigns poll every retry interval); 1.1
+	// waits in the server instead
+	if !e.serverWait {
+		if _, err := c.Exec(qctx, "LISTEN leader_election"); err == nil {
+			c.Exec(qctx, "SELECT "+e.schema+".le_watch($1)", e.key) //nolint:errcheck
+		}
+	}
+	if c.IsClosed() {
+		e.conn = nil
+		return errors.New("leaderelection: connection closed while setting up LISTEN")
+	}
+	return nil
 }
 
 // wait sleeps d, or less when a release of our key is announced (then
@@ -259,10 +317,28 @@ func (e *elector) campaign(ctx context.Context) (*Lease, error) {
 		}
 		var acquired, newPeriod *bool
 		var token *int64
+		// against 1.1 the call waits in the server (query adds $4, $5);
+		// the connection is made first so that query knows which
+		var meta *string
+		if e.o.Metadata != nil {
+			s := string(e.o.Metadata)
+			meta = &s
+		}
 		sent := time.Now()
-		err := e.query(ctx, e.o.StatementTimeout,
-			"SELECT acquired, fencing_token, new_period FROM @.le_acquire($1, $2, "+msInterval+")",
-			[]interface{}{e.key, e.owner, e.o.TTL.Milliseconds()}, &acquired, &token, &newPeriod)
+		var sw time.Duration
+		cctx, cancel := context.WithTimeout(ctx, e.o.StatementTimeout)
+		err := e.connect(cctx)
+		cancel()
+		if err == nil {
+			if e.serverWait {
+				sw = e.serverWaitFor(ctx)
+			}
+			err = e.query(ctx, e.o.StatementTimeout+sw,
+				"SELECT acquired, fencing_token, new_period FROM @.le_acquire($1, $2, "+msInterval+")",
+				[]interface{}{e.key, e.owner, e.o.TTL.Milliseconds(), sw.Milliseconds(), meta},
+				&acquired, &token, &newPeriod)
+		}
+		waited := err == nil && e.serverWait && sw > 0
 		wait := e.retry()
 		switch {
 		case err != nil && ctx.Err() != nil:
@@ -278,6 +354,9 @@ func (e *elector) campaign(ctx context.Context) (*Lease, error) {
 			e.unknown = e.unknown || !errors.As(err, &pe) // a reply lost: it may have been granted
 		case acquired == nil || !*acquired:
 			e.unknown = false
+			if waited {
+				wait = 0 // after a wait in the server the next call follows at once
+			}
 		case token == nil:
 			e.unknown = false // not a reply le_acquire gives; try again later
 		case *token == e.lastToken:
@@ -291,7 +370,7 @@ func (e *elector) campaign(ctx context.Context) (*Lease, error) {
 			wait = e.o.TTL
 		default:
 			e.unknown = false
-			l := &Lease{key: e.key, owner: e.owner, token: *token, grace: e.o.Grace,
+			l := &Lease{key: e.key, owner: e.owner, token: *token, grace: e.o.Grace, pool: e.pool, schema: e.schema,
 				deadline: sent.Add(e.o.TTL - e.o.Margin), lost: make(chan struct{})}
 			if !time.Now().Before(l.deadline.Add(-e.o.Grace)) {
 				e.lastToken = l.token // the reply came too late to lead on

@@ -191,6 +191,16 @@ class Timing:
     def ttl_sql(self):
         return f"{int(round(self.ttl * 1000))} milliseconds"
 
+    def server_wait(self, end=None):
+        """How long one le_acquire may wait in the server (extension 1.1): at most the retry
+        interval, a quarter of the ttl (the period is counted from the moment the call was sent, so
+        a grant late in the wait shortens it by up to this), half the statement timeout, 1 s, and
+        the time left before `end` (now() based; None: no end)."""
+        w = min(self.retry, self.ttl / 4, self.statement_timeout / 2, 1.0)
+        if end is not None:
+            w = min(w, end - now())
+        return max(w, 0.0)
+
     def first_connect_bound(self, deadline):
         """The time the renewal connection made when a period begins may take: all of it before
         deadline - renew_by (at most the connect timeout).  Made then, not at the first renewal, so
@@ -362,11 +372,36 @@ class Statements:
                         f" FROM {q}.le_acquire($1, $2, $3::pg_catalog.interval)")
         self.renew = f"SELECT {q}.le_renew($1, $2, $3::pg_catalog.int8, $4::pg_catalog.interval)"
         self.release = f"SELECT {q}.le_release($1, $2, $3::pg_catalog.int8)"
+        self.acquire_wait = (f"SELECT acquired, fencing_token, holder, expires_at, new_period"
+                             f" FROM {q}.le_acquire($1, $2, $3::pg_catalog.interval, $4::pg_catalog.interval,"
+                             f" $5::pg_catalog.jsonb)")
+        self.signature_wait = f"{q}.le_acquire(text,text,interval,interval,jsonb)"
+        self.set_metadata = f"SELECT {q}.le_set_metadata($1, $2, $3::pg_catalog.int8, $4::pg_catalog.jsonb)"
         self.watch = f"SELECT {q}.le_watch($1)"
         self.unwatch = f"SELECT {q}.le_unwatch($1)"
 
 
 LISTEN_SQL = "LISTEN leader_election"
+
+# Does the server have the 1.1 le_acquire (a wait in the server, metadata)?  Asked once per connection.
+HAS_WAIT_SQL = "SELECT pg_catalog.to_regprocedure($1) IS NOT NULL"
+
+
+def wait_sql(wait):
+    return f"{int(wait * 1000)} milliseconds"
+
+
+def metadata_text(metadata):
+    """The JSON text of lead()'s or set_metadata()'s `metadata`: a str is sent as it is (the server
+    parses it: 22P02 when it is not JSON), None stays None, anything else goes through json.dumps."""
+    if metadata is None or isinstance(metadata, str):
+        return metadata
+    return json.dumps(metadata)
+
+
+def no_metadata_error():
+    return LeaseError("metadata needs extension leader_election 1.1 (le_acquire with metadata):"
+                      " ALTER EXTENSION leader_election UPDATE", "42883")
 
 
 def released_heard(pgconn, key):

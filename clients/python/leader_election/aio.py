@@ -73,12 +73,13 @@ class AsyncLease(Lease):
         end = None if timeout is None else c.now() + timeout
         try:
             while True:
-                if await self._attempt_async():
+                if await self._attempt_async(self.timing.server_wait(end)):
                     self._task = asyncio.create_task(self._renew_task(), name=f"leader_election renew {self.key}")
                     self._arm()
                     await self._unwatch_async()
                     return self
-                delay = max(self.timing.retry_delay(), self._not_before - c.now())
+                # after a wait in the server the next attempt follows at once
+                delay = max(0.0 if self._waited else self.timing.retry_delay(), self._not_before - c.now())
                 if end is not None:
                     left = end - c.now()
                     if left <= 0:
@@ -219,16 +220,39 @@ class AsyncLease(Lease):
                 raise
         return conn
 
-    async def _attempt_async(self):
+    async def _has_server_wait_async(self):
+        if self._wait_conn is not self._conn:
+            res = await c.drive_async(c._query_gen(self._conn, c.HAS_WAIT_SQL, (self._stmts.signature_wait,)),
+                                      c.now() + self.timing.statement_timeout)
+            self._wait_conn, self._server_waits = self._conn, c.value(res, 0) == "t"
+        return self._server_waits
+
+    async def _attempt_async(self, wait=0.0):
+        """The asyncio twin of Lease._attempt()."""
         t = self.timing
         sent = None
+        self._waited = False
         try:
             if self._conn is None:
                 self._conn = await self._connect_async("campaign", t.connect_timeout)
+            v11 = await self._has_server_wait_async()
+            if self.metadata is not None and not v11:
+                raise c.no_metadata_error()
             sent = c.now()
-            res = await c.drive_async(c._query_gen(self._conn, self._stmts.acquire,
-                                                   (self.key, self.owner_id, t.ttl_sql())),
-                                      sent + t.statement_timeout)
+            if v11:
+                sql, params = self._stmts.acquire_wait, (self.key, self.owner_id, t.ttl_sql(), c.wait_sql(wait),
+                                                         self.metadata)
+            else:
+                sql, params = self._stmts.acquire, (self.key, self.owner_id, t.ttl_sql())
+            res = await c.drive_async(c._query_gen(self._conn, sql, params), sent + wait + t.statement_timeout)
+        except asyncio.CancelledError:
+            # cancelled while the call (maybe a wait in the server) was out: its answer is unknown
+            if sent is not None and self._conn is not None and self._conn.status == c.pq.ConnStatus.OK:
+                self._unknown_acquire = self._unanswered = True
+                self._cancels.append(c.cancel_request(self._conn))
+            c.close_quietly(self._conn)
+            self._conn, self._watching = None, False
+            raise
         except c.LeaseError as e:
             if isinstance(e, c.Timeout) and self._conn is not None and self._conn.status == c.pq.ConnStatus.OK:
                 self._unknown_acquire = True
@@ -243,7 +267,9 @@ class AsyncLease(Lease):
             return False
         self.holder, self.last_error = c.value(res, 2), None
         if c.value(res, 0) != "t":
-            await self._watch_async()
+            self._waited = v11 and wait > 0
+            if not v11:
+                await self._watch_async()
             return False
         token = int(c.value(res, 1))
         if self._owner_conflict(token, c.value(res, 4)):
@@ -255,6 +281,29 @@ class AsyncLease(Lease):
         self.token, self.expires_at, self._deadline = token, c.value(res, 3), deadline
         self._acquire_rtt = c.now() - sent
         return True
+
+    async def set_metadata(self, metadata):
+        """The asyncio twin of Lease.set_metadata()."""
+        if self.token is None:
+            raise c.NotLeader(f'not leading lease "{self.key}"')
+        text = c.metadata_text(metadata)
+        conn = await self._connect_async("metadata", self.timing.connect_timeout)
+        try:
+            res = await c.drive_async(c._query_gen(conn, c.HAS_WAIT_SQL, (self._stmts.signature_wait,)),
+                                      c.now() + self.timing.statement_timeout)
+            if c.value(res, 0) != "t":
+                raise c.no_metadata_error()
+            await c.drive_async(c._query_gen(conn, self._stmts.set_metadata,
+                                             (self.key, self.owner_id, str(self.token), text)),
+                                c.now() + self.timing.statement_timeout)
+        except c.LeaseError as e:
+            cls = c.FENCE_ERRORS.get(e.sqlstate)
+            if cls is None:
+                raise
+            raise cls(str(e), e.sqlstate) from e
+        finally:
+            c.close_quietly(conn)
+        self.metadata = text
 
     async def _run_all(self, statements, bound):
         try:

@@ -41,7 +41,7 @@ class Lease:
     lost_reason ('lost', 'renew_failed', 'deadline_passed', 'released')."""
 
     def __init__(self, dsn, key, ttl="15s", *, name=None, owner_id=None, timeout=None, cancel=None,
-                 on_lost=None, renew_by=0.0, **timing):
+                 on_lost=None, renew_by=0.0, metadata=None, **timing):
         if not c.text(key, "key") or len(key.encode()) > 200:
             raise ValueError("lease key must be 1 to 200 bytes")
         for value, what in ((dsn, "dsn"), (name, "name"), (owner_id, "owner_id")):
@@ -54,6 +54,7 @@ class Lease:
         self.timeout = None if timeout is None else c.seconds(timeout, "timeout", wait=True)
         self.cancel = cancel
         self.on_lost = on_lost
+        self.metadata = c.metadata_text(metadata)
         self.token = None
         self.expires_at = None
         self.holder = None
@@ -73,6 +74,9 @@ class Lease:
         self._watching = False
         self._watch_failed = False
         self._acquire_rtt = 0.0
+        self._wait_conn = None          # the connection whose _server_waits was asked
+        self._server_waits = False      # its server has the 1.1 le_acquire (wait, metadata)
+        self._waited = False            # the last attempt waited in the server and was refused
         self._release_lock = threading.Lock()
         self._released = False
         self._release_result = None
@@ -152,11 +156,12 @@ class Lease:
             if self.cancel is not None and self.cancel.is_set():
                 self._give_up()
                 raise c.not_acquired(self, "campaign cancelled")
-            if self._attempt():
+            if self._attempt(self.timing.server_wait(end)):
                 self._unwatch()
                 self._start_threads()
                 return self
-            delay = max(self.timing.retry_delay(), self._not_before - c.now())
+            # after a wait in the server the next attempt follows at once
+            delay = max(0.0 if self._waited else self.timing.retry_delay(), self._not_before - c.now())
             if end is not None:
                 left = end - c.now()
                 if left <= 0:
@@ -164,6 +169,32 @@ class Lease:
                     raise c.not_acquired(self, f"not acquired within {timeout}s")
                 delay = min(delay, left)
             self._wait_release(delay)
+
+    def set_metadata(self, metadata):
+        """Publish `metadata` (a dict or other JSON value, or JSON text; None clears it) with the lease
+        (le_leases.metadata), compare-and-set with this period's owner id and token on a connection of
+        its own (bounded by connect_timeout and statement_timeout).  Raises StaleToken (LE001) when
+        the lease has a newer token, NotHeld (LE002) when it is released or expired, LeaseError
+        (42883) against a server without extension 1.1."""
+        if self.token is None:
+            raise c.NotLeader(f'not leading lease "{self.key}"')
+        text = c.metadata_text(metadata)
+        conn = self._connect("metadata", self.timing.connect_timeout)
+        try:
+            res = c.drive(c._query_gen(conn, c.HAS_WAIT_SQL, (self._stmts.signature_wait,)),
+                          c.now() + self.timing.statement_timeout)
+            if c.value(res, 0) != "t":
+                raise c.no_metadata_error()
+            c.drive(c._query_gen(conn, self._stmts.set_metadata, (self.key, self.owner_id, str(self.token), text)),
+                    c.now() + self.timing.statement_timeout)
+        except c.LeaseError as e:
+            cls = c.FENCE_ERRORS.get(e.sqlstate)
+            if cls is None:
+                raise
+            raise cls(str(e), e.sqlstate) from e
+        finally:
+            c.close_quietly(conn)
+        self.metadata = text
 
     def release(self):
         """End the period (reason 'released' unless it already ended) and compare-and-release it
@@ -219,17 +250,34 @@ class Lease:
                 raise
         return conn
 
-    def _attempt(self):
+    def _has_server_wait(self):
+        """Does the campaign connection's server have the 1.1 le_acquire?  Asked once per connection."""
+        if self._wait_conn is not self._conn:
+            res = c.drive(c._query_gen(self._conn, c.HAS_WAIT_SQL, (self._stmts.signature_wait,)),
+                          c.now() + self.timing.statement_timeout)
+            self._wait_conn, self._server_waits = self._conn, c.value(res, 0) == "t"
+        return self._server_waits
+
+    def _attempt(self, wait=0.0):
+        """One le_acquire.  With extension 1.1 it waits up to `wait` seconds in the server (0: one
+        try) and publishes the metadata; against 1.0 it is one try, and a refusal LISTENs."""
         t = self.timing
         sent = None
+        self._waited = False
         try:
             if self._conn is None:
                 self._conn = self._connect("campaign", t.connect_timeout)
+            v11 = self._has_server_wait()
+            if self.metadata is not None and not v11:
+                raise c.no_metadata_error()
             sent = c.now()
-            # Extension point: a server whose le_acquire can wait for the lease (a `wait` argument)
-            # could replace the polling below; this client does not depend on one.
-            res = c.drive(c._query_gen(self._conn, self._stmts.acquire, (self.key, self.owner_id, t.ttl_sql())),
-                          sent + t.statement_timeout)
+            if v11:
+                res = c.drive(c._query_gen(self._conn, self._stmts.acquire_wait,
+                                           (self.key, self.owner_id, t.ttl_sql(), c.wait_sql(wait), self.metadata)),
+                              sent + wait + t.statement_timeout, self.cancel if wait > 0 else None)
+            else:
+                res = c.drive(c._query_gen(self._conn, self._stmts.acquire, (self.key, self.owner_id, t.ttl_sql())),
+                              sent + t.statement_timeout)
         except c.LeaseError as e:
             if isinstance(e, c.Timeout) and self._conn is not None and self._conn.status == c.pq.ConnStatus.OK:
                 self._unknown_acquire = True
@@ -244,7 +292,9 @@ class Lease:
             return False
         self.holder, self.last_error = c.value(res, 2), None
         if c.value(res, 0) != "t":
-            self._watch()
+            self._waited = v11 and wait > 0
+            if not v11:
+                self._watch()
             return False
         token = int(c.value(res, 1))
         if self._owner_conflict(token, c.value(res, 4)):
@@ -452,6 +502,9 @@ def lead(dsn, key, ttl="15s", **options):
     Options: name (owner id prefix; ids are NAME-host-pid-random, new for every Lease), owner_id
     (use exactly this id: it must be unique per process), timeout, cancel (a threading.Event that
     ends the campaign), on_lost (callable(lease), run in a library thread), safety_margin,
-    renew_every, retry (default 2 s), jitter (0.2), connect_timeout, statement_timeout (5 s).
+    renew_every, retry (default 2 s), jitter (0.2), connect_timeout, statement_timeout (5 s),
+    metadata (a dict or JSON text published with the lease; needs extension 1.1).
+    Against extension 1.1 each attempt waits in the server (up to min(retry, ttl/4,
+    statement_timeout/2, 1 s)) and the next follows at once; against 1.0 it polls and LISTENs.
     Durations are seconds or strings such as '500ms', '15s'."""
     return Lease(dsn, key, ttl, **options)

@@ -14,7 +14,11 @@ server's expiry of the same period.  The renewal reconnects after its
 backend is terminated, and abandons a renewal hung on a frozen backend for
 a new connection, keeping the token.  A follower is woken by a release
 (G11) instead of waiting for its next poll.  The README's SIGTERM recipe
-releases the lease before the process exits (G4).
+releases the lease before the process exits (G4).  Against extension 1.1 a
+crashed holder's lease is taken at its expiry by the server-side wait, not
+at the follower's next poll (G5, G13), metadata is published with the lease
+and changed only with the current token (LE001/LE002); against 1.0 metadata
+is refused (42883) and those checks are skipped with a message.
 """
 
 import asyncio
@@ -572,6 +576,66 @@ class RunParentTests(unittest.TestCase):
         self.assertFalse(any(alive(x) for x in work))
         with admin() as a:
             self.assertEqual(history(a, "py-run-hup")[-1][1:], (int(token), "released"))
+
+
+def has_server_wait(conn):
+    """Does the server have the 1.1 le_acquire (a wait in the server, metadata)?"""
+    sig = f'"{schema(conn)}".le_acquire(text,text,interval,interval,jsonb)'
+    return conn.execute("SELECT to_regprocedure(%s) IS NOT NULL", (sig,)).fetchone()[0]
+
+
+NO_WAIT = ("SKIP: this server's leader_election has no le_acquire(text,text,interval,interval,jsonb)"
+           " (extension 1.1): the server-side wait and metadata checks do not run")
+
+
+class WaitMetadataTests(unittest.TestCase):
+    def test_metadata_needs_1_1(self):
+        with admin() as a:
+            if has_server_wait(a):
+                self.skipTest("the server has extension 1.1: the 1.0 fallback is tested against a 1.0 server")
+        # against 1.0 the campaign polls and LISTENs (the other tests); metadata is refused at once
+        with self.assertRaises(le.LeaseError) as cm:
+            le.lead(DSN, "py-meta-10", ttl="2s", metadata={"addr": "x"}).acquire(timeout=5)
+        self.assertEqual(cm.exception.sqlstate, "42883")
+
+    def test_server_wait_takeover_and_metadata(self):
+        with admin() as a:
+            if not has_server_wait(a):
+                self.skipTest(NO_WAIT)
+            key = "py-wait"
+            lease = le.lead(DSN, key, ttl="2s", metadata={"addr": "10.0.0.5:8080"}).acquire()
+            meta = lambda: a.execute("SELECT metadata FROM le_leases WHERE lease_key = %s", (key,)).fetchone()[0]
+            self.assertEqual(meta(), {"addr": "10.0.0.5:8080"})
+            lease.set_metadata('{"addr": "10.0.0.6:8080"}')
+            self.assertEqual(meta(), {"addr": "10.0.0.6:8080"})
+            lease.release()
+            with self.assertRaises(le.NotHeld) as cm:
+                lease.set_metadata({"late": True})
+            self.assertEqual(cm.exception.sqlstate, "LE002")
+            # a crashed holder: its lease is taken at its expiry, not at the follower's next poll
+            expires = a.execute("SELECT expires_at FROM le_acquire(%s, 'crashed', '1 second')", (key,)).fetchone()[0]
+            follower = le.lead(DSN, key, ttl="2s", retry="5s").acquire(timeout=20)
+            gap = (a.execute("SELECT clock_timestamp()").fetchone()[0] - expires).total_seconds()
+            FIGURES.append(f"server-side wait: crash takeover {gap * 1000:.1f} ms after the expiry (poll interval 5 s)")
+            # a poll would come 4 to 6 s after the first refusal, at least 3 s after the expiry
+            self.assertLess(gap, 2.5)
+            with self.assertRaises(le.StaleToken) as cm:
+                lease.set_metadata({"late": True})
+            self.assertEqual(cm.exception.sqlstate, "LE001")
+            self.assertIsNone(meta())
+            # a one-shot attempt does not wait
+            t0 = time.monotonic()
+            with self.assertRaises(le.NotAcquired):
+                le.lead(DSN, key, ttl="2s").acquire(timeout=0)
+            FIGURES.append(f"one-shot acquire refused in {(time.monotonic() - t0) * 1000:.1f} ms")
+            follower.release()
+
+            async def in_asyncio():
+                async with le.lead_async(DSN, key, ttl="2s", metadata=["a", 1]) as l:
+                    self.assertEqual(meta(), ["a", 1])
+                    await l.set_metadata(None)
+                    self.assertIsNone(meta())
+            asyncio.run(in_asyncio())
 
 
 class ReadmeTest(unittest.TestCase):
