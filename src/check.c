@@ -147,6 +147,44 @@ le_check_ttl(FunctionCallInfo fcinfo, int argno)
 	return usecs;
 }
 
+/*
+ * Validate le_acquire's wait argument and return it in microseconds: NULL
+ * or zero is no wait; negative or infinite waits are refused.
+ */
+int64
+le_check_wait(FunctionCallInfo fcinfo, int argno)
+{
+	Interval   *wait;
+	int64		days;
+	int64		part;
+	int64		usecs;
+
+	if (PG_ARGISNULL(argno))
+		return 0;
+	wait = PG_GETARG_INTERVAL_P(argno);
+	if (!le_interval_is_finite(wait))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("wait must be finite"),
+				 errhint("statement_timeout and a cancel end a wait too; use e.g. '30 seconds'.")));
+	days = (int64) wait->month * DAYS_PER_MONTH + wait->day;
+	if (pg_mul_s64_overflow(days, USECS_PER_DAY, &part))
+		usecs = (days > 0) ? PG_INT64_MAX : PG_INT64_MIN;
+	else if (pg_add_s64_overflow(part, wait->time, &usecs))
+		usecs = (wait->time > 0) ? PG_INT64_MAX : PG_INT64_MIN;
+	if (usecs < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("wait must not be negative"),
+				 errhint("Pass NULL or zero for a single try.")));
+	if (usecs > LE_MAX_WAIT_US)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("wait exceeds one day"),
+				 errhint("Call le_acquire again when the wait ends.")));
+	return usecs;
+}
+
 /* Refuse any lease change on a hot standby, with a message that says why. */
 void
 le_check_writable(const char *action)

@@ -27,6 +27,7 @@
 #include "utils/inval.h"
 #include "utils/memutils.h"
 #include "utils/syscache.h"
+#include "utils/resowner.h"
 #include "utils/timestamp.h"
 
 #include "leader_election.h"
@@ -278,11 +279,11 @@ le_lease_grant(LeaseStoreState *st, LeaseRow *row, char *owner, int64 ttl,
 }
 
 /*
- * le_acquire(lease_key, owner_id, ttl) -> (acquired, fencing_token, holder,
- * expires_at, new_period).  Grants a free or expired lease with a new,
- * higher token (new_period true); extends a lease this owner and role
- * validly hold, keeping their token (new_period false); otherwise reports
- * the current holder (new_period NULL).
+ * One try of le_acquire: true when granted (*out is the caller's lease,
+ * *new_period tells whether the token is new), false when refused (*out is
+ * the version that decided it).  Grants a free or expired lease with a new,
+ * higher token; extends a lease this owner and role validly hold, keeping
+ * their token; otherwise refuses.
  *
  * Locks: a refusal on the first read takes none.  Otherwise the fence lock
  * in LE_FENCE_CHANGE_LOCKMODE when the lease may change hands, then the
@@ -290,23 +291,20 @@ le_lease_grant(LeaseStoreState *st, LeaseRow *row, char *owner, int64 ttl,
  * once the row is held is tried, never waited for (lock order), and one
  * that served no change is given back at once.
  */
-Datum
-le_acquire(PG_FUNCTION_ARGS)
+static bool
+le_lease_try_acquire(FunctionCallInfo fcinfo, char *key, char *owner, int64 ttl,
+					 LeaseRow *out, bool *new_period)
 {
-	char	   *key = le_check_key(fcinfo, 0);
-	char	   *owner = le_check_owner(fcinfo, 1);
-	int64		ttl = le_check_ttl(fcinfo, 2);
 	LeaseStoreState st;
 	LeaseRow	row;
 	TimestampTz now;
 	bool		found;
 	bool		fenced = false;
-	bool		new_period = false;
 	int64		fenced_id = 0;
 	AcquireCheck ac;
 	int64		tried_fence_id = 0; /* fence lock taken by le_fence_lock_try */
 
-	le_check_writable("acquire");
+	*new_period = false;
 	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
 
 	/* Fast path: refusals only read. */
@@ -315,7 +313,8 @@ le_acquire(PG_FUNCTION_ARGS)
 		!le_lease_is_ours(&row, owner, &st))
 	{
 		le_store_end(&st);
-		PG_RETURN_DATUM(le_lease_acquire_result(fcinfo, false, false, &row));
+		*out = row;
+		return false;
 	}
 
 	if (!found)
@@ -349,7 +348,8 @@ retry:
 			elog(ERROR, "leader_election: lease row \"%s\" vanished", key);
 		le_fence_lock_release(fenced_id, LE_FENCE_CHANGE_LOCKMODE);
 		le_store_end(&st);
-		PG_RETURN_DATUM(le_lease_acquire_result(fcinfo, false, false, &row));
+		*out = row;
+		return false;
 	}
 	now = GetCurrentTimestamp();
 
@@ -374,7 +374,8 @@ retry:
 				le_fence_lock_release(tried_fence_id, LE_FENCE_CHANGE_LOCKMODE);
 			le_lease_bound_refusal(&st);
 			le_store_end(&st);
-			PG_RETURN_DATUM(le_lease_acquire_result(fcinfo, false, false, &row));
+			*out = row;
+			return false;
 		}
 		/* The valid holder again (e.g. a retry after a lost reply). */
 		row.renewed_at = now;
@@ -401,7 +402,8 @@ retry:
 			{
 				le_lease_bound_refusal(&st);
 				le_store_end(&st);
-				PG_RETURN_DATUM(le_lease_acquire_result(fcinfo, false, false, &row));
+				*out = row;
+				return false;
 			}
 			tried_fence_id = row.lease_id;
 			now = GetCurrentTimestamp();
@@ -409,7 +411,7 @@ retry:
 
 		if (!le_lease_grant(&st, &row, owner, ttl, now))
 			goto retry;			/* the row changed since it was read */
-		new_period = true;
+		*new_period = true;
 	}
 
 	le_durable_commit();
@@ -421,7 +423,135 @@ retry:
 	 * of row are the caller's (owner, st.caller_name) or were copied into
 	 * the caller's context by le_rows_lock.
 	 */
-	PG_RETURN_DATUM(le_lease_acquire_result(fcinfo, true, new_period, &row));
+	*out = row;
+	return true;
+}
+
+/*
+ * One try in a subtransaction of its own, kept when granted and rolled
+ * back when refused: a refusal that locked the lease row or took the fence
+ * lock (a race lost after the locks) gives them back at once, so a waiter
+ * never sleeps holding them.
+ */
+static bool
+le_lease_try_acquire_sub(FunctionCallInfo fcinfo, char *key, char *owner, int64 ttl,
+						 LeaseRow *out, bool *new_period)
+{
+	MemoryContext oldcontext = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	volatile bool acquired = false;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcontext);
+	PG_TRY();
+	{
+		acquired = le_lease_try_acquire(fcinfo, key, owner, ttl, out, new_period);
+		if (acquired)
+			ReleaseCurrentSubTransaction();
+		else
+			RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcontext);
+		CurrentResourceOwner = oldowner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(oldcontext);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcontext);
+		CurrentResourceOwner = oldowner;
+		ReThrowError(edata);
+	}
+	PG_END_TRY();
+	return acquired;
+}
+
+/*
+ * le_acquire with a wait of wait_us: try; when refused, queue for the
+ * lease (le_wait_enter) and, as the head, try again at each release
+ * (woken by the releasing commit), at the lease's expiry and at the end of
+ * the wait.  The result of the last try is returned.  The wait tag of a
+ * grant is kept to the end of the transaction, so that the next waiter
+ * tries only once the grant is visible.
+ */
+static bool
+le_lease_acquire_waiting(FunctionCallInfo fcinfo, char *key, char *owner, int64 ttl,
+						 int64 wait_us, LeaseRow *row, bool *new_period)
+{
+	TimestampTz deadline = GetCurrentTimestamp() + wait_us;
+	int64		queued_id = 0;
+	bool		acquired;
+
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("le_acquire cannot wait in a REPEATABLE READ or SERIALIZABLE transaction"),
+				 errdetail("The transaction's snapshot would not see a release made during the wait."),
+				 errhint("Call it with wait in a READ COMMITTED transaction, or without wait.")));
+
+	for (;;)
+	{
+		TimestampTz now;
+		TimestampTz until;
+
+		acquired = le_lease_try_acquire_sub(fcinfo, key, owner, ttl, row, new_period);
+		now = GetCurrentTimestamp();
+		if (acquired || now >= deadline)
+			break;
+		if (queued_id != row->lease_id)
+		{
+			/* First refusal (or the row was replaced): join its queue. */
+			if (queued_id != 0)
+				le_wait_leave(queued_id);
+			queued_id = 0;
+			if (le_wait_enter(row->lease_id, deadline))
+				queued_id = row->lease_id;
+			else
+				deadline = now; /* one last try reports the state then */
+			continue;
+		}
+
+		/*
+		 * Held by someone else: until its expiry, or a release.  A refusal
+		 * of a lease not validly held (a fenced writer was committing under
+		 * its fence lock) tries again shortly.
+		 */
+		until = row->holder != NULL && row->expires_at > now ?
+			row->expires_at : now + LE_WAIT_RETRY_US;
+		le_wait_sleep(Min(until, deadline));
+	}
+	if (queued_id != 0 && !acquired)
+		le_wait_leave(queued_id);
+	return acquired;
+}
+
+/*
+ * le_acquire(lease_key, owner_id, ttl [, wait, metadata]) -> (acquired,
+ * fencing_token, holder, expires_at, new_period): one try (see
+ * le_lease_try_acquire), or with a wait, tries until granted or the wait
+ * ran out (le_lease_acquire_waiting).  The 1.0 catalog calls it with three
+ * arguments.
+ */
+Datum
+le_acquire(PG_FUNCTION_ARGS)
+{
+	char	   *key = le_check_key(fcinfo, 0);
+	char	   *owner = le_check_owner(fcinfo, 1);
+	int64		ttl = le_check_ttl(fcinfo, 2);
+	int64		wait_us = PG_NARGS() > 3 ? le_check_wait(fcinfo, 3) : 0;
+	LeaseRow	row;
+	bool		new_period = false;
+	bool		acquired;
+
+	le_check_writable("acquire");
+	if (wait_us > 0)
+		acquired = le_lease_acquire_waiting(fcinfo, key, owner, ttl, wait_us, &row, &new_period);
+	else
+		acquired = le_lease_try_acquire(fcinfo, key, owner, ttl, &row, &new_period);
+	PG_RETURN_DATUM(le_lease_acquire_result(fcinfo, acquired, new_period, &row));
 }
 
 /* What le_renew asks of the lease row before it locks it. */
@@ -596,6 +726,7 @@ retry:
 							  old.expires_at);
 	le_lease_close_period(&st, &old, now, reason, end);
 	le_watch_notify(&st, reason, &row);
+	le_wait_note_free(old.lease_id);
 	le_durable_commit();
 	le_store_end(&st);
 	return true;
