@@ -19,6 +19,7 @@
 #include "common/int.h"
 #include "mb/pg_wchar.h"
 #include "utils/builtins.h"
+#include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
 #include "compat.h"
@@ -183,6 +184,31 @@ le_check_wait(FunctionCallInfo fcinfo, int argno)
 				 errmsg("wait exceeds one day"),
 				 errhint("Call le_acquire again when the wait ends.")));
 	return usecs;
+}
+
+/*
+ * Validate a metadata argument (jsonb): NULL is none; its text form is at
+ * most LE_MAX_METADATA_LEN bytes, so that notifications carrying it stay
+ * below the NOTIFY payload limit.  Returns it detoasted, or NULL.
+ */
+struct varlena *
+le_check_metadata(FunctionCallInfo fcinfo, int argno)
+{
+	Jsonb	   *jb;
+	char	   *text;
+
+	if (PG_ARGISNULL(argno))
+		return NULL;
+	jb = PG_GETARG_JSONB_P(argno);
+	text = JsonbToCString(NULL, &jb->root, VARSIZE(jb));
+	if (strlen(text) > LE_MAX_METADATA_LEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("metadata is too long"),
+				 errdetail("Its text form has %zu bytes; the limit is %d.", strlen(text), LE_MAX_METADATA_LEN),
+				 errhint("Publish an address or a small document; keep bulk data elsewhere.")));
+	pfree(text);
+	return (struct varlena *) jb;
 }
 
 /* Refuse any lease change on a hot standby, with a message that says why. */

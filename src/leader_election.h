@@ -68,6 +68,7 @@ typedef struct LeaseRow
 	int64		transitions;
 	int64		token_system_id;	/* cluster that issued fencing_token */
 	TimestampTz history_min_ended_at;	/* see le_store_prune_plan; 0: NULL */
+	struct varlena *metadata;	/* jsonb published by the holder, NULL: none */
 } LeaseRow;
 
 /* GUC variables (leader_election.c). */
@@ -88,6 +89,8 @@ extern char *le_check_owner(FunctionCallInfo fcinfo, int argno);
 extern int64 le_check_token(FunctionCallInfo fcinfo, int argno);
 extern int64 le_check_ttl(FunctionCallInfo fcinfo, int argno);
 extern int64 le_check_wait(FunctionCallInfo fcinfo, int argno);
+extern struct varlena *le_check_metadata(FunctionCallInfo fcinfo, int argno);
+#define LE_MAX_METADATA_LEN		4000
 extern void le_check_writable(const char *action);
 
 /*

@@ -34,6 +34,7 @@
 
 PG_FUNCTION_INFO_V1(le_acquire);
 PG_FUNCTION_INFO_V1(le_renew);
+PG_FUNCTION_INFO_V1(le_set_metadata);
 PG_FUNCTION_INFO_V1(le_release);
 PG_FUNCTION_INFO_V1(le_force_release);
 PG_FUNCTION_INFO_V1(le_prune_history);
@@ -229,7 +230,7 @@ le_lease_acquire_not_lost(const LeaseRow *row, void *arg)
  */
 static bool
 le_lease_grant(LeaseStoreState *st, LeaseRow *row, char *owner, int64 ttl,
-			   TimestampTz now)
+			   struct varlena *metadata, TimestampTz now)
 {
 	LeaseRow	old;
 	PeriodEnd	lapsed_end;
@@ -244,6 +245,7 @@ le_lease_grant(LeaseStoreState *st, LeaseRow *row, char *owner, int64 ttl,
 	row->renewed_at = now;
 	row->expires_at = now + ttl;
 	row->transitions++;
+	row->metadata = metadata;
 
 	/*
 	 * Periods past the retention are found first, so that the bound
@@ -293,7 +295,7 @@ le_lease_grant(LeaseStoreState *st, LeaseRow *row, char *owner, int64 ttl,
  */
 static bool
 le_lease_try_acquire(FunctionCallInfo fcinfo, char *key, char *owner, int64 ttl,
-					 LeaseRow *out, bool *new_period)
+					 struct varlena *metadata, LeaseRow *out, bool *new_period)
 {
 	LeaseStoreState st;
 	LeaseRow	row;
@@ -380,6 +382,8 @@ retry:
 		/* The valid holder again (e.g. a retry after a lost reply). */
 		row.renewed_at = now;
 		row.expires_at = now + ttl;
+		if (metadata != NULL)
+			row.metadata = metadata;
 		if (!le_rows_write(&st, &row))
 			goto retry;			/* the row changed since it was read */
 	}
@@ -409,7 +413,7 @@ retry:
 			now = GetCurrentTimestamp();
 		}
 
-		if (!le_lease_grant(&st, &row, owner, ttl, now))
+		if (!le_lease_grant(&st, &row, owner, ttl, metadata, now))
 			goto retry;			/* the row changed since it was read */
 		*new_period = true;
 	}
@@ -435,7 +439,7 @@ retry:
  */
 static bool
 le_lease_try_acquire_sub(FunctionCallInfo fcinfo, char *key, char *owner, int64 ttl,
-						 LeaseRow *out, bool *new_period)
+						 struct varlena *metadata, LeaseRow *out, bool *new_period)
 {
 	MemoryContext oldcontext = CurrentMemoryContext;
 	ResourceOwner oldowner = CurrentResourceOwner;
@@ -445,7 +449,7 @@ le_lease_try_acquire_sub(FunctionCallInfo fcinfo, char *key, char *owner, int64 
 	MemoryContextSwitchTo(oldcontext);
 	PG_TRY();
 	{
-		acquired = le_lease_try_acquire(fcinfo, key, owner, ttl, out, new_period);
+		acquired = le_lease_try_acquire(fcinfo, key, owner, ttl, metadata, out, new_period);
 		if (acquired)
 			ReleaseCurrentSubTransaction();
 		else
@@ -479,7 +483,8 @@ le_lease_try_acquire_sub(FunctionCallInfo fcinfo, char *key, char *owner, int64 
  */
 static bool
 le_lease_acquire_waiting(FunctionCallInfo fcinfo, char *key, char *owner, int64 ttl,
-						 int64 wait_us, LeaseRow *row, bool *new_period)
+						 struct varlena *metadata, int64 wait_us, LeaseRow *row,
+						 bool *new_period)
 {
 	TimestampTz deadline = GetCurrentTimestamp() + wait_us;
 	int64		queued_id = 0;
@@ -497,7 +502,7 @@ le_lease_acquire_waiting(FunctionCallInfo fcinfo, char *key, char *owner, int64 
 		TimestampTz now;
 		TimestampTz until;
 
-		acquired = le_lease_try_acquire_sub(fcinfo, key, owner, ttl, row, new_period);
+		acquired = le_lease_try_acquire_sub(fcinfo, key, owner, ttl, metadata, row, new_period);
 		now = GetCurrentTimestamp();
 		if (acquired || now >= deadline)
 			break;
@@ -542,16 +547,41 @@ le_acquire(PG_FUNCTION_ARGS)
 	char	   *owner = le_check_owner(fcinfo, 1);
 	int64		ttl = le_check_ttl(fcinfo, 2);
 	int64		wait_us = PG_NARGS() > 3 ? le_check_wait(fcinfo, 3) : 0;
+	struct varlena *metadata = PG_NARGS() > 4 ? le_check_metadata(fcinfo, 4) : NULL;
 	LeaseRow	row;
 	bool		new_period = false;
 	bool		acquired;
 
 	le_check_writable("acquire");
 	if (wait_us > 0)
-		acquired = le_lease_acquire_waiting(fcinfo, key, owner, ttl, wait_us, &row, &new_period);
+		acquired = le_lease_acquire_waiting(fcinfo, key, owner, ttl, metadata, wait_us,
+											&row, &new_period);
 	else
-		acquired = le_lease_try_acquire(fcinfo, key, owner, ttl, &row, &new_period);
+		acquired = le_lease_try_acquire(fcinfo, key, owner, ttl, metadata, &row, &new_period);
 	PG_RETURN_DATUM(le_lease_acquire_result(fcinfo, acquired, new_period, &row));
+}
+
+/*
+ * le_set_metadata's refusal: LE002 when nobody holds the lease validly,
+ * LE001 when the token is not the current one or the caller is not its
+ * holder.  Never returns.
+ */
+static void
+le_lease_refuse_metadata(const LeaseRow *row, const char *key, int64 token,
+						 const char *owner, const LeaseStoreState *st)
+{
+	if (row->lease_id == 0 || !le_store_lease_valid(row, GetCurrentTimestamp()))
+		ereport(ERROR,
+				(errcode(ERRCODE_LE_LEASE_NOT_HELD),
+				 errmsg("lease \"%s\" is not held", key),
+				 errhint("Only the holder of a valid lease sets its metadata; acquire it first.")));
+	ereport(ERROR,
+			(errcode(ERRCODE_LE_STALE_FENCING_TOKEN),
+			 row->fencing_token != token ?
+			 errmsg("fencing token " INT64_FORMAT " of lease \"%s\" is not the current one", token, key) :
+			 errmsg("lease \"%s\" is held by another owner or role", key),
+			 errdetail("The current fencing token is " INT64_FORMAT ".", row->fencing_token),
+			 errhint("A leader whose token was superseded must stop working, not retry.")));
 }
 
 /* What le_renew asks of the lease row before it locks it. */
@@ -627,6 +657,51 @@ retry:
 	st.idle_bound_us = ttl;
 	le_store_end(&st);
 	PG_RETURN_TIMESTAMPTZ(row.expires_at);
+}
+
+/*
+ * le_set_metadata(lease_key, owner_id, fencing_token, metadata): the
+ * holder's compare-and-set of the metadata of its lease.  Raises LE001
+ * when the token is not the lease's current one or the caller (owner and
+ * role) does not hold it, LE002 when the lease is released or expired;
+ * nothing changes then.
+ *
+ * Locks: the lease row to the end of the transaction, as le_renew; none
+ * when refused.
+ */
+Datum
+le_set_metadata(PG_FUNCTION_ARGS)
+{
+	char	   *key = le_check_key(fcinfo, 0);
+	char	   *owner = le_check_owner(fcinfo, 1);
+	int64		token = le_check_token(fcinfo, 2);
+	struct varlena *metadata = le_check_metadata(fcinfo, 3);
+	LeaseStoreState st;
+	LeaseRow	row;
+	TimestampTz now;
+	RenewCheck	rc;
+
+	le_check_writable("change the metadata of");
+	memset(&row, 0, sizeof(row));
+	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
+	rc.owner = owner;
+	rc.token = token;
+	rc.st = &st;
+retry:
+	if (!le_rows_lock(&st, key, &row, le_lease_renew_looks_ours, &rc))
+		le_lease_refuse_metadata(&row, key, token, owner, &st);
+	now = GetCurrentTimestamp();
+	if (!le_lease_is_ours(&row, owner, &st) || row.fencing_token != token ||
+		!le_store_lease_valid(&row, now))
+		le_lease_refuse_metadata(&row, key, token, owner, &st);
+	row.metadata = metadata;
+	if (!le_rows_write(&st, &row))
+		goto retry;				/* the row changed since it was read */
+	le_watch_notify(&st, "metadata", &row);
+	le_durable_commit();
+	st.idle_bound_us = row.expires_at - now;
+	le_store_end(&st);
+	PG_RETURN_VOID();
 }
 
 /* What le_lease_free asks of the lease row. */
@@ -718,6 +793,7 @@ retry:
 	row.holder = NULL;
 	row.holder_role = NULL;
 	row.expires_at = 0;
+	row.metadata = NULL;
 	end = le_lease_plan_period_end(&st, &row, &old, now);
 	if (!le_rows_write(&st, &row))
 		goto retry;				/* the row changed since it was read */
