@@ -149,7 +149,7 @@ ok(wait_for(sub { !alive($gpid) }, 10), 'after SIGKILL of the wrapper its watchd
 # --- a renewal error that retrying cannot fix: renew_failed, as a non-superuser ---
 $node->safe_psql('postgres', q{
 	CREATE ROLE alice LOGIN;
-	GRANT EXECUTE ON FUNCTION le_acquire(text, text, interval), le_renew(text, text, bigint, interval),
+	GRANT EXECUTE ON FUNCTION le_acquire(text, text, interval, interval, jsonb), le_renew(text, text, bigint, interval),
 		le_release(text, text, bigint) TO alice;
 });
 (my $alice = $dsn) =~ s/$/ user=alice/;
