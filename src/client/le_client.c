@@ -206,6 +206,17 @@ build_sql(le_elector *e, PGconn *c, const char *schema)
 				  " FROM %s.le_acquire($1, $2, $3::pg_catalog.interval) a", q) >= 0;
 	if (!ok)
 		e->sql_acquire = NULL;
+	ok = ok && asprintf(&e->sql_acquire_wait,
+						"SELECT a.*, " LE_ISO("a.expires_at") " AS expires_iso"
+						" FROM %s.le_acquire($1, $2, $3::pg_catalog.interval, $4::pg_catalog.interval) a",
+						q) >= 0;
+	if (!ok)
+		e->sql_acquire_wait = NULL;
+	ok = ok && asprintf(&e->sig_acquire_wait,
+						"%s.le_acquire(text,text,interval,interval,jsonb)", q) >= 0;
+	if (!ok)
+		e->sig_acquire_wait = NULL;
+	ok = ok && (e->sql_has_wait = strdup("SELECT pg_catalog.to_regprocedure($1) IS NOT NULL")) != NULL;
 	ok = ok && asprintf(&e->sql_renew,
 						"SELECT " LE_ISO("%s.le_renew($1, $2, $3::pg_catalog.int8, $4::pg_catalog.interval)"),
 						q) >= 0;
@@ -538,6 +549,9 @@ le_elector_destroy(le_elector *e)
 	pthread_cond_destroy(&e->cv);
 	le_free_conn_params(e->conn_kw, e->conn_val);
 	free(e->sql_acquire);
+	free(e->sql_acquire_wait);
+	free(e->sig_acquire_wait);
+	free(e->sql_has_wait);
 	free(e->sql_renew);
 	free(e->sql_release);
 	free(e->sql_observe);
