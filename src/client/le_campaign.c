@@ -272,8 +272,9 @@ campaign_once(campaign *c)
 {
 	le_elector *e = c->e;
 	char		wait_text[48];
-	const char *values[4] = {e->lease_key, e->owner_id, e->ttl_text, wait_text};
-	int64_t		wait_ms = has_server_wait(c) ? server_wait_ms(e) : 0;
+	const char *values[5] = {e->lease_key, e->owner_id, e->ttl_text, wait_text, e->metadata};
+	bool		v11 = has_server_wait(c);
+	int64_t		wait_ms = v11 ? server_wait_ms(e) : 0;
 	bool		waits = wait_ms > 0;
 	char		msg[512] = "";
 	int64_t		t_send = le_monotonic_ms();
@@ -290,7 +291,7 @@ campaign_once(campaign *c)
 
 	c->last_attempt = t_send;
 	snprintf(wait_text, sizeof(wait_text), "%" PRId64 " milliseconds", wait_ms);
-	r = le_exec_bounded(c->conn, waits ? e->sql_acquire_wait : e->sql_acquire, waits ? 4 : 3, values,
+	r = le_exec_bounded(c->conn, v11 ? e->sql_acquire_wait : e->sql_acquire, v11 ? 5 : 3, values,
 						t_send + wait_ms + e->cfg.statement_timeout_ms,
 						msg, sizeof(msg), &broken, &timedout);
 	c_acq = r ? col(r, "acquired") : -1;

@@ -80,6 +80,7 @@ struct le_elector
 	char	   *conninfo;
 	char	   *lease_key;
 	char	   *owner_id;
+	char	   *metadata;		/* cfg.metadata copied, or NULL */
 	char		ttl_text[48];	/* ttl as an interval literal */
 	const char **conn_kw;		/* connection keywords (DSN + defaults) */
 	const char **conn_val;
