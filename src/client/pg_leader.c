@@ -1747,7 +1747,8 @@ cmd_status(const options *o)
 			 "holder_role, "
 			 "pg_catalog.to_char(pg_catalog.timezone('UTC', acquired_at), 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), "
 			 /* the metadata column of 1.1, NULL under 1.0 */
-			 "pg_catalog.nullif((pg_catalog.to_jsonb(l) OPERATOR(pg_catalog.->) 'metadata')::pg_catalog.text, 'null') "
+			 "CASE WHEN (pg_catalog.to_jsonb(l) OPERATOR(pg_catalog.->>) 'metadata') IS NOT NULL "
+			 "THEN (pg_catalog.to_jsonb(l) OPERATOR(pg_catalog.->) 'metadata')::pg_catalog.text END "
 			 "FROM %s.le_leases l WHERE $1::pg_catalog.text IS NULL OR lease_key OPERATOR(pg_catalog.=) $1 "
 			 "ORDER BY lease_key", schema_q);
 	r = exec_or_exit(conn, "status query", sql, 1, params, deadline, o->timeout);
@@ -2326,8 +2327,10 @@ run_start_elector(run_state *rs)
 		log_plain_error(err);
 		log_flush(LOG_EXIT_FLUSH_MS);
 		le_elector_destroy(rs->e);
+		/* LE_ERR_CONFIG: what the server refused of the options (--metadata) */
 		return rc == LE_ERR_NO_EXTENSION ? EXIT_NO_EXTENSION :
-			rc == LE_ERR_CONNECT ? EXIT_CONNECT : EXIT_INTERNAL;
+			rc == LE_ERR_CONNECT ? EXIT_CONNECT :
+			rc == LE_ERR_CONFIG ? EXIT_USAGE : EXIT_INTERNAL;
 	}
 	log_event("campaigning", 0, NULL, NULL, "ttl %" PRId64 "ms, grace %" PRId64 "ms, renew %" PRId64 "ms",
 			  o->ttl, o->grace, o->renew);
