@@ -221,6 +221,9 @@ handle_notifies(campaign *c)
 			bool		leading;
 			int64_t		lost;
 
+			/* "metadata" (1.1): the holder set new metadata, like "acquired" a holder's news */
+			bool		holder_news = strcmp(n.event, "acquired") == 0 || strcmp(n.event, "metadata") == 0;
+
 			pthread_mutex_lock(&e->mu);
 			leading = e->state == LE_LEADING;
 			lost = e->lost_token;
@@ -230,7 +233,7 @@ handle_notifies(campaign *c)
 			 * check.
 			 */
 			if (leading &&
-				!(strcmp(n.event, "acquired") == 0 && n.has_holder &&
+				!(holder_news && n.has_holder &&
 				  strcmp(n.holder, e->owner_id) == 0 && n.has_token && n.token == e->token))
 			{
 				e->renew_now = true;
@@ -240,7 +243,7 @@ handle_notifies(campaign *c)
 			if (!leading)
 				c->observe_due = true;
 			/* a release of our own last token is ours: wait for the retry interval */
-			if (!leading && strcmp(n.event, "acquired") != 0 &&
+			if (!leading && !holder_news &&
 				!(n.has_token && n.token == lost))
 			{
 				/* maybe free now: campaign at once, spread a little */
