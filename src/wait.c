@@ -129,11 +129,16 @@ le_wait_note_free(int64 lease_id)
  * true when this backend is the head (it holds the wait tag to the end of
  * the transaction or le_wait_leave); false when the deadline passed first.
  *
- * The lock manager's wait keeps the queue's order, is ended by a cancel,
- * statement_timeout or termination like any lock wait, and takes part in
- * deadlock detection.  Its bound is lock_timeout, set to the time left for
- * the call; the lock timeout's error is caught in a subtransaction, whose
- * rollback takes this backend out of the lock's wait queue.
+ * The lock manager's wait keeps the queue's order and is ended by a cancel,
+ * statement_timeout or termination like any lock wait.  Its bound is
+ * lock_timeout, set to the time left for the call; the lock timeout's
+ * error is caught in a subtransaction, whose rollback takes this backend
+ * out of the lock's wait queue.  The deadlock check of this wait is put off
+ * to that bound: a queue of waiters each checking after deadlock_timeout
+ * took every lock-table partition lock many times a second and delayed
+ * the head's grant (test/bench/wait.sh); a cycle through a queue waiter is
+ * still found by the check of any other backend in it, and the wait ends
+ * at its bound anyway.
  */
 bool
 le_wait_enter(int64 lease_id, TimestampTz deadline)
@@ -142,6 +147,7 @@ le_wait_enter(int64 lease_id, TimestampTz deadline)
 	MemoryContext oldcontext = CurrentMemoryContext;
 	ResourceOwner oldowner = CurrentResourceOwner;
 	int			saved_timeout = LockTimeout;
+	int			saved_deadlock = DeadlockTimeout;
 	long		secs;
 	int			usecs;
 	int64		ms;
@@ -169,8 +175,10 @@ le_wait_enter(int64 lease_id, TimestampTz deadline)
 	PG_TRY();
 	{
 		LockTimeout = (int) Min(ms, (int64) PG_INT32_MAX);
+		DeadlockTimeout = Max(DeadlockTimeout, LockTimeout);
 		(void) LockAcquire(&tag, LE_WAIT_LOCKMODE, false, false);
 		LockTimeout = saved_timeout;
+		DeadlockTimeout = saved_deadlock;
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(oldcontext);
 		CurrentResourceOwner = oldowner;
@@ -180,6 +188,7 @@ le_wait_enter(int64 lease_id, TimestampTz deadline)
 		ErrorData  *edata;
 
 		LockTimeout = saved_timeout;
+		DeadlockTimeout = saved_deadlock;
 		MemoryContextSwitchTo(oldcontext);
 		edata = CopyErrorData();
 		FlushErrorState();

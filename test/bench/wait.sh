@@ -15,6 +15,7 @@
 #            past the moment it could have had the lease (target < 100 ms).
 # No timing assertion: it prints the figures.  Knobs: WAITERS (100),
 # HANDOVERS (1,000 per section), MIXED (2,000), EXPIRY_TTL (50ms),
+# SETTING (one more server setting, e.g. "deadlock_timeout = 60s"),
 # LE_BENCH_PORT.
 #
 #   test/bench/wait.sh           # as root or as postgres, after make install
@@ -31,11 +32,11 @@ MIXED=${MIXED:-2000}
 EXPIRY_TTL=${EXPIRY_TTL:-50ms}
 
 echo "reproduce: PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config} WAITERS=$WAITERS" \
-    "HANDOVERS=$HANDOVERS MIXED=$MIXED EXPIRY_TTL=$EXPIRY_TTL test/bench/wait.sh"
+    "HANDOVERS=$HANDOVERS MIXED=$MIXED EXPIRY_TTL=$EXPIRY_TTL SETTING=\"${SETTING:-}\" test/bench/wait.sh"
 echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)," \
     "commit $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 
-le_bench_cluster "max_connections = $(( WAITERS + 20 ))" "max_locks_per_transaction = 128"
+le_bench_cluster "max_connections = $(( WAITERS + 20 ))" "max_locks_per_transaction = 128" ${SETTING:+"$SETTING"}
 cp "$bench/wait_bench.sql" "$dir/"
 [ "$(id -u)" -eq 0 ] && chown postgres: "$dir/wait_bench.sql"
 le_bench_psql -c "CREATE EXTENSION leader_election" -f "$dir/wait_bench.sql" >/dev/null
