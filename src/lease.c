@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * lease.c
- *		The SQL-callable lease calls: le_acquire, le_renew, le_release,
- *		le_force_release, le_prune_history, le_watch and le_unwatch.
+ *		The SQL-callable lease calls: le_acquire (and its wait), le_renew,
+ *		le_set_metadata, le_release, le_force_release, le_prune_history,
+ *		le_watch and le_unwatch.
  *
  * Every call judges expiry by the server clock at the moment of the
  * decision (after all lock waits, never the transaction start time), and
