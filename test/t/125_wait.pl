@@ -3,9 +3,10 @@
 # ends it with nothing held and the lease untouched; a waiter inside a
 # transaction block that holds another lease is not ended by the holder
 # deadline while it waits (it is inside a statement, not waiting for its
-# client); notifications carry the metadata as their last member; and the
-# wait works through PgBouncer in transaction-pooling mode (no session
-# state: the wait and its wake are inside one statement).
+# client); notifications carry the metadata as their last member; a hot
+# standby reads the metadata; and the wait works through PgBouncer in
+# transaction-pooling mode (no session state: the wait and its wake are
+# inside one statement).
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -16,7 +17,7 @@ use FindBin;
 use lib $FindBin::Bin;
 use LeNode;
 
-my $node = le_node('wait', conf => "leader_election.notify = all\n");
+my $node = le_node('wait', conf => "leader_election.notify = all\n", init => { allows_streaming => 1 });
 
 # A psql of its own, fed statements while it runs.
 sub session
@@ -97,6 +98,24 @@ like(${ $l->{out} }, qr/"event":"acquired","lease_key":"n","holder":"a","fencing
 like(${ $l->{out} }, qr/"event":"metadata".*"metadata":\{"addr": "10.0.0.5:8081"\}\}/, 'le_set_metadata sends the new one');
 ${ $l->{in} } .= "\\q\n";
 $l->{h}->finish;
+
+# A hot standby reads the metadata (a column of the lease row) and refuses
+# to set it (25006, as every lease change there).
+$node->safe_psql('postgres',
+	q{SELECT acquired FROM le_acquire('s', 'a', '1 hour', metadata => '{"addr": "10.0.0.5:8080"}')});
+$node->backup('b');
+my $standby = PostgreSQL::Test::Cluster->new('standby');
+$standby->init_from_backup($node, 'b', has_streaming => 1);
+$standby->start;
+$node->safe_psql('postgres',
+	q{SELECT le_set_metadata('s', 'a', fencing_token, '{"addr": "10.0.0.5:8081"}') FROM le_leases WHERE lease_key = 's'});
+$node->wait_for_catchup($standby);
+is($standby->safe_psql('postgres', "SELECT metadata->>'addr' FROM le_leases WHERE lease_key = 's'"),
+	'10.0.0.5:8081', 'the standby reads the metadata the holder set');
+my ($rc, $out, $err) = $standby->psql('postgres',
+	q{SELECT le_set_metadata('s', 'a', fencing_token, '1') FROM le_leases WHERE lease_key = 's'});
+like($err, qr/cannot change the metadata of a lease while the server is in recovery/, 'and refuses to set it');
+$standby->stop;
 
 # Through PgBouncer in transaction mode.
 my $pgbouncer = '/usr/sbin/pgbouncer';
