@@ -432,26 +432,35 @@ retry:
 	return true;
 }
 
+/* What one try of a waiting le_acquire came to. */
+#define LE_TRY_REFUSED		0
+#define LE_TRY_GRANTED		1
+#define LE_TRY_BUSY			2	/* a lock wait ran out (55P03): *out not set */
+
 /*
  * One try in a subtransaction of its own, kept when granted and rolled
  * back when refused: a refusal that locked the lease row or took the fence
  * lock (a race lost after the locks) gives them back at once, so a waiter
- * never sleeps holding them.
+ * never sleeps holding them.  With busy_ok, a lock wait that ran out
+ * (leader_election.lock_timeout: a transaction kept the lease's locks, e.g.
+ * a slow commit) is LE_TRY_BUSY, to be tried again within the wait.
  */
-static bool
+static int
 le_lease_try_acquire_sub(FunctionCallInfo fcinfo, char *key, char *owner, int64 ttl,
-						 struct varlena *metadata, LeaseRow *out, bool *new_period)
+						 struct varlena *metadata, bool busy_ok, LeaseRow *out,
+						 bool *new_period)
 {
 	MemoryContext oldcontext = CurrentMemoryContext;
 	ResourceOwner oldowner = CurrentResourceOwner;
-	volatile bool acquired = false;
+	volatile int result = LE_TRY_REFUSED;
 
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(oldcontext);
 	PG_TRY();
 	{
-		acquired = le_lease_try_acquire(fcinfo, key, owner, ttl, metadata, out, new_period);
-		if (acquired)
+		if (le_lease_try_acquire(fcinfo, key, owner, ttl, metadata, out, new_period))
+			result = LE_TRY_GRANTED;
+		if (result == LE_TRY_GRANTED)
 			ReleaseCurrentSubTransaction();
 		else
 			RollbackAndReleaseCurrentSubTransaction();
@@ -468,10 +477,13 @@ le_lease_try_acquire_sub(FunctionCallInfo fcinfo, char *key, char *owner, int64 
 		RollbackAndReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(oldcontext);
 		CurrentResourceOwner = oldowner;
-		ReThrowError(edata);
+		if (!busy_ok || edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+			ReThrowError(edata);
+		FreeErrorData(edata);
+		result = LE_TRY_BUSY;
 	}
 	PG_END_TRY();
-	return acquired;
+	return result;
 }
 
 /*
@@ -502,9 +514,19 @@ le_lease_acquire_waiting(FunctionCallInfo fcinfo, char *key, char *owner, int64 
 	{
 		TimestampTz now;
 		TimestampTz until;
+		int			r;
 
-		acquired = le_lease_try_acquire_sub(fcinfo, key, owner, ttl, metadata, row, new_period);
+		/* the last try (the wait ran out) raises a 55P03 of its own */
+		r = le_lease_try_acquire_sub(fcinfo, key, owner, ttl, metadata,
+									 GetCurrentTimestamp() < deadline, row, new_period);
+		acquired = r == LE_TRY_GRANTED;
 		now = GetCurrentTimestamp();
+		if (r == LE_TRY_BUSY)
+		{
+			/* busy: again shortly (the head keeps its place in the queue) */
+			le_wait_sleep(Min(now + LE_WAIT_RETRY_US, deadline));
+			continue;
+		}
 		if (acquired || now >= deadline)
 			break;
 		if (queued_id != row->lease_id)
