@@ -53,9 +53,9 @@ run() {
 
 # report KEY LABEL: the gaps between one period's end and the next grant.
 report() {
-    le_bench_psql -At -F ' ' -c "SELECT * FROM wait_bench_report('$1')" | while read -r n p50 p99 max refusals ended; do
-        printf '%-8s handovers %5s  %-14s p50 %6s ms  p99 %6s ms  max %6s ms  refusals per handover %s\n' \
-            "$2" "$n" "($ended)" "$p50" "$p99" "$max" "$refusals"
+    le_bench_psql -At -F ' ' -c "SELECT * FROM wait_bench_report('$1')" | while read -r n p50 p99 max refusals ended over; do
+        printf '%-8s handovers %5s  %-14s p50 %6s ms  p99 %6s ms  max %6s ms  over 100 ms %s  refusals per handover %s\n' \
+            "$2" "$n" "($ended)" "$p50" "$p99" "$max" "$over" "$refusals"
     done
 }
 

@@ -36,9 +36,10 @@ END $$;
 
 -- From each period's end (release, or the expiry in force) to the next
 -- grant, on the server clock: count, p50, p99, max in ms, the refusals
--- returned per handover, and the kinds of end seen.
+-- returned per handover, the kinds of end seen, and the gaps over 100 ms.
 CREATE FUNCTION wait_bench_report(k text, OUT n bigint, OUT p50 numeric, OUT p99 numeric,
-                                  OUT max_ms numeric, OUT refusals numeric, OUT ended text)
+                                  OUT max_ms numeric, OUT refusals numeric, OUT ended text,
+                                  OUT over_100ms bigint)
 LANGUAGE sql AS $$
 WITH p AS (
     SELECT ended_at, end_reason, lead(acquired_at) OVER (ORDER BY fencing_token) AS next_at
@@ -51,6 +52,7 @@ SELECT count(*),
        round(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)::numeric, 2),
        round(max(ms)::numeric, 2),
        round((SELECT count(*) FROM wait_bench_refusals r WHERE r.key = k)::numeric / greatest(count(*), 1), 3),
-       string_agg(DISTINCT end_reason, '+')
+       string_agg(DISTINCT end_reason, '+'),
+       count(*) FILTER (WHERE ms > 100)
   FROM g
 $$;
