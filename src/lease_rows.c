@@ -69,7 +69,10 @@
 #define Anum_le_lease_created_at		11
 #define Anum_le_lease_token_system_id	12
 #define Anum_le_lease_history_min_ended_at	13
-#define Natts_le_lease					13
+#define Anum_le_lease_metadata			14
+#define Natts_le_lease					14
+/* A 1.0 catalog that was not updated yet has no metadata column. */
+#define Natts_le_lease_1_0				13
 
 #define Anum_le_history_history_id		1
 #define Anum_le_history_lease_id		2
@@ -88,7 +91,7 @@ static void le_rows_release_due_history(LeaseStoreState *st);
 static const Oid le_lease_types[Natts_le_lease] = {
 	INT8OID, TEXTOID, TEXTOID, NAMEOID, INT8OID, INT4OID,
 	TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID, INT8OID,
-	TIMESTAMPTZOID
+	TIMESTAMPTZOID, JSONBOID
 };
 static const Oid le_history_types[Natts_le_history] = {
 	INT8OID, INT8OID, TEXTOID, TEXTOID, NAMEOID, INT8OID,
@@ -257,9 +260,10 @@ le_rows_layout_ok(Relation rel, const Oid *types, int natts)
 	TupleDesc	desc = RelationGetDescr(rel);
 	int			i;
 
-	if (desc->natts != natts)
+	if (desc->natts != natts &&
+		!(types == le_lease_types && desc->natts == Natts_le_lease_1_0))
 		return false;
-	for (i = 0; i < natts; i++)
+	for (i = 0; i < desc->natts; i++)
 		if (TupleDescAttr(desc, i)->attisdropped ||
 			TupleDescAttr(desc, i)->atttypid != types[i])
 			return false;
@@ -320,11 +324,12 @@ le_rows_values_brief(const Datum *values, const bool *isnull, LeaseRow *row)
 }
 
 /*
- * Copy a deformed le_lease tuple into *row (strings in the current context;
- * the column types are those le_rows_open checked).
+ * Copy a deformed le_lease tuple of natts columns into *row (strings and
+ * metadata in the current context; the column types are those le_rows_open
+ * checked).
  */
 static void
-le_rows_values_row(const Datum *values, const bool *isnull, LeaseRow *row)
+le_rows_values_row(const Datum *values, const bool *isnull, int natts, LeaseRow *row)
 {
 	le_rows_values_brief(values, isnull, row);
 	row->lease_key = le_rows_text(values, isnull, Anum_le_lease_lease_key);
@@ -335,6 +340,8 @@ le_rows_values_row(const Datum *values, const bool *isnull, LeaseRow *row)
 	row->transitions = DatumGetInt64(values[Anum_le_lease_transitions - 1]);
 	row->token_system_id = DatumGetInt64(values[Anum_le_lease_token_system_id - 1]);
 	row->history_min_ended_at = le_rows_time(values, isnull, Anum_le_lease_history_min_ended_at);
+	row->metadata = natts < Anum_le_lease_metadata || isnull[Anum_le_lease_metadata - 1] ? NULL :
+		pg_detoast_datum_copy((struct varlena *) DatumGetPointer(values[Anum_le_lease_metadata - 1]));
 }
 
 /* Copy the le_lease tuple in slot into *row (strings in the current context). */
@@ -342,7 +349,7 @@ static void
 le_rows_slot_row(TupleTableSlot *slot, LeaseRow *row)
 {
 	slot_getallattrs(slot);
-	le_rows_values_row(slot->tts_values, slot->tts_isnull, row);
+	le_rows_values_row(slot->tts_values, slot->tts_isnull, slot->tts_tupleDescriptor->natts, row);
 }
 
 /* Does the text datum d equal the C string key?  (No copy: runs per fenced write.) */
@@ -477,7 +484,7 @@ le_rows_read_in_place(Relation rel, const char *key, ItemPointer hint, Buffer re
 			if (BufferIsValid(recent))
 				le_rows_values_brief(values, isnull, row);
 			else
-				le_rows_values_row(values, isnull, row);
+				le_rows_values_row(values, isnull, RelationGetDescr(rel)->natts, row);
 			ours = TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetRawXmin(tup.t_data));
 			if (written_by_us != NULL)
 				*written_by_us = ours;
@@ -1277,8 +1284,15 @@ le_rows_write(LeaseStoreState *st, const LeaseRow *row)
 	values[Anum_le_lease_token_system_id - 1] = Int64GetDatum(row->token_system_id);
 	values[Anum_le_lease_history_min_ended_at - 1] =
 		le_rows_time_datum(row->history_min_ended_at, &nulls[Anum_le_lease_history_min_ended_at - 1]);
+	values[Anum_le_lease_metadata - 1] = PointerGetDatum(row->metadata);
+	nulls[Anum_le_lease_metadata - 1] = row->metadata == NULL;
 
 	rel = le_rows_lease(st);
+	if (row->metadata != NULL && RelationGetDescr(rel)->natts < Anum_le_lease_metadata)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("lease metadata needs leader_election 1.1"),
+				 errhint("Run ALTER EXTENSION leader_election UPDATE.")));
 	if (!st->lease_rowex)
 		LockRelationOid(st->lease_relid, RowExclusiveLock);
 	st->lease_rowex = true;
