@@ -165,6 +165,7 @@ typedef struct FencedLease
 	ItemPointerData tid;
 	LeaseRowStamp stamp;		/* of the read that gave expires_at */
 	bool		locked_at_once; /* commit check: fence lock had without a wait */
+	Oid			relid;			/* table of the first write (refusal counters) */
 	char		key[LE_MAX_KEY_LEN + 1];
 } FencedLease;
 
@@ -213,6 +214,7 @@ typedef struct FenceTriggerInfo
 	AttrNumber	attnum;			/* token column */
 	Oid			atttypid;
 	bool		strict;
+	Oid			relid;			/* the trigger's table, for the refusal counters */
 } FenceTriggerInfo;
 
 static HTAB *trigger_infos = NULL;
@@ -233,6 +235,19 @@ static struct
 }			trigger_memo;
 
 static void le_fence_cache_prepare(Oid nsp);
+
+/* The table of the trigger call origin (see le_fence_check_token), if any. */
+static Oid
+le_fence_origin_relid(const void *origin)
+{
+	return origin != NULL ? ((const FenceTriggerInfo *) origin)->relid : InvalidOid;
+}
+
+/*
+ * Count a refused write (metrics.c) just before its error is raised: the
+ * counter is outside the transaction, which the error rolls back.
+ */
+#define le_fence_refused(relid)	le_metrics_count_refusal(relid)
 static void le_fence_check_token(Oid nsp, const char *key, int64 token, bool strict,
 								 const void *origin);
 
@@ -360,12 +375,15 @@ le_fence_commit_check(void)
 
 		le_fence_cache_prepare(fl->nsp);
 		if (cache_lease_relid != fl->lease_relid)
+		{
+			le_fence_refused(fl->relid);
 			ereport(ERROR,
 					(errcode(ERRCODE_LE_STALE_FENCING_TOKEN),
 					 errmsg("lease \"%s\" was replaced before this transaction committed", fl->key),
 					 errdetail("The table le_lease that issued fencing token " INT64_FORMAT " is gone; the transaction is rolled back.",
 							   fl->token),
 					 errhint("Acquire the lease again for a new token.")));
+		}
 
 		fl->locked_at_once = le_fence_lock_try(fl->lease_id, LE_FENCE_WRITER_LOCKMODE);
 		if (!fl->locked_at_once)
@@ -406,12 +424,15 @@ le_fence_commit_check(void)
 		 */
 		le_fence_cache_prepare(fl->nsp);
 		if (cache_lease_relid != fl->lease_relid)
+		{
+			le_fence_refused(fl->relid);
 			ereport(ERROR,
 					(errcode(ERRCODE_LE_STALE_FENCING_TOKEN),
 					 errmsg("lease \"%s\" was replaced before this transaction committed", fl->key),
 					 errdetail("The table le_lease that issued fencing token " INT64_FORMAT " is gone; the transaction is rolled back.",
 							   fl->token),
 					 errhint("Acquire the lease again for a new token.")));
+		}
 
 		if (fl->locked_at_once && le_rows_row_unchanged(cache_lease_relid, &fl->stamp))
 		{
@@ -429,13 +450,18 @@ le_fence_commit_check(void)
 										 &fl->tid, &row, &ours, &stamp);
 		now = GetCurrentTimestamp();
 		if (!found || row.lease_id != fl->lease_id)
+		{
+			le_fence_refused(fl->relid);
 			ereport(ERROR,
 					(errcode(ERRCODE_LE_STALE_FENCING_TOKEN),
 					 errmsg("lease \"%s\" was replaced before this transaction committed", fl->key),
 					 errdetail("The lease row that issued fencing token " INT64_FORMAT " is gone; the transaction is rolled back.",
 							   fl->token),
 					 errhint("Acquire the lease again for a new token.")));
+		}
 		if (row.fencing_token != fl->token)
+		{
+			le_fence_refused(fl->relid);
 			ereport(ERROR,
 					(errcode(ERRCODE_LE_STALE_FENCING_TOKEN),
 					 errmsg("fencing token " INT64_FORMAT " of lease \"%s\" became stale before this transaction committed",
@@ -443,8 +469,11 @@ le_fence_commit_check(void)
 					 errdetail("The current fencing token is " INT64_FORMAT "; the transaction is rolled back.",
 							   row.fencing_token),
 					 errhint("A leader whose token was superseded must stop working, not retry.")));
+		}
 		if (!le_store_lease_valid(&row, now) &&
 			!(ours && row.holder == NULL && le_fence_released_here(fl->lease_id, fl->token, now)))
+		{
+			le_fence_refused(fl->relid);
 			ereport(ERROR,
 					(errcode(ERRCODE_LE_LEASE_NOT_HELD),
 					 errmsg("lease \"%s\" ended before this transaction committed", fl->key),
@@ -454,6 +483,7 @@ le_fence_commit_check(void)
 					 errdetail("The transaction wrote with fencing token " INT64_FORMAT "; the lease expired at %s. The transaction is rolled back.",
 							   fl->token, timestamptz_to_str(row.expires_at)),
 					 errhint("Renew the lease before it expires, or keep fenced transactions shorter than the ttl.")));
+		}
 		fl->expires_at = row.expires_at;
 	}
 }
@@ -555,7 +585,7 @@ le_fence_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 /* Remember that this transaction passed the fence of a lease with a token. */
 static void
 le_fence_remember(Oid nsp, Oid lease_relid, const char *key, const LeaseRow *row,
-				  ItemPointer tid, const LeaseRowStamp *stamp)
+				  ItemPointer tid, const LeaseRowStamp *stamp, Oid relid)
 {
 	ListCell   *lc;
 	FencedLease *fl;
@@ -582,6 +612,7 @@ le_fence_remember(Oid nsp, Oid lease_relid, const char *key, const LeaseRow *row
 	fl->subid = GetCurrentSubTransactionId();
 	fl->tid = *tid;
 	fl->stamp = *stamp;
+	fl->relid = relid;
 	strlcpy(fl->key, key, sizeof(fl->key));
 	fenced_leases = lappend(fenced_leases, fl);
 	MemoryContextSwitchTo(oldcxt);
@@ -644,8 +675,9 @@ le_fence_cache_prepare(Oid nsp)
 
 /* Reject a lease that has never been acquired. */
 static void
-le_fence_reject_unknown(const char *key, int64 token)
+le_fence_reject_unknown(const char *key, int64 token, const void *origin)
 {
+	le_fence_refused(le_fence_origin_relid(origin));
 	ereport(ERROR,
 			(errcode(ERRCODE_LE_LEASE_NOT_HELD),
 			 errmsg("lease \"%s\" has never been acquired", key),
@@ -708,9 +740,12 @@ le_fence_cache_entry(Oid nsp, const char *key)
  * token, LE002 for a released or expired lease.
  */
 static void
-le_fence_judge(const LeaseRow *row, const char *key, int64 token, TimestampTz now)
+le_fence_judge(const LeaseRow *row, const char *key, int64 token, TimestampTz now,
+			   const void *origin)
 {
 	if (row->fencing_token != token)
+	{
+		le_fence_refused(le_fence_origin_relid(origin));
 		ereport(ERROR,
 				(errcode(ERRCODE_LE_STALE_FENCING_TOKEN),
 				 token < row->fencing_token ?
@@ -718,9 +753,11 @@ le_fence_judge(const LeaseRow *row, const char *key, int64 token, TimestampTz no
 				 errmsg("fencing token " INT64_FORMAT " of lease \"%s\" was never issued", token, key),
 				 errdetail("The current fencing token is " INT64_FORMAT ".", row->fencing_token),
 				 errhint("A leader whose token was superseded must stop working, not retry.")));
+	}
 
 	if (!le_store_lease_valid(row, now))
 	{
+		le_fence_refused(le_fence_origin_relid(origin));
 		if (row->holder == NULL)
 			ereport(ERROR,
 					(errcode(ERRCODE_LE_LEASE_NOT_HELD),
@@ -803,7 +840,7 @@ le_fence_check_token(Oid nsp, const char *key, int64 token, bool strict, const v
 								  &stamp))
 		{
 			entry->recent = InvalidBuffer;
-			le_fence_reject_unknown(key, token);
+			le_fence_reject_unknown(key, token, origin);
 		}
 		entry->recent = stamp.buffer;
 		entry->lease_id = row.lease_id;
@@ -815,7 +852,7 @@ le_fence_check_token(Oid nsp, const char *key, int64 token, bool strict, const v
 	}
 	now = GetCurrentTimestamp();
 
-	le_fence_judge(&row, key, token, now);
+	le_fence_judge(&row, key, token, now, origin);
 
 	verified.strict_userid = InvalidOid;
 	if (strict)
@@ -833,7 +870,8 @@ le_fence_check_token(Oid nsp, const char *key, int64 token, bool strict, const v
 		verified.strict_userid = userid;
 	}
 
-	le_fence_remember(nsp, cache_lease_relid, key, &row, &entry->tid, &stamp);
+	le_fence_remember(nsp, cache_lease_relid, key, &row, &entry->tid, &stamp,
+					  le_fence_origin_relid(origin));
 
 	/*
 	 * Only trigger calls set and use the shortcut: they fire for written
@@ -991,6 +1029,7 @@ le_fence_trigger_info(FunctionCallInfo fcinfo, TriggerData *trigdata)
 	info->attnum = checked.attnum;
 	info->atttypid = checked.atttypid;
 	info->strict = checked.strict;
+	info->relid = RelationGetRelid(trigdata->tg_relation);
 	return le_fence_trigger_memo(trigger->tgoid, info);
 }
 

@@ -3,12 +3,14 @@
  * leader_election.c
  *		Module initialisation and settings of the leader_election extension.
  *
- * The module holds no shared memory and starts no background worker: all
- * state is in the extension's tables, so _PG_init only defines settings.
- * They are documented in doc/reference.md ("Settings").
+ * The module starts no background worker and all lease state is in the
+ * extension's tables, so _PG_init defines settings and, when the module is
+ * in shared_preload_libraries, asks for the shared memory of the refusal
+ * counters (metrics.c).  Settings are documented in doc/reference.md.
  *
- * Invariant: nothing but per-backend caches lives outside the tables, so a
- * crash or restart loses nothing that a lease depends on.
+ * Invariant: nothing but per-backend caches and those counters lives
+ * outside the tables, so a crash or restart loses nothing that a lease
+ * depends on.
  *
  *-------------------------------------------------------------------------
  */
@@ -161,4 +163,5 @@ _PG_init(void)
 	le_reserve_guc_prefix("leader_election");
 
 	le_fence_register_callbacks();
+	le_metrics_init();
 }

@@ -69,6 +69,13 @@ typedef struct LeaseRow
 	int64		token_system_id;	/* cluster that issued fencing_token */
 	TimestampTz history_min_ended_at;	/* see le_store_prune_plan; 0: NULL */
 	struct varlena *metadata;	/* jsonb published by the holder, NULL: none */
+	/* Counters and figures for le_lease_metrics (kept only from 1.1 on). */
+	int64		expiries;		/* periods that ended by lapsing */
+	int64		force_releases; /* valid periods ended by le_force_release */
+	int64		ttl_us;			/* ttl last granted or renewed for; 0: unknown */
+	TimestampTz freed_at;		/* last release or force release; 0: NULL */
+	int64		renew_margin_us;	/* time left at the last renewal; -1: none */
+	int64		renew_margin_min_us;	/* least such in this period; -1: none */
 } LeaseRow;
 
 /* GUC variables (leader_election.c). */
@@ -259,5 +266,9 @@ extern void le_fence_note_release(int64 lease_id, int64 token, bool was_valid,
 								  TimestampTz expires_at);
 struct TriggerData;
 extern void le_fence_advance_guard(struct TriggerData *trigdata);
+
+/* Counters of refused writes, with shared_preload_libraries (metrics.c). */
+extern void le_metrics_init(void);
+extern void le_metrics_count_refusal(Oid relid);
 
 #endif							/* LEADER_ELECTION_H */

@@ -144,6 +144,26 @@ le_lease_note_period_end(LeaseRow *row, const LeaseRow *old, TimestampTz now)
 		row->history_min_ended_at = ended_at;
 }
 
+/*
+ * Count the end of old's period, ended now, in row (the version about to
+ * be written): kept in the lease row, not only in the history, which is
+ * pruned; its ttl is kept too (while a lease is held, le_lease_metrics
+ * derives the ttl from expires_at and renewed_at, so a renewal writes no
+ * ttl).  A period that had lapsed is an expiry however it ends (as in
+ * the history); a valid one that le_force_release ended is a force release.
+ */
+static void
+le_lease_count_end(LeaseRow *row, const LeaseRow *old, TimestampTz now, bool forced)
+{
+	if (old->holder == NULL)
+		return;
+	row->ttl_us = old->expires_at - old->renewed_at;
+	if (old->expires_at <= now)
+		row->expiries++;
+	else if (forced)
+		row->force_releases++;
+}
+
 /* What the end of a period does to its history row (le_lease_plan_period_end). */
 typedef enum PeriodEnd
 {
@@ -247,6 +267,8 @@ le_lease_grant(LeaseStoreState *st, LeaseRow *row, char *owner, int64 ttl,
 	row->expires_at = now + ttl;
 	row->transitions++;
 	row->metadata = metadata;
+	le_lease_count_end(row, &old, now, false);
+	row->renew_margin_us = row->renew_margin_min_us = -1;
 
 	/*
 	 * Periods past the retention are found first, so that the bound
@@ -672,6 +694,10 @@ retry:
 		PG_RETURN_NULL();
 	}
 
+	/* How much of the ttl was left when the renewal arrived. */
+	row.renew_margin_us = row.expires_at - now;
+	if (row.renew_margin_min_us < 0 || row.renew_margin_us < row.renew_margin_min_us)
+		row.renew_margin_min_us = row.renew_margin_us;
 	row.renewed_at = now;
 	row.expires_at = now + ttl;
 	if (!le_rows_write(&st, &row))
@@ -817,6 +843,9 @@ retry:
 	row.holder_role = NULL;
 	row.expires_at = 0;
 	row.metadata = NULL;
+	row.freed_at = now;
+	row.renew_margin_us = row.renew_margin_min_us = -1;
+	le_lease_count_end(&row, &old, now, owner == NULL);
 	end = le_lease_plan_period_end(&st, &row, &old, now);
 	if (!le_rows_write(&st, &row))
 		goto retry;				/* the row changed since it was read */

@@ -69,10 +69,35 @@
 #define Anum_le_lease_created_at		11
 #define Anum_le_lease_token_system_id	12
 #define Anum_le_lease_history_min_ended_at	13
-#define Anum_le_lease_metadata			14
-#define Natts_le_lease					14
-/* A 1.0 catalog that was not updated yet has no metadata column. */
-#define Natts_le_lease_1_0				13
+#define Natts_le_lease					13
+
+/*
+ * Columns appended by version 1.1 of the SQL script: found by name, after
+ * the first Natts_le_lease, so that the module works with the table of
+ * every installed version (le_rows_later_columns); at most
+ * LE_LEASE_MAX_NATTS columns in all.  The metric columns come first, the
+ * holder's metadata last.
+ */
+#define LE_LEASE_MAX_NATTS				32
+typedef enum LeLaterColumn
+{
+	LE_COL_EXPIRIES,
+	LE_COL_FORCE_RELEASES,
+	LE_COL_TTL_US,
+	LE_COL_FREED_AT,
+	LE_COL_RENEW_MARGIN_US,
+	LE_COL_RENEW_MARGIN_MIN_US,
+	LE_COL_METADATA,
+	LE_NLATER_COLS
+} LeLaterColumn;
+#define LE_NMETRIC_COLS		LE_COL_METADATA
+static const char *const le_later_names[LE_NLATER_COLS] = {
+	"expiries", "force_releases", "ttl_us", "freed_at", "renew_margin_us", "renew_margin_min_us",
+	"metadata"
+};
+static const Oid le_later_types[LE_NLATER_COLS] = {
+	INT8OID, INT8OID, INT8OID, TIMESTAMPTZOID, INT8OID, INT8OID, JSONBOID
+};
 
 #define Anum_le_history_history_id		1
 #define Anum_le_history_lease_id		2
@@ -91,7 +116,7 @@ static void le_rows_release_due_history(LeaseStoreState *st);
 static const Oid le_lease_types[Natts_le_lease] = {
 	INT8OID, TEXTOID, TEXTOID, NAMEOID, INT8OID, INT4OID,
 	TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID, INT8OID,
-	TIMESTAMPTZOID, JSONBOID
+	TIMESTAMPTZOID
 };
 static const Oid le_history_types[Natts_le_history] = {
 	INT8OID, INT8OID, TEXTOID, TEXTOID, NAMEOID, INT8OID,
@@ -253,7 +278,103 @@ le_rows_relids(Oid nsp, Oid *lease_relid, Oid *key_indexid)
 	*key_indexid = le_rows_relid(nsp, LE_REL_LEASE_KEY);
 }
 
-/* Are the columns of rel the ones we read and write? */
+/*
+ * The attribute numbers of the 1.1 columns of the le_lease last
+ * checked (0: the column is absent, as in the 1.0 table), looked up again
+ * when its oid or number of columns changes or a relcache invalidation of
+ * it arrives (rename, ALTER COLUMN ... TYPE, DROP COLUMN keep the number
+ * of columns); le_rows_later_columns also checks the type of the columns
+ * kept, at every open, against the descriptor it is given.
+ */
+static struct
+{
+	Oid			relid;
+	int			natts;
+	AttrNumber	att[LE_NLATER_COLS];
+}			le_rows_later_cols;
+
+static void
+le_rows_later_cols_forget(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == le_rows_later_cols.relid)
+		le_rows_later_cols.relid = InvalidOid;
+}
+
+/* Are the kept attribute numbers still those of the 1.1 columns of desc? */
+static bool
+le_rows_later_cols_current(Relation rel, TupleDesc desc)
+{
+	int			m;
+
+	if (le_rows_later_cols.relid != RelationGetRelid(rel) ||
+		le_rows_later_cols.natts != desc->natts)
+		return false;
+	for (m = 0; m < LE_NLATER_COLS; m++)
+	{
+		AttrNumber	a = le_rows_later_cols.att[m];
+
+		if (a != 0 && (TupleDescAttr(desc, a - 1)->attisdropped ||
+					   TupleDescAttr(desc, a - 1)->atttypid != le_later_types[m]))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Find the 1.1 columns (metrics, metadata) among those of le_lease after
+ * the first Natts_le_lease.  The columns there that are not dropped must be
+ * none (the 1.0 table) or exactly the 1.1 columns, each with its type: a
+ * column of another name or type is refused (false), since a new row is
+ * written without its NOT NULL or DEFAULT.
+ */
+static bool
+le_rows_later_columns(Relation rel)
+{
+	static bool registered = false;
+	TupleDesc	desc = RelationGetDescr(rel);
+	int			found = 0;
+	int			i;
+	int			m;
+
+	if (le_rows_later_cols_current(rel, desc))
+		return true;
+	if (!registered)
+	{
+		CacheRegisterRelcacheCallback(le_rows_later_cols_forget, (Datum) 0);
+		registered = true;
+	}
+	le_rows_later_cols.relid = InvalidOid;
+	memset(le_rows_later_cols.att, 0, sizeof(le_rows_later_cols.att));
+	for (i = Natts_le_lease; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (att->attisdropped)
+			continue;
+		for (m = 0; m < LE_NLATER_COLS; m++)
+			if (strcmp(NameStr(att->attname), le_later_names[m]) == 0)
+				break;
+		if (m == LE_NLATER_COLS || att->atttypid != le_later_types[m] ||
+			le_rows_later_cols.att[m] != 0)
+			return false;
+		le_rows_later_cols.att[m] = att->attnum;
+		found++;
+	}
+	if (found != 0 && found != LE_NLATER_COLS)
+	{
+		memset(le_rows_later_cols.att, 0, sizeof(le_rows_later_cols.att));
+		return false;
+	}
+	le_rows_later_cols.relid = RelationGetRelid(rel);
+	le_rows_later_cols.natts = desc->natts;
+	return true;
+}
+
+/*
+ * Are the columns of rel the ones we read and write?  le_lease may have
+ * the 1.1 columns too (le_rows_later_columns; at most
+ * LE_LEASE_MAX_NATTS columns in all), the history table not.
+ */
 static bool
 le_rows_layout_ok(Relation rel, const Oid *types, int natts)
 {
@@ -261,13 +382,35 @@ le_rows_layout_ok(Relation rel, const Oid *types, int natts)
 	int			i;
 
 	if (desc->natts != natts &&
-		!(types == le_lease_types && desc->natts == Natts_le_lease_1_0))
+		(types != le_lease_types || desc->natts < natts || desc->natts > LE_LEASE_MAX_NATTS))
 		return false;
-	for (i = 0; i < desc->natts; i++)
+	for (i = 0; i < natts; i++)
 		if (TupleDescAttr(desc, i)->attisdropped ||
 			TupleDescAttr(desc, i)->atttypid != types[i])
 			return false;
-	return true;
+	return types != le_lease_types || le_rows_later_columns(rel);
+}
+
+/* A metric column's value in a deformed row, dflt when absent or NULL. */
+static int64
+le_rows_metric(const Datum *values, const bool *isnull, LeLaterColumn m, int64 dflt)
+{
+	AttrNumber	att = le_rows_later_cols.att[m];
+
+	if (att == 0 || isnull[att - 1])
+		return dflt;
+	return DatumGetInt64(values[att - 1]);
+}
+
+/* The metadata of a deformed row, copied; NULL when absent (1.0) or NULL. */
+static struct varlena *
+le_rows_metadata(const Datum *values, const bool *isnull)
+{
+	AttrNumber	att = le_rows_later_cols.att[LE_COL_METADATA];
+
+	if (att == 0 || isnull[att - 1])
+		return NULL;
+	return pg_detoast_datum_copy((struct varlena *) DatumGetPointer(values[att - 1]));
 }
 
 /* Open a table of ours and check that its columns are the ones we write. */
@@ -324,12 +467,11 @@ le_rows_values_brief(const Datum *values, const bool *isnull, LeaseRow *row)
 }
 
 /*
- * Copy a deformed le_lease tuple of natts columns into *row (strings and
- * metadata in the current context; the column types are those le_rows_open
- * checked).
+ * Copy a deformed le_lease tuple into *row (strings and metadata in the
+ * current context; the column types are those le_rows_open checked).
  */
 static void
-le_rows_values_row(const Datum *values, const bool *isnull, int natts, LeaseRow *row)
+le_rows_values_row(const Datum *values, const bool *isnull, LeaseRow *row)
 {
 	le_rows_values_brief(values, isnull, row);
 	row->lease_key = le_rows_text(values, isnull, Anum_le_lease_lease_key);
@@ -340,8 +482,13 @@ le_rows_values_row(const Datum *values, const bool *isnull, int natts, LeaseRow 
 	row->transitions = DatumGetInt64(values[Anum_le_lease_transitions - 1]);
 	row->token_system_id = DatumGetInt64(values[Anum_le_lease_token_system_id - 1]);
 	row->history_min_ended_at = le_rows_time(values, isnull, Anum_le_lease_history_min_ended_at);
-	row->metadata = natts < Anum_le_lease_metadata || isnull[Anum_le_lease_metadata - 1] ? NULL :
-		pg_detoast_datum_copy((struct varlena *) DatumGetPointer(values[Anum_le_lease_metadata - 1]));
+	row->metadata = le_rows_metadata(values, isnull);
+	row->expiries = le_rows_metric(values, isnull, LE_COL_EXPIRIES, 0);
+	row->force_releases = le_rows_metric(values, isnull, LE_COL_FORCE_RELEASES, 0);
+	row->ttl_us = le_rows_metric(values, isnull, LE_COL_TTL_US, 0);
+	row->freed_at = le_rows_metric(values, isnull, LE_COL_FREED_AT, 0);
+	row->renew_margin_us = le_rows_metric(values, isnull, LE_COL_RENEW_MARGIN_US, -1);
+	row->renew_margin_min_us = le_rows_metric(values, isnull, LE_COL_RENEW_MARGIN_MIN_US, -1);
 }
 
 /* Copy the le_lease tuple in slot into *row (strings in the current context). */
@@ -349,7 +496,7 @@ static void
 le_rows_slot_row(TupleTableSlot *slot, LeaseRow *row)
 {
 	slot_getallattrs(slot);
-	le_rows_values_row(slot->tts_values, slot->tts_isnull, slot->tts_tupleDescriptor->natts, row);
+	le_rows_values_row(slot->tts_values, slot->tts_isnull, row);
 }
 
 /* Does the text datum d equal the C string key?  (No copy: runs per fenced write.) */
@@ -471,8 +618,8 @@ le_rows_read_in_place(Relation rel, const char *key, ItemPointer hint, Buffer re
 	found = heap_hot_search_buffer(&tid, rel, buf, SnapshotSelf, &tup, &all_dead, true);
 	if (found)
 	{
-		Datum		values[Natts_le_lease];
-		bool		isnull[Natts_le_lease];
+		Datum		values[LE_LEASE_MAX_NATTS];
+		bool		isnull[LE_LEASE_MAX_NATTS];
 
 		heap_deform_tuple(&tup, RelationGetDescr(rel), values, isnull);
 		found = !isnull[Anum_le_lease_lease_key - 1] &&
@@ -484,7 +631,7 @@ le_rows_read_in_place(Relation rel, const char *key, ItemPointer hint, Buffer re
 			if (BufferIsValid(recent))
 				le_rows_values_brief(values, isnull, row);
 			else
-				le_rows_values_row(values, isnull, RelationGetDescr(rel)->natts, row);
+				le_rows_values_row(values, isnull, row);
 			ours = TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetRawXmin(tup.t_data));
 			if (written_by_us != NULL)
 				*written_by_us = ours;
@@ -1239,6 +1386,50 @@ le_rows_name_datum(const char *s, bool *isnull)
 	return NameGetDatum(n);
 }
 
+/* Set the metric columns of a row to write, those the table has (replace). */
+static void
+le_rows_metric_values(const LeaseRow *row, Datum *values, bool *nulls, bool *replace)
+{
+	const AttrNumber *att = le_rows_later_cols.att;
+	const int64 v[LE_NMETRIC_COLS] = {
+		row->expiries, row->force_releases, row->ttl_us, row->freed_at,
+		row->renew_margin_us, row->renew_margin_min_us
+	};
+	const int64 null_value[LE_NMETRIC_COLS] = {-1, -1, 0, 0, -1, -1};
+	int			m;
+
+	for (m = 0; m < LE_NMETRIC_COLS; m++)
+		if (att[m] != 0)
+		{
+			replace[att[m] - 1] = true;
+			nulls[att[m] - 1] = (v[m] == null_value[m]);
+			values[att[m] - 1] = Int64GetDatum(v[m]);
+		}
+}
+
+/*
+ * Set the metadata column of a row to write (replace); metadata for a
+ * table that has no such column yet (1.0) is an error, none is not.
+ */
+static void
+le_rows_metadata_value(const LeaseRow *row, Datum *values, bool *nulls, bool *replace)
+{
+	AttrNumber	att = le_rows_later_cols.att[LE_COL_METADATA];
+
+	if (att == 0)
+	{
+		if (row->metadata != NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("lease metadata needs leader_election 1.1"),
+					 errhint("Run ALTER EXTENSION leader_election UPDATE.")));
+		return;
+	}
+	replace[att - 1] = true;
+	nulls[att - 1] = (row->metadata == NULL);
+	values[att - 1] = PointerGetDatum(row->metadata);
+}
+
 /*
  * Write every mutable column of the lease row that le_rows_lock returned
  * in this call (its id and key must be the row's); true when written.  A
@@ -1255,16 +1446,17 @@ le_rows_name_datum(const char *s, bool *isnull)
 bool
 le_rows_write(LeaseStoreState *st, const LeaseRow *row)
 {
-	Datum		values[Natts_le_lease];
-	bool		nulls[Natts_le_lease];
-	bool		replace[Natts_le_lease];
+	Datum		values[LE_LEASE_MAX_NATTS];
+	bool		nulls[LE_LEASE_MAX_NATTS];
+	bool		replace[LE_LEASE_MAX_NATTS];
 	Relation	rel;
 	HeapTuple	newtup;
 
 	if (st->locked_tuple == NULL)
 		elog(ERROR, "leader_election: writing lease \"%s\" without its row lock", row->lease_key);
 	le_rows_check(row);
-	memset(replace, true, sizeof(replace));
+	memset(replace, false, sizeof(replace));
+	memset(replace, true, Natts_le_lease * sizeof(bool));
 	memset(nulls, false, sizeof(nulls));
 	replace[Anum_le_lease_lease_id - 1] = false;
 	replace[Anum_le_lease_lease_key - 1] = false;
@@ -1284,15 +1476,10 @@ le_rows_write(LeaseStoreState *st, const LeaseRow *row)
 	values[Anum_le_lease_token_system_id - 1] = Int64GetDatum(row->token_system_id);
 	values[Anum_le_lease_history_min_ended_at - 1] =
 		le_rows_time_datum(row->history_min_ended_at, &nulls[Anum_le_lease_history_min_ended_at - 1]);
-	values[Anum_le_lease_metadata - 1] = PointerGetDatum(row->metadata);
-	nulls[Anum_le_lease_metadata - 1] = row->metadata == NULL;
 
 	rel = le_rows_lease(st);
-	if (row->metadata != NULL && RelationGetDescr(rel)->natts < Anum_le_lease_metadata)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("lease metadata needs leader_election 1.1"),
-				 errhint("Run ALTER EXTENSION leader_election UPDATE.")));
+	le_rows_metric_values(row, values, nulls, replace);
+	le_rows_metadata_value(row, values, nulls, replace);
 	if (!st->lease_rowex)
 		LockRelationOid(st->lease_relid, RowExclusiveLock);
 	st->lease_rowex = true;
@@ -1798,8 +1985,9 @@ le_rows_create(LeaseStoreState *st, const char *key)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
-	Datum		values[Natts_le_lease];
-	bool		nulls[Natts_le_lease];
+	Datum		values[LE_LEASE_MAX_NATTS];
+	bool		nulls[LE_LEASE_MAX_NATTS];
+	LeaseRow	fresh;
 
 	PreventCommandIfReadOnly("INSERT");
 	memset(nulls, true, sizeof(nulls));
@@ -1824,7 +2012,14 @@ le_rows_create(LeaseStoreState *st, const char *key)
 	{
 		Relation	rel = le_rows_open(st->lease_relid, RowExclusiveLock,
 									   le_lease_types, Natts_le_lease);
-		HeapTuple	tup = heap_form_tuple(RelationGetDescr(rel), values, nulls);
+		HeapTuple	tup;
+		bool		replace[LE_LEASE_MAX_NATTS];
+
+		/* The metric columns start at 0 (counters) or NULL. */
+		memset(&fresh, 0, sizeof(fresh));
+		fresh.renew_margin_us = fresh.renew_margin_min_us = -1;
+		le_rows_metric_values(&fresh, values, nulls, replace);
+		tup = heap_form_tuple(RelationGetDescr(rel), values, nulls);
 
 		simple_heap_insert(rel, tup);
 		le_rows_index_tuple(rel, tup);

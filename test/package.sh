@@ -42,6 +42,8 @@ if git -C "$here" rev-parse --git-dir >/dev/null 2>&1; then
 else
     cp -a "$here/." "$work/src/" && make -C "$work/src" -s clean >/dev/null 2>&1
 fi
+# The version the control file installs, which pg_leader --version names too.
+extversion=$(sed -n "s/^default_version *= *'\\(.*\\)'/\\1/p" "$work/src/leader_election.control")
 version=$(dpkg-parsechangelog -l "$work/src/debian/changelog" -S Version)
 deb="$work/${pkg}_${version}_$(dpkg --print-architecture).deb"
 (cd "$work/src" && dpkg-buildpackage -us -uc -b) >"$work/build.log" 2>&1
@@ -52,7 +54,7 @@ if [ -s "$deb" ]; then
     check "apt-get install ./$(basename "$deb")" sh -c "dpkg-query -W $pkg >/dev/null" || cat "$work/install.log"
     check "the package installs leader_election.control and pg_leader" \
         test -f "$("$PG_CONFIG" --sharedir)/extension/leader_election.control" -a -x "$bindir/pg_leader"
-    check "pg_leader --version names version 1.0" sh -c "'$bindir/pg_leader' --version | grep -q '1\.0'"
+    check "pg_leader --version names version $extversion" sh -c "'$bindir/pg_leader' --version | grep -qF -- '$extversion'"
 
     # A clean cluster directory owned by postgres, its socket there, a random port.
     mkdir "$work/data" && chown postgres: "$work/data" && chmod 700 "$work/data"
@@ -65,7 +67,7 @@ if [ -s "$deb" ]; then
     check "CREATE EXTENSION leader_election" psql -c "CREATE EXTENSION leader_election"
     got=$(psql -c "SELECT acquired, fencing_token > 0 FROM le_acquire('package-check', 'owner-1', '10 seconds')")
     check "one le_acquire grants the lease with a token (got: $got)" test "$got" = "t|t"
-    check "the installed version is 1.0" test "$(psql -c "SELECT extversion FROM pg_extension WHERE extname = 'leader_election'")" = 1.0
+    check "the installed version is $extversion" test "$(psql -c "SELECT extversion FROM pg_extension WHERE extname = 'leader_election'")" = "$extversion"
     runuser -u postgres -- "$bindir/pg_ctl" -D "$work/data" -w stop >/dev/null && port=
 fi
 

@@ -11,6 +11,7 @@
 #   CLIENTS=16 W=300 N=300 test/bench/instructions.sh  # the cycles with 1 and 16 clients (~4 min)
 #   CLIENTS=16 FRESH=1 test/bench/instructions.sh      # the same with new backends, as in a tps run (~6 min)
 #   KEEP=1 ... test/bench/instructions.sh             # keep the callgrind profiles
+#   ONLY=renew test/bench/instructions.sh   # only le_renew and its baseline (~1 min)
 #   CYCLE_OPTS='-c leader_election.history_retention=0' test/bench/instructions.sh
 #                                    # only the cycles, with these PGOPTIONS (here:
 #                                    # every grant prunes, a key churning past its retention)
@@ -219,6 +220,10 @@ noop_one_row() {
 if [ "${ONLY:-}" = fence ]; then
     fenced_one_row
     noop_one_row
+    exit 0
+fi
+if [ "${ONLY:-}" = renew ]; then
+    pair "renew vs single-row UPDATE" le_renew.pgb raw_update.pgb
     exit 0
 fi
 if [ -n "${CYCLE_OPTS:-}" ]; then
