@@ -44,7 +44,9 @@ sub sql { return $node->safe_psql('postgres', $_[0]); }
 sql(q{CREATE ROLE le_exporter LOGIN;
       SELECT le_grant('le_exporter', 'monitor');
       CREATE TABLE ledger (id int, fencing_token bigint NOT NULL);
-      SELECT le_protect('ledger', 'flaky');});
+      SELECT le_protect('ledger', 'flaky');
+      CREATE TABLE quiet (id int, fencing_token bigint NOT NULL);
+      SELECT le_protect('quiet', 'orders');});
 is(sql('SELECT le_fence_refusals_counted()'), 't', 'preloaded: refused writes are counted');
 
 # The scenario.  orders: granted, renewed once.  flaky: granted for 1 s,
@@ -88,10 +90,12 @@ my $h = IPC::Run::start(
 	],
 	'>', \$xout, '2>', \$xerr);
 
-# Scrape until the leader_election series are there (the exporter starts).
+# Scrape until the leader_election series are there (the exporter starts),
+# for at most the harness's timeout.
 my $http = HTTP::Tiny->new(timeout => 5);
 my $body = '';
-for (1 .. 100)
+my $deadline = time + $PostgreSQL::Test::Utils::timeout_default;
+while (time < $deadline)
 {
 	my $res = $http->get("http://127.0.0.1:$port/metrics");
 	if ($res->{success} && $res->{content} =~ /^leader_election_fence_refusal_counting/m)
@@ -147,8 +151,15 @@ is(scalar(grep { $_->[0]{lease_key} eq 'spare' } @{ $samples{leader_election_lea
 	0, 'spare: no leader');
 is(sample('leader_election_fence_refusals_refused_writes', relation => 'ledger'), 2,
 	'two refused writes in ledger');
-is(sample('leader_election_fence_refusals_refused_writes', relation => '(no table)'), 1,
+is(sample('leader_election_fence_refusals_refused_writes', relation => '(no table)', relid => '0'), 1,
 	'one refused le_fence_check');
+my $ledger_oid = sql(q{SELECT 'ledger'::regclass::oid});
+is(sample('leader_election_fence_refusals_refused_writes', relation => 'ledger', relid => $ledger_oid), 2,
+	'the refusals of ledger carry its oid');
+is(sample('leader_election_fence_refusals_refused_writes', relation => 'quiet'), 0,
+	'a protected table without refusals is shown at 0');
+is(sample('leader_election_fence_refusals_refused_writes', relid => 'overflow'), 0,
+	'no overflow, shown at 0');
 is(sample('leader_election_fence_refusal_counting'), 1, 'refusal counting is on');
 
 # The module with a 1.0 table (no metric columns, before ALTER EXTENSION

@@ -47,9 +47,9 @@ SELECT l.lease_key,
        l.holder,
        l.holder_role,
        l.fencing_token,
-       COALESCE(l.expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp(), false) AS is_valid,
-       CASE WHEN l.expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
-            THEN pg_catalog.date_part('epoch', l.expires_at OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp())
+       COALESCE(l.expires_at OPERATOR(pg_catalog.>) n.now, false) AS is_valid,
+       CASE WHEN l.expires_at OPERATOR(pg_catalog.>) n.now
+            THEN pg_catalog.date_part('epoch', l.expires_at OPERATOR(pg_catalog.-) n.now)
             ELSE 0 END::double precision AS seconds_remaining,
        -- Held: the ttl of the last grant, extension or renewal; free: that
        -- of the period that ended last.
@@ -59,21 +59,23 @@ SELECT l.lease_key,
        -- A lapsed period still held is an expiry already, though no call has
        -- ended it yet.
        l.expiries OPERATOR(pg_catalog.+)
-           CASE WHEN l.expires_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() THEN 1 ELSE 0 END
+           CASE WHEN l.expires_at OPERATOR(pg_catalog.<=) n.now THEN 1 ELSE 0 END
            AS expiries,
        l.force_releases,
        l.renew_margin_us::double precision OPERATOR(pg_catalog./) 1e6 AS renew_margin_seconds,
        l.renew_margin_min_us::double precision OPERATOR(pg_catalog./) 1e6 AS renew_margin_min_seconds,
        -- How long nobody has held it validly: since it lapsed, since it was
        -- freed (or the last recorded end of a period), or since it was made.
-       CASE WHEN l.expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp() THEN 0
-            ELSE pg_catalog.date_part('epoch', pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-)
+       CASE WHEN l.expires_at OPERATOR(pg_catalog.>) n.now THEN 0
+            ELSE pg_catalog.date_part('epoch', n.now OPERATOR(pg_catalog.-)
                      COALESCE(l.expires_at, l.freed_at,
                               (SELECT pg_catalog.max(h.ended_at) FROM @extschema@.le_lease_history AS h
                                 WHERE h.lease_id OPERATOR(pg_catalog.=) l.lease_id),
                               l.created_at))
             END::double precision AS seconds_without_holder
-  FROM @extschema@.le_lease AS l;
+  FROM @extschema@.le_lease AS l,
+       -- One reading of the clock per row: a row is never valid and lapsed at once.
+       LATERAL (SELECT pg_catalog.clock_timestamp() AS now) AS n;
 COMMENT ON VIEW @extschema@.le_lease_metrics IS
     'one row per lease for monitoring: holder, token, seconds remaining, ttl, periods granted, expiries, force releases, the time left when the last renewal arrived (and its least in this period), and how long the lease has had no valid holder; readable through le_grant(role, ''monitor'')';
 REVOKE ALL ON @extschema@.le_lease_metrics FROM PUBLIC;
