@@ -11,7 +11,7 @@ CREATE EXTENSION leader_election;
 
 CREATE ROLE regress_le_a;
 CREATE ROLE regress_le_b;
-GRANT EXECUTE ON FUNCTION le_acquire(text, text, interval) TO regress_le_a, regress_le_b;
+GRANT EXECUTE ON FUNCTION le_acquire(text, text, interval, interval, jsonb) TO regress_le_a, regress_le_b;
 
 CREATE TABLE strict_t (id serial PRIMARY KEY, who text DEFAULT current_user, fencing_token bigint NOT NULL);
 CREATE TABLE loose_t (id serial PRIMARY KEY, who text DEFAULT current_user, fencing_token bigint NOT NULL);

@@ -69,7 +69,7 @@ SELECT t.label, regress_le_try(t.stmt) AS result
   ) AS t(label, stmt);
 RESET ROLE;
 
-GRANT EXECUTE ON FUNCTION le_acquire(text, text, interval), le_renew(text, text, bigint, interval),
+GRANT EXECUTE ON FUNCTION le_acquire(text, text, interval, interval, jsonb), le_renew(text, text, bigint, interval),
       le_release(text, text, bigint) TO regress_le_a, regress_le_b;
 GRANT EXECUTE ON FUNCTION le_protect(regclass, text, name, text), le_fence() TO regress_le_a;
 
@@ -317,7 +317,7 @@ SELECT has_table_privilege('public', 'le_jobs', 'SELECT') AS public_reads_le_job
 DROP SCHEMA regress_le_hijack CASCADE;
 DROP FUNCTION public.regress_le_try(text);
 REVOKE ALL ON SCHEMA public FROM regress_le_a, regress_le_b;
-REVOKE ALL ON FUNCTION le_acquire(text, text, interval), le_renew(text, text, bigint, interval),
+REVOKE ALL ON FUNCTION le_acquire(text, text, interval, interval, jsonb), le_renew(text, text, bigint, interval),
       le_release(text, text, bigint) FROM regress_le_a, regress_le_b;
 REVOKE ALL ON FUNCTION le_protect(regclass, text, name, text), le_fence() FROM regress_le_a;
 REVOKE ALL ON FUNCTION le_fence_advance(text, bigint) FROM regress_le_a;

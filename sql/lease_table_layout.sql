@@ -1,9 +1,9 @@
 -- G6: a lease call refuses an le_lease whose columns are not those of a
--- released version (the 1.0 columns, or those and the metric columns of
--- 1.1, each with its type) with a clean error, also when the table changes
--- after this backend last used it: a column's type changed or a column
--- dropped keeps the number of columns, and must not let a call write a
--- value of the wrong type.  A column added by hand is refused too (a row
+-- released version (the 1.0 columns, or those and the metric and metadata
+-- columns of 1.1, each with its type) with a clean error, also when the
+-- table changes after this backend last used it: a column's type changed
+-- or a column dropped keeps the number of columns, and must not let a call
+-- write a value of the wrong type.  A column added by hand is refused too (a row
 -- the calls insert would bypass its NOT NULL or DEFAULT).  Each change is
 -- rolled back.
 SET client_min_messages = warning;
@@ -39,17 +39,35 @@ ALTER TABLE le_lease RENAME COLUMN force_releases TO forced;
 SELECT le_renew('layout-a', 'a', :tok, '1 minute') IS NOT NULL AS renewed;
 ROLLBACK;
 
+-- The metadata column dropped: the 1.1 columns are incomplete.
+BEGIN;
+ALTER EXTENSION leader_election DROP VIEW le_leases;
+DROP VIEW le_leases;
+ALTER TABLE le_lease DROP COLUMN metadata;
+SELECT le_renew('layout-a', 'a', :tok, '1 minute') IS NOT NULL AS renewed;
+ROLLBACK;
+
+-- The metadata column of another type.
+BEGIN;
+ALTER EXTENSION leader_election DROP VIEW le_leases;
+DROP VIEW le_leases;
+ALTER TABLE le_lease ALTER COLUMN metadata TYPE text;
+SELECT le_renew('layout-a', 'a', :tok, '1 minute') IS NOT NULL AS renewed;
+ROLLBACK;
+
 -- A column added by hand, with NOT NULL and a DEFAULT a new row would miss.
 BEGIN;
 ALTER TABLE le_lease ADD COLUMN note text NOT NULL DEFAULT 'x';
 SELECT acquired FROM le_acquire('layout-new', 'a', '1 minute');
 ROLLBACK;
 
--- The 1.0 columns alone (all metric columns dropped) are accepted.
+-- The 1.0 columns alone (all 1.1 columns dropped) are accepted.
 BEGIN;
 ALTER EXTENSION leader_election DROP VIEW le_lease_metrics;
 DROP VIEW le_lease_metrics;
-ALTER TABLE le_lease DROP COLUMN expiries, DROP COLUMN force_releases, DROP COLUMN ttl_us,
+ALTER EXTENSION leader_election DROP VIEW le_leases;
+DROP VIEW le_leases;
+ALTER TABLE le_lease DROP COLUMN metadata, DROP COLUMN expiries, DROP COLUMN force_releases, DROP COLUMN ttl_us,
     DROP COLUMN freed_at, DROP COLUMN renew_margin_us, DROP COLUMN renew_margin_min_us;
 SELECT le_renew('layout-a', 'a', :tok, '1 minute') IS NOT NULL AS renewed;
 SELECT acquired FROM le_acquire('layout-old', 'a', '1 minute');

@@ -1,4 +1,4 @@
--- G13, G8: le_lease_metrics counts periods, expiries and force releases in the
+-- G14, G8: le_lease_metrics counts periods, expiries and force releases in the
 -- lease row, so the counts outlive the pruned history, and shows the time a
 -- lease had left when each renewal arrived.  Without the module in
 -- shared_preload_libraries no refused write is counted, and the server

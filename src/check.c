@@ -19,6 +19,7 @@
 #include "common/int.h"
 #include "mb/pg_wchar.h"
 #include "utils/builtins.h"
+#include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
 #include "compat.h"
@@ -145,6 +146,69 @@ le_check_ttl(FunctionCallInfo fcinfo, int argno)
 				 errdetail("The limit is %d seconds.", le_max_ttl_s),
 				 errhint("Use a shorter ttl and renew more often, or have a superuser raise leader_election.max_ttl.")));
 	return usecs;
+}
+
+/*
+ * Validate le_acquire's wait argument and return it in microseconds: NULL
+ * or zero is no wait; negative or infinite waits are refused.
+ */
+int64
+le_check_wait(FunctionCallInfo fcinfo, int argno)
+{
+	Interval   *wait;
+	int64		days;
+	int64		part;
+	int64		usecs;
+
+	if (PG_ARGISNULL(argno))
+		return 0;
+	wait = PG_GETARG_INTERVAL_P(argno);
+	if (!le_interval_is_finite(wait))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("wait must be finite"),
+				 errhint("statement_timeout and a cancel end a wait too; use e.g. '30 seconds'.")));
+	days = (int64) wait->month * DAYS_PER_MONTH + wait->day;
+	if (pg_mul_s64_overflow(days, USECS_PER_DAY, &part))
+		usecs = (days > 0) ? PG_INT64_MAX : PG_INT64_MIN;
+	else if (pg_add_s64_overflow(part, wait->time, &usecs))
+		usecs = (wait->time > 0) ? PG_INT64_MAX : PG_INT64_MIN;
+	if (usecs < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("wait must not be negative"),
+				 errhint("Pass NULL or zero for a single try.")));
+	if (usecs > LE_MAX_WAIT_US)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("wait exceeds one day"),
+				 errhint("Call le_acquire again when the wait ends.")));
+	return usecs;
+}
+
+/*
+ * Validate a metadata argument (jsonb): NULL is none; its text form is at
+ * most LE_MAX_METADATA_LEN bytes, so that notifications carrying it stay
+ * below the NOTIFY payload limit.  Returns it detoasted, or NULL.
+ */
+struct varlena *
+le_check_metadata(FunctionCallInfo fcinfo, int argno)
+{
+	Jsonb	   *jb;
+	char	   *text;
+
+	if (PG_ARGISNULL(argno))
+		return NULL;
+	jb = PG_GETARG_JSONB_P(argno);
+	text = JsonbToCString(NULL, &jb->root, VARSIZE(jb));
+	if (strlen(text) > LE_MAX_METADATA_LEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("metadata is too long"),
+				 errdetail("Its text form has %zu bytes; the limit is %d.", strlen(text), LE_MAX_METADATA_LEN),
+				 errhint("Publish an address or a small document; keep bulk data elsewhere.")));
+	pfree(text);
+	return (struct varlena *) jb;
 }
 
 /* Refuse any lease change on a hot standby, with a message that says why. */

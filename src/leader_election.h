@@ -68,6 +68,7 @@ typedef struct LeaseRow
 	int64		transitions;
 	int64		token_system_id;	/* cluster that issued fencing_token */
 	TimestampTz history_min_ended_at;	/* see le_store_prune_plan; 0: NULL */
+	struct varlena *metadata;	/* jsonb published by the holder, NULL: none */
 	/* Counters and figures for le_lease_metrics (kept only from 1.1 on). */
 	int64		expiries;		/* periods that ended by lapsing */
 	int64		force_releases; /* valid periods ended by le_force_release */
@@ -94,7 +95,22 @@ extern char *le_check_key(FunctionCallInfo fcinfo, int argno);
 extern char *le_check_owner(FunctionCallInfo fcinfo, int argno);
 extern int64 le_check_token(FunctionCallInfo fcinfo, int argno);
 extern int64 le_check_ttl(FunctionCallInfo fcinfo, int argno);
+extern int64 le_check_wait(FunctionCallInfo fcinfo, int argno);
+extern struct varlena *le_check_metadata(FunctionCallInfo fcinfo, int argno);
+#define LE_MAX_METADATA_LEN		4000
 extern void le_check_writable(const char *action);
+
+/*
+ * The server-side wait of le_acquire (wait.c): a FIFO queue per lease in the
+ * lock manager; its head sleeps on its latch and is woken by the commit of
+ * a release.
+ */
+#define LE_MAX_WAIT_US			((int64) USECS_PER_DAY)
+#define LE_WAIT_RETRY_US		((int64) 10000)
+extern bool le_wait_enter(int64 lease_id, TimestampTz deadline);
+extern void le_wait_leave(int64 lease_id);
+extern void le_wait_sleep(TimestampTz until);
+extern void le_wait_note_free(int64 lease_id);
 
 /* Error messages quote at most this many characters of an input value. */
 #define LE_MAX_SHOWN_CHARS		64

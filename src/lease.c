@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * lease.c
- *		The SQL-callable lease calls: le_acquire, le_renew, le_release,
- *		le_force_release, le_prune_history, le_watch and le_unwatch.
+ *		The SQL-callable lease calls: le_acquire (and its wait), le_renew,
+ *		le_set_metadata, le_release, le_force_release, le_prune_history,
+ *		le_watch and le_unwatch.
  *
  * Every call judges expiry by the server clock at the moment of the
  * decision (after all lock waits, never the transaction start time), and
@@ -27,12 +28,14 @@
 #include "utils/inval.h"
 #include "utils/memutils.h"
 #include "utils/syscache.h"
+#include "utils/resowner.h"
 #include "utils/timestamp.h"
 
 #include "leader_election.h"
 
 PG_FUNCTION_INFO_V1(le_acquire);
 PG_FUNCTION_INFO_V1(le_renew);
+PG_FUNCTION_INFO_V1(le_set_metadata);
 PG_FUNCTION_INFO_V1(le_release);
 PG_FUNCTION_INFO_V1(le_force_release);
 PG_FUNCTION_INFO_V1(le_prune_history);
@@ -248,7 +251,7 @@ le_lease_acquire_not_lost(const LeaseRow *row, void *arg)
  */
 static bool
 le_lease_grant(LeaseStoreState *st, LeaseRow *row, char *owner, int64 ttl,
-			   TimestampTz now)
+			   struct varlena *metadata, TimestampTz now)
 {
 	LeaseRow	old;
 	PeriodEnd	lapsed_end;
@@ -263,6 +266,7 @@ le_lease_grant(LeaseStoreState *st, LeaseRow *row, char *owner, int64 ttl,
 	row->renewed_at = now;
 	row->expires_at = now + ttl;
 	row->transitions++;
+	row->metadata = metadata;
 	le_lease_count_end(row, &old, now, false);
 	row->renew_margin_us = row->renew_margin_min_us = -1;
 
@@ -300,11 +304,11 @@ le_lease_grant(LeaseStoreState *st, LeaseRow *row, char *owner, int64 ttl,
 }
 
 /*
- * le_acquire(lease_key, owner_id, ttl) -> (acquired, fencing_token, holder,
- * expires_at, new_period).  Grants a free or expired lease with a new,
- * higher token (new_period true); extends a lease this owner and role
- * validly hold, keeping their token (new_period false); otherwise reports
- * the current holder (new_period NULL).
+ * One try of le_acquire: true when granted (*out is the caller's lease,
+ * *new_period tells whether the token is new), false when refused (*out is
+ * the version that decided it).  Grants a free or expired lease with a new,
+ * higher token; extends a lease this owner and role validly hold, keeping
+ * their token; otherwise refuses.
  *
  * Locks: a refusal on the first read takes none.  Otherwise the fence lock
  * in LE_FENCE_CHANGE_LOCKMODE when the lease may change hands, then the
@@ -312,23 +316,20 @@ le_lease_grant(LeaseStoreState *st, LeaseRow *row, char *owner, int64 ttl,
  * once the row is held is tried, never waited for (lock order), and one
  * that served no change is given back at once.
  */
-Datum
-le_acquire(PG_FUNCTION_ARGS)
+static bool
+le_lease_try_acquire(FunctionCallInfo fcinfo, char *key, char *owner, int64 ttl,
+					 struct varlena *metadata, LeaseRow *out, bool *new_period)
 {
-	char	   *key = le_check_key(fcinfo, 0);
-	char	   *owner = le_check_owner(fcinfo, 1);
-	int64		ttl = le_check_ttl(fcinfo, 2);
 	LeaseStoreState st;
 	LeaseRow	row;
 	TimestampTz now;
 	bool		found;
 	bool		fenced = false;
-	bool		new_period = false;
 	int64		fenced_id = 0;
 	AcquireCheck ac;
 	int64		tried_fence_id = 0; /* fence lock taken by le_fence_lock_try */
 
-	le_check_writable("acquire");
+	*new_period = false;
 	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
 
 	/* Fast path: refusals only read. */
@@ -337,7 +338,8 @@ le_acquire(PG_FUNCTION_ARGS)
 		!le_lease_is_ours(&row, owner, &st))
 	{
 		le_store_end(&st);
-		PG_RETURN_DATUM(le_lease_acquire_result(fcinfo, false, false, &row));
+		*out = row;
+		return false;
 	}
 
 	if (!found)
@@ -371,7 +373,8 @@ retry:
 			elog(ERROR, "leader_election: lease row \"%s\" vanished", key);
 		le_fence_lock_release(fenced_id, LE_FENCE_CHANGE_LOCKMODE);
 		le_store_end(&st);
-		PG_RETURN_DATUM(le_lease_acquire_result(fcinfo, false, false, &row));
+		*out = row;
+		return false;
 	}
 	now = GetCurrentTimestamp();
 
@@ -396,11 +399,14 @@ retry:
 				le_fence_lock_release(tried_fence_id, LE_FENCE_CHANGE_LOCKMODE);
 			le_lease_bound_refusal(&st);
 			le_store_end(&st);
-			PG_RETURN_DATUM(le_lease_acquire_result(fcinfo, false, false, &row));
+			*out = row;
+			return false;
 		}
 		/* The valid holder again (e.g. a retry after a lost reply). */
 		row.renewed_at = now;
 		row.expires_at = now + ttl;
+		if (metadata != NULL)
+			row.metadata = metadata;
 		if (!le_rows_write(&st, &row))
 			goto retry;			/* the row changed since it was read */
 	}
@@ -423,15 +429,16 @@ retry:
 			{
 				le_lease_bound_refusal(&st);
 				le_store_end(&st);
-				PG_RETURN_DATUM(le_lease_acquire_result(fcinfo, false, false, &row));
+				*out = row;
+				return false;
 			}
 			tried_fence_id = row.lease_id;
 			now = GetCurrentTimestamp();
 		}
 
-		if (!le_lease_grant(&st, &row, owner, ttl, now))
+		if (!le_lease_grant(&st, &row, owner, ttl, metadata, now))
 			goto retry;			/* the row changed since it was read */
-		new_period = true;
+		*new_period = true;
 	}
 
 	le_durable_commit();
@@ -443,7 +450,183 @@ retry:
 	 * of row are the caller's (owner, st.caller_name) or were copied into
 	 * the caller's context by le_rows_lock.
 	 */
-	PG_RETURN_DATUM(le_lease_acquire_result(fcinfo, true, new_period, &row));
+	*out = row;
+	return true;
+}
+
+/* What one try of a waiting le_acquire came to. */
+#define LE_TRY_REFUSED		0
+#define LE_TRY_GRANTED		1
+#define LE_TRY_BUSY			2	/* a lock wait ran out (55P03): *out not set */
+
+/*
+ * One try in a subtransaction of its own, kept when granted and rolled
+ * back when refused: a refusal that locked the lease row or took the fence
+ * lock (a race lost after the locks) gives them back at once, so a waiter
+ * never sleeps holding them.  With busy_ok, a lock wait that ran out
+ * (leader_election.lock_timeout: a transaction kept the lease's locks, e.g.
+ * a slow commit) is LE_TRY_BUSY, to be tried again within the wait.
+ */
+static int
+le_lease_try_acquire_sub(FunctionCallInfo fcinfo, char *key, char *owner, int64 ttl,
+						 struct varlena *metadata, bool busy_ok, LeaseRow *out,
+						 bool *new_period)
+{
+	MemoryContext oldcontext = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	volatile int result = LE_TRY_REFUSED;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcontext);
+	PG_TRY();
+	{
+		if (le_lease_try_acquire(fcinfo, key, owner, ttl, metadata, out, new_period))
+			result = LE_TRY_GRANTED;
+		if (result == LE_TRY_GRANTED)
+			ReleaseCurrentSubTransaction();
+		else
+			RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcontext);
+		CurrentResourceOwner = oldowner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(oldcontext);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcontext);
+		CurrentResourceOwner = oldowner;
+		if (!busy_ok || edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+			ReThrowError(edata);
+		FreeErrorData(edata);
+		result = LE_TRY_BUSY;
+	}
+	PG_END_TRY();
+	return result;
+}
+
+/*
+ * le_acquire with a wait of wait_us: try; when refused, queue for the
+ * lease (le_wait_enter) and, as the head, try again at each release
+ * (woken by the releasing commit), at the lease's expiry and at the end of
+ * the wait.  The result of the last try is returned.  The wait tag of a
+ * grant is kept to the end of the transaction, so that the next waiter
+ * tries only once the grant is visible.
+ */
+static bool
+le_lease_acquire_waiting(FunctionCallInfo fcinfo, char *key, char *owner, int64 ttl,
+						 struct varlena *metadata, int64 wait_us, LeaseRow *row,
+						 bool *new_period)
+{
+	TimestampTz deadline = GetCurrentTimestamp() + wait_us;
+	int64		queued_id = 0;
+	bool		acquired;
+
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("le_acquire cannot wait in a REPEATABLE READ or SERIALIZABLE transaction"),
+				 errdetail("The transaction's snapshot would not see a release made during the wait."),
+				 errhint("Call it with wait in a READ COMMITTED transaction, or without wait.")));
+
+	for (;;)
+	{
+		TimestampTz now;
+		TimestampTz until;
+		int			r;
+
+		/* the last try (the wait ran out) raises a 55P03 of its own */
+		r = le_lease_try_acquire_sub(fcinfo, key, owner, ttl, metadata,
+									 GetCurrentTimestamp() < deadline, row, new_period);
+		acquired = r == LE_TRY_GRANTED;
+		now = GetCurrentTimestamp();
+		if (r == LE_TRY_BUSY)
+		{
+			/* busy: again shortly (the head keeps its place in the queue) */
+			le_wait_sleep(Min(now + LE_WAIT_RETRY_US, deadline));
+			continue;
+		}
+		if (acquired || now >= deadline)
+			break;
+		if (queued_id != row->lease_id)
+		{
+			/* First refusal (or the row was replaced): join its queue. */
+			if (queued_id != 0)
+				le_wait_leave(queued_id);
+			queued_id = 0;
+			if (le_wait_enter(row->lease_id, deadline))
+				queued_id = row->lease_id;
+			else
+				deadline = now; /* one last try reports the state then */
+			continue;
+		}
+
+		/*
+		 * Held by someone else: until its expiry, or a release.  A refusal
+		 * of a lease not validly held (a fenced writer was committing under
+		 * its fence lock) tries again shortly.
+		 */
+		until = row->holder != NULL && row->expires_at > now ?
+			row->expires_at : now + LE_WAIT_RETRY_US;
+		le_wait_sleep(Min(until, deadline));
+	}
+	if (queued_id != 0 && !acquired)
+		le_wait_leave(queued_id);
+	return acquired;
+}
+
+/*
+ * le_acquire(lease_key, owner_id, ttl [, wait, metadata]) -> (acquired,
+ * fencing_token, holder, expires_at, new_period): one try (see
+ * le_lease_try_acquire), or with a wait, tries until granted or the wait
+ * ran out (le_lease_acquire_waiting).  The 1.0 catalog calls it with three
+ * arguments.
+ */
+Datum
+le_acquire(PG_FUNCTION_ARGS)
+{
+	char	   *key = le_check_key(fcinfo, 0);
+	char	   *owner = le_check_owner(fcinfo, 1);
+	int64		ttl = le_check_ttl(fcinfo, 2);
+	int64		wait_us = PG_NARGS() > 3 ? le_check_wait(fcinfo, 3) : 0;
+	struct varlena *metadata = PG_NARGS() > 4 ? le_check_metadata(fcinfo, 4) : NULL;
+	LeaseRow	row;
+	bool		new_period = false;
+	bool		acquired;
+
+	le_check_writable("acquire");
+	if (wait_us > 0)
+		acquired = le_lease_acquire_waiting(fcinfo, key, owner, ttl, metadata, wait_us,
+											&row, &new_period);
+	else
+		acquired = le_lease_try_acquire(fcinfo, key, owner, ttl, metadata, &row, &new_period);
+	PG_RETURN_DATUM(le_lease_acquire_result(fcinfo, acquired, new_period, &row));
+}
+
+/*
+ * le_set_metadata's refusal: LE002 when nobody holds the lease validly,
+ * LE001 when the token is not the current one or the caller is not its
+ * holder.  Never returns.
+ */
+static void
+le_lease_refuse_metadata(const LeaseRow *row, const char *key, int64 token,
+						 const char *owner, const LeaseStoreState *st)
+{
+	if (row->lease_id == 0 || !le_store_lease_valid(row, GetCurrentTimestamp()))
+		ereport(ERROR,
+				(errcode(ERRCODE_LE_LEASE_NOT_HELD),
+				 errmsg("lease \"%s\" is not held", key),
+				 errhint("Only the holder of a valid lease sets its metadata; acquire it first.")));
+	ereport(ERROR,
+			(errcode(ERRCODE_LE_STALE_FENCING_TOKEN),
+			 row->fencing_token != token ?
+			 errmsg("fencing token " INT64_FORMAT " of lease \"%s\" is not the current one", token, key) :
+			 errmsg("lease \"%s\" is held by another owner or role", key),
+			 errdetail("The current fencing token is " INT64_FORMAT ".", row->fencing_token),
+			 errhint("A leader whose token was superseded must stop working, not retry.")));
 }
 
 /* What le_renew asks of the lease row before it locks it. */
@@ -523,6 +706,51 @@ retry:
 	st.idle_bound_us = ttl;
 	le_store_end(&st);
 	PG_RETURN_TIMESTAMPTZ(row.expires_at);
+}
+
+/*
+ * le_set_metadata(lease_key, owner_id, fencing_token, metadata): the
+ * holder's compare-and-set of the metadata of its lease.  Raises LE001
+ * when the token is not the lease's current one or the caller (owner and
+ * role) does not hold it, LE002 when the lease is released or expired;
+ * nothing changes then.
+ *
+ * Locks: the lease row to the end of the transaction, as le_renew; none
+ * when refused.
+ */
+Datum
+le_set_metadata(PG_FUNCTION_ARGS)
+{
+	char	   *key = le_check_key(fcinfo, 0);
+	char	   *owner = le_check_owner(fcinfo, 1);
+	int64		token = le_check_token(fcinfo, 2);
+	struct varlena *metadata = le_check_metadata(fcinfo, 3);
+	LeaseStoreState st;
+	LeaseRow	row;
+	TimestampTz now;
+	RenewCheck	rc;
+
+	le_check_writable("change the metadata of");
+	memset(&row, 0, sizeof(row));
+	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
+	rc.owner = owner;
+	rc.token = token;
+	rc.st = &st;
+retry:
+	if (!le_rows_lock(&st, key, &row, le_lease_renew_looks_ours, &rc))
+		le_lease_refuse_metadata(&row, key, token, owner, &st);
+	now = GetCurrentTimestamp();
+	if (!le_lease_is_ours(&row, owner, &st) || row.fencing_token != token ||
+		!le_store_lease_valid(&row, now))
+		le_lease_refuse_metadata(&row, key, token, owner, &st);
+	row.metadata = metadata;
+	if (!le_rows_write(&st, &row))
+		goto retry;				/* the row changed since it was read */
+	le_watch_notify(&st, "metadata", &row);
+	le_durable_commit();
+	st.idle_bound_us = row.expires_at - now;
+	le_store_end(&st);
+	PG_RETURN_VOID();
 }
 
 /* What le_lease_free asks of the lease row. */
@@ -614,6 +842,7 @@ retry:
 	row.holder = NULL;
 	row.holder_role = NULL;
 	row.expires_at = 0;
+	row.metadata = NULL;
 	row.freed_at = now;
 	row.renew_margin_us = row.renew_margin_min_us = -1;
 	le_lease_count_end(&row, &old, now, owner == NULL);
@@ -625,6 +854,7 @@ retry:
 							  old.expires_at);
 	le_lease_close_period(&st, &old, now, reason, end);
 	le_watch_notify(&st, reason, &row);
+	le_wait_note_free(old.lease_id);
 	le_durable_commit();
 	le_store_end(&st);
 	return true;

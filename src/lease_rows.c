@@ -72,13 +72,14 @@
 #define Natts_le_lease					13
 
 /*
- * Columns appended by later versions of the SQL script: found by name,
- * after the first Natts_le_lease, so that the module works with the
- * table of every installed version (le_rows_metric_columns); at most
- * LE_LEASE_MAX_NATTS columns in all.
+ * Columns appended by version 1.1 of the SQL script: found by name, after
+ * the first Natts_le_lease, so that the module works with the table of
+ * every installed version (le_rows_later_columns); at most
+ * LE_LEASE_MAX_NATTS columns in all.  The metric columns come first, the
+ * holder's metadata last.
  */
 #define LE_LEASE_MAX_NATTS				32
-typedef enum LeMetricColumn
+typedef enum LeLaterColumn
 {
 	LE_COL_EXPIRIES,
 	LE_COL_FORCE_RELEASES,
@@ -86,13 +87,16 @@ typedef enum LeMetricColumn
 	LE_COL_FREED_AT,
 	LE_COL_RENEW_MARGIN_US,
 	LE_COL_RENEW_MARGIN_MIN_US,
-	LE_NMETRIC_COLS
-} LeMetricColumn;
-static const char *const le_metric_names[LE_NMETRIC_COLS] = {
-	"expiries", "force_releases", "ttl_us", "freed_at", "renew_margin_us", "renew_margin_min_us"
+	LE_COL_METADATA,
+	LE_NLATER_COLS
+} LeLaterColumn;
+#define LE_NMETRIC_COLS		LE_COL_METADATA
+static const char *const le_later_names[LE_NLATER_COLS] = {
+	"expiries", "force_releases", "ttl_us", "freed_at", "renew_margin_us", "renew_margin_min_us",
+	"metadata"
 };
-static const Oid le_metric_types[LE_NMETRIC_COLS] = {
-	INT8OID, INT8OID, INT8OID, TIMESTAMPTZOID, INT8OID, INT8OID
+static const Oid le_later_types[LE_NLATER_COLS] = {
+	INT8OID, INT8OID, INT8OID, TIMESTAMPTZOID, INT8OID, INT8OID, JSONBOID
 };
 
 #define Anum_le_history_history_id		1
@@ -275,56 +279,56 @@ le_rows_relids(Oid nsp, Oid *lease_relid, Oid *key_indexid)
 }
 
 /*
- * The attribute numbers of the metric columns of the le_lease last
+ * The attribute numbers of the 1.1 columns of the le_lease last
  * checked (0: the column is absent, as in the 1.0 table), looked up again
  * when its oid or number of columns changes or a relcache invalidation of
  * it arrives (rename, ALTER COLUMN ... TYPE, DROP COLUMN keep the number
- * of columns); le_rows_metric_columns also checks the type of the columns
+ * of columns); le_rows_later_columns also checks the type of the columns
  * kept, at every open, against the descriptor it is given.
  */
 static struct
 {
 	Oid			relid;
 	int			natts;
-	AttrNumber	att[LE_NMETRIC_COLS];
-}			le_rows_metric_cols;
+	AttrNumber	att[LE_NLATER_COLS];
+}			le_rows_later_cols;
 
 static void
-le_rows_metric_cols_forget(Datum arg, Oid relid)
+le_rows_later_cols_forget(Datum arg, Oid relid)
 {
-	if (relid == InvalidOid || relid == le_rows_metric_cols.relid)
-		le_rows_metric_cols.relid = InvalidOid;
+	if (relid == InvalidOid || relid == le_rows_later_cols.relid)
+		le_rows_later_cols.relid = InvalidOid;
 }
 
-/* Are the kept attribute numbers still those of the metric columns of desc? */
+/* Are the kept attribute numbers still those of the 1.1 columns of desc? */
 static bool
-le_rows_metric_cols_current(Relation rel, TupleDesc desc)
+le_rows_later_cols_current(Relation rel, TupleDesc desc)
 {
 	int			m;
 
-	if (le_rows_metric_cols.relid != RelationGetRelid(rel) ||
-		le_rows_metric_cols.natts != desc->natts)
+	if (le_rows_later_cols.relid != RelationGetRelid(rel) ||
+		le_rows_later_cols.natts != desc->natts)
 		return false;
-	for (m = 0; m < LE_NMETRIC_COLS; m++)
+	for (m = 0; m < LE_NLATER_COLS; m++)
 	{
-		AttrNumber	a = le_rows_metric_cols.att[m];
+		AttrNumber	a = le_rows_later_cols.att[m];
 
 		if (a != 0 && (TupleDescAttr(desc, a - 1)->attisdropped ||
-					   TupleDescAttr(desc, a - 1)->atttypid != le_metric_types[m]))
+					   TupleDescAttr(desc, a - 1)->atttypid != le_later_types[m]))
 			return false;
 	}
 	return true;
 }
 
 /*
- * Find the metric columns among those of le_lease after the first
- * Natts_le_lease.  The columns there that are not dropped must be none
- * (the 1.0 table) or exactly the metric columns, each with its type: a
+ * Find the 1.1 columns (metrics, metadata) among those of le_lease after
+ * the first Natts_le_lease.  The columns there that are not dropped must be
+ * none (the 1.0 table) or exactly the 1.1 columns, each with its type: a
  * column of another name or type is refused (false), since a new row is
  * written without its NOT NULL or DEFAULT.
  */
 static bool
-le_rows_metric_columns(Relation rel)
+le_rows_later_columns(Relation rel)
 {
 	static bool registered = false;
 	TupleDesc	desc = RelationGetDescr(rel);
@@ -332,43 +336,43 @@ le_rows_metric_columns(Relation rel)
 	int			i;
 	int			m;
 
-	if (le_rows_metric_cols_current(rel, desc))
+	if (le_rows_later_cols_current(rel, desc))
 		return true;
 	if (!registered)
 	{
-		CacheRegisterRelcacheCallback(le_rows_metric_cols_forget, (Datum) 0);
+		CacheRegisterRelcacheCallback(le_rows_later_cols_forget, (Datum) 0);
 		registered = true;
 	}
-	le_rows_metric_cols.relid = InvalidOid;
-	memset(le_rows_metric_cols.att, 0, sizeof(le_rows_metric_cols.att));
+	le_rows_later_cols.relid = InvalidOid;
+	memset(le_rows_later_cols.att, 0, sizeof(le_rows_later_cols.att));
 	for (i = Natts_le_lease; i < desc->natts; i++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, i);
 
 		if (att->attisdropped)
 			continue;
-		for (m = 0; m < LE_NMETRIC_COLS; m++)
-			if (strcmp(NameStr(att->attname), le_metric_names[m]) == 0)
+		for (m = 0; m < LE_NLATER_COLS; m++)
+			if (strcmp(NameStr(att->attname), le_later_names[m]) == 0)
 				break;
-		if (m == LE_NMETRIC_COLS || att->atttypid != le_metric_types[m] ||
-			le_rows_metric_cols.att[m] != 0)
+		if (m == LE_NLATER_COLS || att->atttypid != le_later_types[m] ||
+			le_rows_later_cols.att[m] != 0)
 			return false;
-		le_rows_metric_cols.att[m] = att->attnum;
+		le_rows_later_cols.att[m] = att->attnum;
 		found++;
 	}
-	if (found != 0 && found != LE_NMETRIC_COLS)
+	if (found != 0 && found != LE_NLATER_COLS)
 	{
-		memset(le_rows_metric_cols.att, 0, sizeof(le_rows_metric_cols.att));
+		memset(le_rows_later_cols.att, 0, sizeof(le_rows_later_cols.att));
 		return false;
 	}
-	le_rows_metric_cols.relid = RelationGetRelid(rel);
-	le_rows_metric_cols.natts = desc->natts;
+	le_rows_later_cols.relid = RelationGetRelid(rel);
+	le_rows_later_cols.natts = desc->natts;
 	return true;
 }
 
 /*
  * Are the columns of rel the ones we read and write?  le_lease may have
- * the metric columns too (le_rows_metric_columns; at most
+ * the 1.1 columns too (le_rows_later_columns; at most
  * LE_LEASE_MAX_NATTS columns in all), the history table not.
  */
 static bool
@@ -384,18 +388,29 @@ le_rows_layout_ok(Relation rel, const Oid *types, int natts)
 		if (TupleDescAttr(desc, i)->attisdropped ||
 			TupleDescAttr(desc, i)->atttypid != types[i])
 			return false;
-	return types != le_lease_types || le_rows_metric_columns(rel);
+	return types != le_lease_types || le_rows_later_columns(rel);
 }
 
 /* A metric column's value in a deformed row, dflt when absent or NULL. */
 static int64
-le_rows_metric(const Datum *values, const bool *isnull, LeMetricColumn m, int64 dflt)
+le_rows_metric(const Datum *values, const bool *isnull, LeLaterColumn m, int64 dflt)
 {
-	AttrNumber	att = le_rows_metric_cols.att[m];
+	AttrNumber	att = le_rows_later_cols.att[m];
 
 	if (att == 0 || isnull[att - 1])
 		return dflt;
 	return DatumGetInt64(values[att - 1]);
+}
+
+/* The metadata of a deformed row, copied; NULL when absent (1.0) or NULL. */
+static struct varlena *
+le_rows_metadata(const Datum *values, const bool *isnull)
+{
+	AttrNumber	att = le_rows_later_cols.att[LE_COL_METADATA];
+
+	if (att == 0 || isnull[att - 1])
+		return NULL;
+	return pg_detoast_datum_copy((struct varlena *) DatumGetPointer(values[att - 1]));
 }
 
 /* Open a table of ours and check that its columns are the ones we write. */
@@ -452,8 +467,8 @@ le_rows_values_brief(const Datum *values, const bool *isnull, LeaseRow *row)
 }
 
 /*
- * Copy a deformed le_lease tuple into *row (strings in the current context;
- * the column types are those le_rows_open checked).
+ * Copy a deformed le_lease tuple into *row (strings and metadata in the
+ * current context; the column types are those le_rows_open checked).
  */
 static void
 le_rows_values_row(const Datum *values, const bool *isnull, LeaseRow *row)
@@ -467,6 +482,7 @@ le_rows_values_row(const Datum *values, const bool *isnull, LeaseRow *row)
 	row->transitions = DatumGetInt64(values[Anum_le_lease_transitions - 1]);
 	row->token_system_id = DatumGetInt64(values[Anum_le_lease_token_system_id - 1]);
 	row->history_min_ended_at = le_rows_time(values, isnull, Anum_le_lease_history_min_ended_at);
+	row->metadata = le_rows_metadata(values, isnull);
 	row->expiries = le_rows_metric(values, isnull, LE_COL_EXPIRIES, 0);
 	row->force_releases = le_rows_metric(values, isnull, LE_COL_FORCE_RELEASES, 0);
 	row->ttl_us = le_rows_metric(values, isnull, LE_COL_TTL_US, 0);
@@ -1374,7 +1390,7 @@ le_rows_name_datum(const char *s, bool *isnull)
 static void
 le_rows_metric_values(const LeaseRow *row, Datum *values, bool *nulls, bool *replace)
 {
-	const AttrNumber *att = le_rows_metric_cols.att;
+	const AttrNumber *att = le_rows_later_cols.att;
 	const int64 v[LE_NMETRIC_COLS] = {
 		row->expiries, row->force_releases, row->ttl_us, row->freed_at,
 		row->renew_margin_us, row->renew_margin_min_us
@@ -1389,6 +1405,29 @@ le_rows_metric_values(const LeaseRow *row, Datum *values, bool *nulls, bool *rep
 			nulls[att[m] - 1] = (v[m] == null_value[m]);
 			values[att[m] - 1] = Int64GetDatum(v[m]);
 		}
+}
+
+/*
+ * Set the metadata column of a row to write (replace); metadata for a
+ * table that has no such column yet (1.0) is an error, none is not.
+ */
+static void
+le_rows_metadata_value(const LeaseRow *row, Datum *values, bool *nulls, bool *replace)
+{
+	AttrNumber	att = le_rows_later_cols.att[LE_COL_METADATA];
+
+	if (att == 0)
+	{
+		if (row->metadata != NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("lease metadata needs leader_election 1.1"),
+					 errhint("Run ALTER EXTENSION leader_election UPDATE.")));
+		return;
+	}
+	replace[att - 1] = true;
+	nulls[att - 1] = (row->metadata == NULL);
+	values[att - 1] = PointerGetDatum(row->metadata);
 }
 
 /*
@@ -1440,6 +1479,7 @@ le_rows_write(LeaseStoreState *st, const LeaseRow *row)
 
 	rel = le_rows_lease(st);
 	le_rows_metric_values(row, values, nulls, replace);
+	le_rows_metadata_value(row, values, nulls, replace);
 	if (!st->lease_rowex)
 		LockRelationOid(st->lease_relid, RowExclusiveLock);
 	st->lease_rowex = true;

@@ -23,6 +23,7 @@
 #include "storage/lock.h"
 #include "utils/datetime.h"
 #include "utils/json.h"
+#include "utils/jsonb.h"
 
 #include "leader_election.h"
 
@@ -101,7 +102,8 @@ le_watch_notify(const LeaseStoreState *st, const char *event, const LeaseRow *ro
 	 * only releases to campaign at once) or everything.
 	 */
 	if (le_notify_events == LE_NOTIFY_NONE ||
-		(le_notify_events == LE_NOTIFY_RELEASES && strcmp(event, "acquired") == 0) ||
+		(le_notify_events == LE_NOTIFY_RELEASES && strcmp(event, "released") != 0 &&
+		 strcmp(event, "force_released") != 0) ||
 		!le_watch_by_others(row->lease_id))
 		return;
 
@@ -121,6 +123,16 @@ le_watch_notify(const LeaseStoreState *st, const char *event, const LeaseRow *ro
 	{
 		JsonEncodeDateTime(ts, TimestampTzGetDatum(row->expires_at), TIMESTAMPTZOID, NULL);
 		appendStringInfo(&buf, "\"%s\"", ts);
+	}
+	else
+		appendStringInfoString(&buf, "null");
+	/* Last, so that readers of the 1.0 members see them where they were. */
+	appendStringInfoString(&buf, ",\"metadata\":");
+	if (row->metadata != NULL)
+	{
+		Jsonb	   *jb = (Jsonb *) row->metadata;
+
+		(void) JsonbToCString(&buf, &jb->root, VARSIZE(jb));
 	}
 	else
 		appendStringInfoString(&buf, "null");

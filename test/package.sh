@@ -42,8 +42,9 @@ if git -C "$here" rev-parse --git-dir >/dev/null 2>&1; then
 else
     cp -a "$here/." "$work/src/" && make -C "$work/src" -s clean >/dev/null 2>&1
 fi
+# The version the control file installs, which pg_leader --version names too.
+extversion=$(sed -n "s/^default_version *= *'\\(.*\\)'/\\1/p" "$work/src/leader_election.control")
 version=$(dpkg-parsechangelog -l "$work/src/debian/changelog" -S Version)
-extversion=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$here/leader_election.control")
 deb="$work/${pkg}_${version}_$(dpkg --print-architecture).deb"
 (cd "$work/src" && dpkg-buildpackage -us -uc -b) >"$work/build.log" 2>&1
 check "dpkg-buildpackage builds $(basename "$deb")" test -s "$deb" || tail -30 "$work/build.log"
@@ -53,7 +54,7 @@ if [ -s "$deb" ]; then
     check "apt-get install ./$(basename "$deb")" sh -c "dpkg-query -W $pkg >/dev/null" || cat "$work/install.log"
     check "the package installs leader_election.control and pg_leader" \
         test -f "$("$PG_CONFIG" --sharedir)/extension/leader_election.control" -a -x "$bindir/pg_leader"
-    check "pg_leader --version names version $extversion" sh -c "'$bindir/pg_leader' --version | grep -qF '$extversion'"
+    check "pg_leader --version names version $extversion" sh -c "'$bindir/pg_leader' --version | grep -qF -- '$extversion'"
 
     # A clean cluster directory owned by postgres, its socket there, a random port.
     mkdir "$work/data" && chown postgres: "$work/data" && chmod 700 "$work/data"

@@ -10,6 +10,9 @@
 #   test/run.sh tap [FILES...]   only TAP tests (test/t/), or the ones named
 #   test/run.sh bench            the benchmark (test/bench/run.sh; no timing
 #                                assertion, prints a table; not part of "everything")
+#   test/run.sh bench-wait       the server-side wait (test/bench/wait.sh: 100
+#                                waiters on one key, release and expiry handovers;
+#                                no timing assertion, not part of "everything")
 #   test/run.sh bench-scale      the scale benchmark (test/bench/scale.sh:
 #                                1M leases, 200 candidates on one key, constant renewal,
 #                                history churn; ~7 min; no timing assertion, not part of
@@ -115,6 +118,7 @@ case "$what" in
          fi ;;
     bench) PG_CONFIG="$PG_CONFIG" "$here/test/bench/run.sh" 2>&1 | tee -a "$log"
         [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
+    bench-wait) PG_CONFIG="$PG_CONFIG" "$here/test/bench/wait.sh" 2>&1 | tee -a "$log" ;;
     bench-scale) PG_CONFIG="$PG_CONFIG" "$here/test/bench/scale.sh" 2>&1 | tee -a "$log"
         [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
     ha) le_as_pg env PG_CONFIG="$PG_CONFIG" "$work/test/ha/run.sh" 2>&1 | tee -a "$log"
@@ -137,7 +141,7 @@ case "$what" in
         le_as_pg env LE_CONFORMANCE_ARGS="${*:---reps 20}" make -C "$work" -s PG_CONFIG="$PG_CONFIG" \
             installcheck-tap PROVE_FLAGS=-v PROVE_TESTS=test/t/142_conformance.pl 2>&1 | tee -a "$log"
         [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
-    *) echo "usage: test/run.sh [all|regress|isolation|tap [FILES...]|bench|bench-scale|package|ha|chaos [--minutes N]|conformance [OPTIONS]]" >&2; exit 2 ;;
+    *) echo "usage: test/run.sh [all|regress|isolation|tap [FILES...]|bench|bench-wait|bench-scale|package|ha|chaos [--minutes N]|conformance [OPTIONS]]" >&2; exit 2 ;;
 esac
 
 # Show what failed, from the copy the tests ran in.

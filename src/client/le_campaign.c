@@ -49,7 +49,58 @@ typedef struct campaign
 	bool		observe_due;	/* a notification asked for a read of the lease */
 	int64_t		last_observe;	/* when the lease was last read */
 	bool		watching;		/* le_watch succeeded on this connection */
+	int			server_wait;	/* le_acquire waits in the server: -1 not known yet */
 } campaign;
+
+/*
+ * Longest server-side wait of one le_acquire: at most the retry interval, a
+ * quarter of the ttl (the client counts its lease from the moment it sent
+ * the call, so a grant late in the wait shortens its first period by up to
+ * this), half the statement timeout, and the campaign slice (a stop waits
+ * for the call to return).
+ */
+static int64_t
+server_wait_ms(const le_elector *e)
+{
+	int64_t		ms = e->cfg.retry_ms;
+
+	if (ms > e->cfg.ttl_ms / 4)
+		ms = e->cfg.ttl_ms / 4;
+	if (ms > e->cfg.statement_timeout_ms / 2)
+		ms = e->cfg.statement_timeout_ms / 2;
+	if (ms > LE_CAMPAIGN_SLICE_MS)
+		ms = LE_CAMPAIGN_SLICE_MS;
+	return ms;
+}
+
+/*
+ * Does this connection's server have le_acquire's wait (extension 1.1)?
+ * Asked once per connection; an error counts as no (the 1.0 way: polls
+ * and NOTIFY).
+ */
+static bool
+has_server_wait(campaign *c)
+{
+	le_elector *e = c->e;
+	const char *values[1] = {e->sig_acquire_wait};
+	char		msg[512] = "";
+	bool		broken,
+				timedout;
+	PGresult   *r;
+
+	if (c->server_wait >= 0)
+		return c->server_wait == 1;
+	r = le_exec_bounded(c->conn, e->sql_has_wait, 1, values,
+						le_monotonic_ms() + e->cfg.statement_timeout_ms, msg, sizeof(msg),
+						&broken, &timedout);
+	c->server_wait = r != NULL && PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1 &&
+		strcmp(PQgetvalue(r, 0, 0), "t") == 0;
+	PQclear(r);
+	if (c->server_wait)
+		le_notice(e, "the server waits for the lease (le_acquire with wait, up to %" PRId64 " ms per call)",
+				  server_wait_ms(e));
+	return c->server_wait == 1;
+}
 
 /*
  * The retry interval with jitter, doubled per consecutive failure, capped
@@ -84,6 +135,7 @@ drop_conn(campaign *c)
 		PQfinish(c->conn);
 	c->conn = NULL;
 	c->watching = false;
+	c->server_wait = -1;
 }
 
 /* Count an answered (or failed) acquire attempt; wakes le_elector_wait_attempt. */
@@ -169,6 +221,9 @@ handle_notifies(campaign *c)
 			bool		leading;
 			int64_t		lost;
 
+			/* "metadata" (1.1): the holder set new metadata, like "acquired" a holder's news */
+			bool		holder_news = strcmp(n.event, "acquired") == 0 || strcmp(n.event, "metadata") == 0;
+
 			pthread_mutex_lock(&e->mu);
 			leading = e->state == LE_LEADING;
 			lost = e->lost_token;
@@ -178,7 +233,7 @@ handle_notifies(campaign *c)
 			 * check.
 			 */
 			if (leading &&
-				!(strcmp(n.event, "acquired") == 0 && n.has_holder &&
+				!(holder_news && n.has_holder &&
 				  strcmp(n.holder, e->owner_id) == 0 && n.has_token && n.token == e->token))
 			{
 				e->renew_now = true;
@@ -188,7 +243,7 @@ handle_notifies(campaign *c)
 			if (!leading)
 				c->observe_due = true;
 			/* a release of our own last token is ours: wait for the retry interval */
-			if (!leading && strcmp(n.event, "acquired") != 0 &&
+			if (!leading && !holder_news &&
 				!(n.has_token && n.token == lost))
 			{
 				/* maybe free now: campaign at once, spread a little */
@@ -219,7 +274,11 @@ static void
 campaign_once(campaign *c)
 {
 	le_elector *e = c->e;
-	const char *values[3] = {e->lease_key, e->owner_id, e->ttl_text};
+	char		wait_text[48];
+	const char *values[5] = {e->lease_key, e->owner_id, e->ttl_text, wait_text, e->metadata};
+	bool		v11 = has_server_wait(c);
+	int64_t		wait_ms = v11 ? server_wait_ms(e) : 0;
+	bool		waits = wait_ms > 0;
 	char		msg[512] = "";
 	int64_t		t_send = le_monotonic_ms();
 	PGresult   *r;
@@ -234,7 +293,9 @@ campaign_once(campaign *c)
 	bool		new_period = true;
 
 	c->last_attempt = t_send;
-	r = le_exec_bounded(c->conn, e->sql_acquire, 3, values, t_send + e->cfg.statement_timeout_ms,
+	snprintf(wait_text, sizeof(wait_text), "%" PRId64 " milliseconds", wait_ms);
+	r = le_exec_bounded(c->conn, v11 ? e->sql_acquire_wait : e->sql_acquire, v11 ? 5 : 3, values,
+						t_send + wait_ms + e->cfg.statement_timeout_ms,
 						msg, sizeof(msg), &broken, &timedout);
 	c_acq = r ? col(r, "acquired") : -1;
 	c_tok = r ? col(r, "fencing_token") : -1;
@@ -278,7 +339,9 @@ campaign_once(campaign *c)
 		if (changed)
 			observe_lease(c);
 		count_attempt(e);
-		c->next_attempt = le_monotonic_ms() + le_jittered(&e->rng, e->cfg.retry_ms, e->cfg.retry_jitter_pct);
+		/* after a wait in the server, the next one follows at once */
+		c->next_attempt = le_monotonic_ms() +
+			(waits ? 0 : le_jittered(&e->rng, e->cfg.retry_ms, e->cfg.retry_jitter_pct));
 		return;
 	}
 
@@ -444,7 +507,7 @@ sleep_campaign(campaign *c, bool leading)
 void *
 le_campaign_main(void *arg)
 {
-	campaign	cs = {.e = arg};
+	campaign	cs = {.e = arg, .server_wait = -1};
 	campaign   *c = &cs;
 	le_elector *e = c->e;
 	char		msg[512];

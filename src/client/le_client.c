@@ -65,14 +65,9 @@ le_elector_create(const le_config *cfg, char *err, size_t errlen)
 		le_set_err(err, errlen, "owner id must be 1 to %d bytes", LE_MAX_OWNER_LEN);
 		return NULL;
 	}
-	if (!le_valid_utf8(c.lease_key))
+	if (!le_valid_utf8(c.lease_key) || (c.owner_id != NULL && !le_valid_utf8(c.owner_id)))
 	{
-		le_set_err(err, errlen, "lease key is not valid UTF-8");
-		return NULL;
-	}
-	if (c.owner_id != NULL && !le_valid_utf8(c.owner_id))
-	{
-		le_set_err(err, errlen, "owner id is not valid UTF-8");
+		le_set_err(err, errlen, "%s is not valid UTF-8", le_valid_utf8(c.lease_key) ? "owner id" : "lease key");
 		return NULL;
 	}
 	if (c.ttl_ms < 100 || c.ttl_ms > (int64_t) 30 * 24 * 3600 * 1000)
@@ -159,12 +154,15 @@ le_elector_create(const le_config *cfg, char *err, size_t errlen)
 	e->conninfo = strdup(c.conninfo);
 	e->lease_key = strdup(c.lease_key);
 	e->owner_id = strdup(c.owner_id);
+	e->metadata = c.metadata ? strdup(c.metadata) : NULL;
+	e->cfg.metadata = e->metadata;
 	e->cfg.conninfo = e->conninfo;
 	e->cfg.lease_key = e->lease_key;
 	e->cfg.owner_id = e->owner_id;
 	snprintf(e->ttl_text, sizeof(e->ttl_text), "%" PRId64 " milliseconds", c.ttl_ms);
 	e->rng = le_random_u64() | 1;
 	if (e->conninfo == NULL || e->lease_key == NULL || e->owner_id == NULL ||
+		(c.metadata != NULL && e->metadata == NULL) ||
 		pipe2(e->wake, O_NONBLOCK | O_CLOEXEC) != 0 ||
 		(e->timer_fd = timerfd_create(CLOCK_BOOTTIME, TFD_NONBLOCK | TFD_CLOEXEC)) < 0 ||
 		(e->timer_wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
@@ -180,7 +178,9 @@ le_elector_create(const le_config *cfg, char *err, size_t errlen)
 		le_free_conn_params(e->conn_kw, e->conn_val);
 		free(e->conninfo);
 		free(e->lease_key);
+	free(e->metadata);
 		free(e->owner_id);
+		free(e->metadata);
 		free(e);
 		return NULL;
 	}
@@ -206,6 +206,18 @@ build_sql(le_elector *e, PGconn *c, const char *schema)
 				  " FROM %s.le_acquire($1, $2, $3::pg_catalog.interval) a", q) >= 0;
 	if (!ok)
 		e->sql_acquire = NULL;
+	ok = ok && asprintf(&e->sql_acquire_wait,
+						"SELECT a.*, " LE_ISO("a.expires_at") " AS expires_iso"
+						" FROM %s.le_acquire($1, $2, $3::pg_catalog.interval, $4::pg_catalog.interval,"
+						" $5::pg_catalog.jsonb) a",
+						q) >= 0;
+	if (!ok)
+		e->sql_acquire_wait = NULL;
+	ok = ok && asprintf(&e->sig_acquire_wait,
+						"%s.le_acquire(text,text,interval,interval,jsonb)", q) >= 0;
+	if (!ok)
+		e->sig_acquire_wait = NULL;
+	ok = ok && (e->sql_has_wait = strdup("SELECT pg_catalog.to_regprocedure($1) IS NOT NULL")) != NULL;
 	ok = ok && asprintf(&e->sql_renew,
 						"SELECT " LE_ISO("%s.le_renew($1, $2, $3::pg_catalog.int8, $4::pg_catalog.interval)"),
 						q) >= 0;
@@ -225,6 +237,39 @@ build_sql(le_elector *e, PGconn *c, const char *schema)
 		e->sql_watch = NULL;
 	PQfreemem(q);
 	return ok;
+}
+
+/*
+ * Metadata to publish: the server must have the 1.1 le_acquire, and parse
+ * it as jsonb.  LE_ERR_CONFIG otherwise (a permanent error: retrying would
+ * not help).
+ */
+static le_result
+check_metadata(le_elector *e, PGconn *conn, char *err, size_t errlen)
+{
+	const char *values[2] = {e->sig_acquire_wait, e->metadata};
+	char		msg[512] = "";
+	bool		broken,
+				timedout;
+	PGresult   *r;
+	le_result	rc = LE_OK;
+
+	r = le_exec_bounded(conn, "SELECT pg_catalog.to_regprocedure($1) IS NOT NULL, $2::pg_catalog.jsonb IS NOT NULL",
+						2, values, le_monotonic_ms() + e->cfg.statement_timeout_ms,
+						msg, sizeof(msg), &broken, &timedout);
+	if (r == NULL || PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
+	{
+		le_set_err(err, errlen, "metadata refused by the server: %s%s%s", le_sqlstate_of(r),
+				   le_sqlstate_of(r)[0] ? ": " : "", msg);
+		rc = broken || timedout ? LE_ERR_CONNECT : LE_ERR_CONFIG;
+	}
+	else if (strcmp(PQgetvalue(r, 0, 0), "t") != 0)
+	{
+		le_set_err(err, errlen, "metadata needs leader_election 1.1 on the server (ALTER EXTENSION leader_election UPDATE)");
+		rc = LE_ERR_CONFIG;
+	}
+	PQclear(r);
+	return rc;
 }
 
 /* Tell the threads to end and join those that were started (not the dispatcher). */
@@ -302,6 +347,11 @@ le_elector_start(le_elector *e, char *err, size_t errlen)
 		le_set_err(err, errlen, "out of memory");
 		PQfinish(conn);
 		return LE_ERR_SYSTEM;
+	}
+	if (e->metadata != NULL && (rc = check_metadata(e, conn, err, errlen)) != LE_OK)
+	{
+		PQfinish(conn);
+		return rc;
 	}
 	e->camp_conn = conn;
 	e->started = true;
@@ -538,12 +588,16 @@ le_elector_destroy(le_elector *e)
 	pthread_cond_destroy(&e->cv);
 	le_free_conn_params(e->conn_kw, e->conn_val);
 	free(e->sql_acquire);
+	free(e->sql_acquire_wait);
+	free(e->sig_acquire_wait);
+	free(e->sql_has_wait);
 	free(e->sql_renew);
 	free(e->sql_release);
 	free(e->sql_observe);
 	free(e->sql_watch);
 	free(e->conninfo);
 	free(e->lease_key);
+	free(e->metadata);
 	free(e->owner_id);
 	free(e);
 }

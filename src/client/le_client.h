@@ -134,6 +134,13 @@ typedef struct le_config
 	le_new_leader_cb on_new_leader;
 	le_notice_cb on_notice;
 	void	   *cb_arg;
+
+	/*
+	 * JSON published with each grant (le_leases.metadata; needs extension
+	 * 1.1 on the server), NULL: none.  Checked by le_elector_start: invalid
+	 * JSON or a 1.0 server is LE_ERR_CONFIG.
+	 */
+	const char *metadata;
 } le_config;
 
 /* Snapshot of an elector's state (le_elector_status). */

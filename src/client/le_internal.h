@@ -80,10 +80,14 @@ struct le_elector
 	char	   *conninfo;
 	char	   *lease_key;
 	char	   *owner_id;
+	char	   *metadata;		/* cfg.metadata copied, or NULL */
 	char		ttl_text[48];	/* ttl as an interval literal */
 	const char **conn_kw;		/* connection keywords (DSN + defaults) */
 	const char **conn_val;
 	char	   *sql_acquire;
+	char	   *sql_acquire_wait;	/* with a server-side wait (1.1) */
+	char	   *sql_has_wait;	/* is the 1.1 le_acquire installed? */
+	char	   *sig_acquire_wait;	/* its signature, for sql_has_wait */
 	char	   *sql_renew;
 	char	   *sql_release;
 	char	   *sql_observe;

@@ -1192,6 +1192,8 @@ help(void)
 		   "  -l, --lease=KEY          lease key\n"
 		   "      --owner=ID           owner id (default: host-pid-random)\n"
 		   "      --ttl=DURATION       lease duration (default 15s)\n"
+		   "      --metadata=JSON      published with the lease while leading (le_leases.metadata;\n"
+		   "                           the server checks it; needs extension 1.1)\n"
 		   "      --renew=DURATION     renewal interval (default (ttl-margin-100ms-grace)/3;\n"
 		   "                           at most (ttl-margin-100ms-grace)/2)\n"
 		   "      --retry=DURATION     campaign interval while not leading (default 2s, +/- jitter)\n"
@@ -1305,6 +1307,7 @@ typedef struct options
 	int64_t		wait_timeout;
 	int64_t		max_runtime;
 	const char *heartbeat_file;
+	const char *metadata;		/* --metadata JSON, NULL: none */
 	int64_t		heartbeat_timeout;
 	int64_t		timeout;
 	bool		grace_set;
@@ -1413,6 +1416,11 @@ set_option(options *o, int c)
 		case 23:
 			o->poll = duration_arg("poll", optarg);
 			break;
+		case 24:
+			if (strlen(optarg) > 4000)
+				usage_error("--metadata is longer than 4000 bytes");
+			o->metadata = optarg;
+			break;
 		case 19:
 			{
 				/* created empty now: a reader sees "" until pg_leader exits */
@@ -1469,6 +1477,7 @@ parse_options(int argc, char **argv, options *o)
 		{"svg", required_argument, NULL, 21},
 		{"since", required_argument, NULL, 22},
 		{"poll", required_argument, NULL, 23},
+		{"metadata", required_argument, NULL, 24},
 		{"version", no_argument, NULL, 'V'},
 		{"verbose", no_argument, NULL, 'v'},
 		{"help", no_argument, NULL, 'h'},
@@ -1798,8 +1807,11 @@ cmd_status(const options *o)
 			 "pg_catalog.to_char(pg_catalog.timezone('UTC', expires_at), 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), "
 			 "is_valid, pg_catalog.round(seconds_remaining::pg_catalog.numeric, 1), transitions, "
 			 "holder_role, "
-			 "pg_catalog.to_char(pg_catalog.timezone('UTC', acquired_at), 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') "
-			 "FROM %s.le_leases WHERE $1::pg_catalog.text IS NULL OR lease_key OPERATOR(pg_catalog.=) $1 "
+			 "pg_catalog.to_char(pg_catalog.timezone('UTC', acquired_at), 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), "
+			 /* the metadata column of 1.1, NULL under 1.0 */
+			 "CASE WHEN (pg_catalog.to_jsonb(l) OPERATOR(pg_catalog.->>) 'metadata') IS NOT NULL "
+			 "THEN (pg_catalog.to_jsonb(l) OPERATOR(pg_catalog.->) 'metadata')::pg_catalog.text END "
+			 "FROM %s.le_leases l WHERE $1::pg_catalog.text IS NULL OR lease_key OPERATOR(pg_catalog.=) $1 "
 			 "ORDER BY lease_key", schema_q);
 	r = exec_or_exit(conn, "status query", sql, 1, params, deadline, o->timeout);
 	n = PQntuples(r);
@@ -1830,9 +1842,10 @@ cmd_status(const options *o)
 				printf("null");
 			else
 				json_str(stdout, PQgetvalue(r, i, 3));
-			printf(",\"is_valid\":%s,\"seconds_remaining\":%s,\"transitions\":%s}",
+			printf(",\"is_valid\":%s,\"seconds_remaining\":%s,\"transitions\":%s,\"metadata\":%s}",
 				   strcmp(PQgetvalue(r, i, 4), "t") == 0 ? "true" : "false",
-				   PQgetvalue(r, i, 5), PQgetvalue(r, i, 6));
+				   PQgetvalue(r, i, 5), PQgetvalue(r, i, 6),
+				   PQgetisnull(r, i, 9) ? "null" : PQgetvalue(r, i, 9));
 		}
 		printf("]\n");
 	}
@@ -1848,24 +1861,27 @@ cmd_status(const options *o)
 					wr = col_width(r, 5, "remaining"),
 					wn = col_width(r, 6, "transitions");
 
-		printf("%-*s %-*s %-*s %*s %-*s %-*s %-5s %*s %*s\n", wk, "lease_key", wh, "holder", wo, "role",
-			   wt, "token", wa, "acquired_at", we, "expires_at", "valid", wr, "remaining", wn, "transitions");
+		printf("%-*s %-*s %-*s %*s %-*s %-*s %-5s %*s %*s %s\n", wk, "lease_key", wh, "holder", wo, "role",
+			   wt, "token", wa, "acquired_at", we, "expires_at", "valid", wr, "remaining", wn, "transitions",
+			   "metadata");
 		for (int i = 0; i < n; i++)
 		{
 			char		key[1024],
 						holder[1024],
-						role[1024];
+						role[1024],
+						meta[4200];
 
 			/* escape control characters so that a value cannot forge a row */
 			text_buf(key, sizeof(key), PQgetvalue(r, i, 0));
 			text_buf(holder, sizeof(holder), PQgetisnull(r, i, 1) ? "-" : PQgetvalue(r, i, 1));
 			text_buf(role, sizeof(role), PQgetisnull(r, i, 7) ? "-" : PQgetvalue(r, i, 7));
-			printf("%-*s %-*s %-*s %*s %-*s %-*s %-5s %*s %*s\n", wk, key, wh, holder, wo, role,
+			text_buf(meta, sizeof(meta), PQgetisnull(r, i, 9) ? "-" : PQgetvalue(r, i, 9));
+			printf("%-*s %-*s %-*s %*s %-*s %-*s %-5s %*s %*s %s\n", wk, key, wh, holder, wo, role,
 				   wt, PQgetvalue(r, i, 2),
 				   wa, PQgetisnull(r, i, 8) ? "-" : PQgetvalue(r, i, 8),
 				   we, PQgetisnull(r, i, 3) ? "-" : PQgetvalue(r, i, 3),
 				   strcmp(PQgetvalue(r, i, 4), "t") == 0 ? "yes" : "no",
-				   wr, PQgetvalue(r, i, 5), wn, PQgetvalue(r, i, 6));
+				   wr, PQgetvalue(r, i, 5), wn, PQgetvalue(r, i, 6), meta);
 		}
 	}
 	PQclear(r);
@@ -2296,6 +2312,7 @@ run_create_elector(run_state *rs)
 	cfg.lease_key = o->lease;
 	cfg.owner_id = o->owner;
 	cfg.ttl_ms = o->ttl;
+	cfg.metadata = o->metadata;
 	cfg.renew_ms = o->renew;
 	cfg.retry_ms = o->retry;
 	cfg.retry_jitter_pct = o->jitter;
@@ -2371,8 +2388,10 @@ run_start_elector(run_state *rs)
 		log_plain_error(err);
 		log_flush(LOG_EXIT_FLUSH_MS);
 		le_elector_destroy(rs->e);
+		/* LE_ERR_CONFIG: what the server refused of the options (--metadata) */
 		return rc == LE_ERR_NO_EXTENSION ? EXIT_NO_EXTENSION :
-			rc == LE_ERR_CONNECT ? EXIT_CONNECT : EXIT_INTERNAL;
+			rc == LE_ERR_CONNECT ? EXIT_CONNECT :
+			rc == LE_ERR_CONFIG ? EXIT_USAGE : EXIT_INTERNAL;
 	}
 	log_event("campaigning", 0, NULL, NULL, "ttl %" PRId64 "ms, grace %" PRId64 "ms, renew %" PRId64 "ms",
 			  o->ttl, o->grace, o->renew);

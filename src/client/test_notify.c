@@ -80,6 +80,12 @@ main(void)
 			  n.has_holder && strcmp(n.holder, "a") == 0 && n.has_token && n.token == 42 &&
 			  strcmp(n.expires_at, "2026-01-01T00:00:00.000Z") == 0, "its fields");
 	}
+	if (accept_note("{\"event\":\"acquired\",\"lease_key\":\"k\",\"holder\":\"a\",\"fencing_token\":43,\"expires_at\":\"2026-01-01T00:00:00.000Z\",\"metadata\":{\"addr\": \"10.0.0.5:8080\", \"tags\": [1, null]}}",
+					&n, "a 1.1 payload: metadata last"))
+		check(n.has_token && n.token == 43 && strcmp(n.holder, "a") == 0, "the 1.0 members read as before");
+	if (accept_note("{\"event\":\"metadata\",\"lease_key\":\"k\",\"holder\":\"a\",\"fencing_token\":43,\"expires_at\":\"2026-01-01T00:00:00.000Z\",\"metadata\":\"x\"}",
+					&n, "a 1.1 metadata event"))
+		check(strcmp(n.event, "metadata") == 0, "its event");
 	if (accept_note(" { \"event\" : \"released\" ,\n\t\"lease_key\":\"k\", \"holder\": null, \"fencing_token\": null } ",
 					&n, "white space and nulls"))
 		check(!n.has_holder && !n.has_token, "null holder and token are absent");

@@ -341,7 +341,7 @@ CREATE EXTENSION IF NOT EXISTS leader_election;
 DO $$ BEGIN
   IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'rt_app') THEN CREATE ROLE rt_app LOGIN; END IF;
 END $$;
-GRANT EXECUTE ON FUNCTION le_acquire(text, text, interval), le_renew(text, text, bigint, interval),
+GRANT EXECUTE ON FUNCTION le_acquire(text, text, interval, interval, jsonb), le_renew(text, text, bigint, interval),
   le_release(text, text, bigint), le_fence_check(text, bigint),
   le_schedule_job(text, bigint, text, text, timestamptz, jsonb, integer) TO rt_app;
 CREATE TABLE rt_obs (id bigserial PRIMARY KEY, at timestamptz NOT NULL DEFAULT clock_timestamp(),

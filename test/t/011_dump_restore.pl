@@ -20,7 +20,7 @@ my $node = le_node('dump', dbs => ['src']);
 $node->safe_psql('postgres', 'CREATE ROLE app LOGIN');
 $node->safe_psql(
 	'src', q{
-GRANT EXECUTE ON FUNCTION le_acquire(text, text, interval), le_renew(text, text, bigint, interval),
+GRANT EXECUTE ON FUNCTION le_acquire(text, text, interval, interval, jsonb), le_renew(text, text, bigint, interval),
 	le_release(text, text, bigint) TO app;
 });
 

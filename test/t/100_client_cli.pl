@@ -149,7 +149,7 @@ ok(wait_for(sub { !alive($gpid) }, 10), 'after SIGKILL of the wrapper its watchd
 # --- a renewal error that retrying cannot fix: renew_failed, as a non-superuser ---
 $node->safe_psql('postgres', q{
 	CREATE ROLE alice LOGIN;
-	GRANT EXECUTE ON FUNCTION le_acquire(text, text, interval), le_renew(text, text, bigint, interval),
+	GRANT EXECUTE ON FUNCTION le_acquire(text, text, interval, interval, jsonb), le_renew(text, text, bigint, interval),
 		le_release(text, text, bigint) TO alice;
 });
 (my $alice = $dsn) =~ s/$/ user=alice/;
@@ -169,13 +169,19 @@ is($ev[-1][0], 'stop', 'the command was stopped');
 my $tok = $node->safe_psql('postgres', "SELECT fencing_token FROM le_acquire('rel-key', 'o1', '1 minute')");
 ($rc, $out) = cli('status', '-d', $dsn);
 is($rc, 0, 'status exits 0');
-like($out, qr/^lease_key\s+holder\s+role\s+token\s+acquired_at\s+expires_at\s+valid\s+remaining\s+transitions$/m, 'status table header');
+like($out, qr/^lease_key\s+holder\s+role\s+token\s+acquired_at\s+expires_at\s+valid\s+remaining\s+transitions\s+metadata$/m, 'status table header');
 like($out, qr/^rel-key\s+o1\s+\S+\s+$tok\s+\S+Z\s+\S+Z\s+yes\s/m, 'status table row');
 ($rc, $out) = cli('status', '-d', $dsn, '-l', 'rel-key', '--json');
 my $st = decode_json($out);
 is(scalar @$st, 1, 'status --json -l KEY: one lease');
 is($st->[0]{holder} . ' ' . $st->[0]{fencing_token} . ' ' . ($st->[0]{is_valid} ? 'valid' : 'invalid'),
 	"o1 $tok valid", 'status --json fields');
+is($st->[0]{metadata}, undef, 'status --json: no metadata published');
+$node->safe_psql('postgres', qq{SELECT le_set_metadata('rel-key', 'o1', $tok, '{"addr": "10.0.0.5:8080"}')});
+($rc, $out) = cli('status', '-d', $dsn, '-l', 'rel-key', '--json');
+is(decode_json($out)->[0]{metadata}{addr}, '10.0.0.5:8080', 'status --json shows the metadata as JSON');
+($rc, $out) = cli('status', '-d', $dsn, '-l', 'rel-key');
+like($out, qr/^rel-key\s.*\{"addr": "10.0.0.5:8080"\}$/m, 'status shows the metadata last');
 ($rc, $out, $err) = cli('status', '-d', $dsn, '-l', 'no-such-key');
 is($rc, 1, 'status of an unknown lease exits 1');
 
@@ -186,6 +192,17 @@ is($rc, 0, 'release with the right owner and token exits 0');
 is(lease_state($node, 'rel-key'), "-|$tok|f", 'lease released');
 ($rc, $out, $err) = cli('release', '-d', $dsn, '-l', 'rel-key', '--owner', 'o1');
 is($rc, 64, 'release without --token: bad usage');
+
+# --- run --metadata ----------------------------------------------------------------
+($rc, $out, $err) = cli('run', '-d', $dsn, '-l', 'meta-key', '--ttl', '5s', '--metadata', '{"addr": "10.0.0.5:8080"}',
+	'--', 'sh', '-c', "psql -XAtq -d '$dsn' -c \"SELECT metadata->>'addr' FROM le_leases WHERE lease_key = 'meta-key'\" > $dir/meta.out");
+is($rc, 0, 'run --metadata: the command ran');
+is(slurp_file("$dir/meta.out"), "10.0.0.5:8080\n", 'while it led, the lease carried the metadata');
+is($node->safe_psql('postgres', "SELECT metadata IS NULL FROM le_leases WHERE lease_key = 'meta-key'"), 't',
+	'the release at its end cleared it');
+($rc, $out, $err) = cli('run', '-d', $dsn, '-l', 'meta-key', '--metadata', '{bad', '--', 'true');
+is($rc, 64, 'run --metadata with invalid JSON: bad usage (64)');
+like($err, qr/metadata refused by the server: 22P02/, 'with the server\'s SQLSTATE');
 
 # --- the C API, compiled against the built header and static library ----------
 SKIP:

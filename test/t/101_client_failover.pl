@@ -109,6 +109,10 @@ sub handover_gaps
 	note(sprintf('crash: SIGKILL -> new grant %.0f ms (target <= ttl + retry = %.0f ms)',
 		1000 * $latency, 1000 * ($ttl_s + $retry_s * 1.2)));
 	cmp_ok($latency, '<=', $ttl_s + $retry_s * 1.2 + 5, 'crash failover within ttl + retry (+ generous slack)');
+	# With the server-side wait (1.1) the follower is woken at the expiry.
+	note(sprintf('crash: kA\'s expiry -> kB\'s grant %.1f ms (server clock; server-side wait, target <= 100 ms)',
+		1000 * ($h[-1][2] - $h[-2][3])));
+	ok(log_has($b, qr/the server waits for the lease/), 'kB waits in the server (extension 1.1)');
 	cmp_ok($h[-1][1], '>', $h[-2][1], 'kB\'s token is higher than kA\'s');
 	is($h[-2][4], 'expired', 'kA\'s period ended as expired');
 	kill 'TERM', $b->{pid};

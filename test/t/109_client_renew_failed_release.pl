@@ -18,7 +18,7 @@ use LeClientTest;
 my ($node, $dsn, $dir) = start_node('client_renew_failed');
 $node->safe_psql('postgres', q{
 	CREATE ROLE alice LOGIN;
-	GRANT EXECUTE ON FUNCTION le_acquire(text, text, interval), le_renew(text, text, bigint, interval),
+	GRANT EXECUTE ON FUNCTION le_acquire(text, text, interval, interval, jsonb), le_renew(text, text, bigint, interval),
 		le_release(text, text, bigint) TO alice;
 });
 (my $alice = $dsn) =~ s/$/ user=alice/;

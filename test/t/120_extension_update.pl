@@ -100,7 +100,7 @@ $node->safe_psql('postgres', 'CREATE DATABASE fresh');
 $node->safe_psql('fresh', 'CREATE EXTENSION leader_election');
 my $fresh = $node->safe_psql('fresh', $describe);
 cmp_ok(scalar(split /\n/, $fresh), '>', 50, 'a fresh install describes its objects');
-like($fresh, qr/^function le_acquire\(text,text,interval\) /m, 'the description holds function definitions');
+like($fresh, qr/^function le_acquire\(text,text,interval,interval,jsonb\) /m, 'the description holds function definitions');
 like($fresh, qr/^relation le_leases kind=v .* view=/m, 'and view definitions');
 
 for my $from (@versions)
@@ -119,6 +119,32 @@ for my $from (@versions)
 	ok(defined $node->safe_psql($db, "SELECT le_renew('update-check', 'o', $token, '1 hour')"),
 		"$from: the holder renews with its token $token after the update");
 }
+
+# le_acquire changed its signature in 1.1 (DROP and CREATE): a role that
+# le_grant gave the campaign use under 1.0 keeps calling it after the
+# update, and may publish metadata; a 1.0 catalog not yet updated calls the
+# same C entry point with three arguments.
+$node->safe_psql('postgres', 'CREATE DATABASE grants_1_0');
+$node->safe_psql('grants_1_0', q{
+	CREATE ROLE regress_le_campaigner;
+	CREATE EXTENSION leader_election VERSION '1.0';
+	SELECT le_grant('regress_le_campaigner', 'campaign');
+});
+is($node->safe_psql('grants_1_0', q{
+	SET ROLE regress_le_campaigner;
+	SELECT acquired FROM le_acquire('acl-check', 'o', '1 hour');
+	SELECT le_release('acl-check', 'o', fencing_token) FROM le_leases WHERE lease_key = 'acl-check'}),
+	"t\nt", 'under 1.0 (new library), the campaign role acquires and releases');
+$node->safe_psql('grants_1_0', 'ALTER EXTENSION leader_election UPDATE');
+is($node->safe_psql('grants_1_0', q{
+	SET ROLE regress_le_campaigner;
+	SELECT acquired FROM le_acquire('acl-check', 'o', '1 hour', wait => '1 second',
+	                                metadata => '{"addr": "10.0.0.5:8080"}');
+	SELECT le_set_metadata('acl-check', 'o', fencing_token, '{"addr": "10.0.0.5:8081"}')
+	  FROM le_leases WHERE lease_key = 'acl-check';
+	SELECT metadata->>'addr' FROM le_leases WHERE lease_key = 'acl-check'}),
+	"t\n\n10.0.0.5:8081", 'after the update, the campaign role calls the new le_acquire and le_set_metadata');
+$node->safe_psql('grants_1_0', 'DROP EXTENSION leader_election; DROP ROLE regress_le_campaigner');
 
 done_testing();
 

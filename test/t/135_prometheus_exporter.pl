@@ -1,4 +1,4 @@
-# G13, G5: the real prometheus-postgres-exporter, given
+# G14, G5: the real prometheus-postgres-exporter, given
 # monitoring/queries.yaml and a role with le_grant(role, 'monitor') only,
 # serves the exact figures of a scripted scenario: periods granted,
 # expiries and force releases per lease, the current token and holder, the
@@ -22,9 +22,11 @@ use LeNode;
 
 my $exporter = '/usr/bin/prometheus-postgres-exporter';
 my $promtool = '/usr/bin/promtool';
-# test/lib/prereq.sh installs both for the suite: a missing one fails this test.
-die "prometheus-postgres-exporter not installed at $exporter" unless -x $exporter;
-die "promtool not installed at $promtool (apt-get install prometheus)" unless -x $promtool;
+# The suite installs both: missing, they fail this test rather than skip it.
+for my $bin ($exporter, $promtool)
+{
+	ok(-x $bin, "$bin is installed") or die "$bin is missing: install prometheus-postgres-exporter and prometheus";
+}
 
 my $monitoring = "$FindBin::Bin/../../monitoring";
 

@@ -1,4 +1,4 @@
-# G13, G8: the counts of refused writes (le_fence_refusals, shared memory)
+# G14, G8: the counts of refused writes (le_fence_refusals, shared memory)
 # are kept per database: a database that refuses writes in more tables than
 # there are counter slots counts the rest in its own overflow row, and
 # another database sees neither its rows nor its overflow.  The slots of

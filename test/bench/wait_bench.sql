@@ -1,0 +1,58 @@
+-- The waiters of test/bench/wait.sh and the report of their handovers.
+
+-- Waits that ran out and came back refused, per key.
+CREATE TABLE wait_bench_refusals (key text, at timestamptz DEFAULT clock_timestamp());
+
+-- Campaign for key as owner until key has had total periods: le_acquire
+-- with a wait, then (mode) release after a short hold, abandon the lease
+-- (ttl short_ttl, not released, not renewed) or, mixed, either at random.
+-- Commits after every call, so that each grant and release is visible.
+CREATE PROCEDURE wait_bench_waiter(key text, owner text, mode text, total int, short_ttl interval)
+LANGUAGE plpgsql AS $$
+DECLARE
+    got boolean;
+    abandon boolean;
+BEGIN
+    LOOP
+        EXIT WHEN (SELECT count(*) FROM le_lease_history h WHERE h.lease_key = key) >= total;
+        abandon := mode = 'expire' OR (mode = 'mixed' AND random() < 0.5);
+        SELECT a.acquired INTO got
+          FROM le_acquire(key, owner, CASE WHEN abandon THEN short_ttl ELSE '10 seconds' END,
+                          wait => '60 seconds') AS a;
+        IF NOT got THEN
+            INSERT INTO wait_bench_refusals (key) VALUES (key);
+        END IF;
+        COMMIT;
+        IF got AND abandon THEN
+            -- let it lapse: no renewal, no release, no call until after it expired
+            PERFORM pg_sleep(extract(epoch FROM short_ttl) + 0.01);
+        ELSIF got THEN
+            PERFORM pg_sleep(CASE WHEN mode = 'mixed' THEN random() * 0.01 ELSE 0.002 END);
+            PERFORM le_release(key, owner, l.fencing_token) FROM le_leases l WHERE l.lease_key = key;
+            COMMIT;
+        END IF;
+    END LOOP;
+END $$;
+
+-- From each period's end (release, or the expiry in force) to the next
+-- grant, on the server clock: count, p50, p99, max in ms, the refusals
+-- returned per handover, the kinds of end seen, and the gaps over 100 ms.
+CREATE FUNCTION wait_bench_report(k text, OUT n bigint, OUT p50 numeric, OUT p99 numeric,
+                                  OUT max_ms numeric, OUT refusals numeric, OUT ended text,
+                                  OUT over_100ms bigint)
+LANGUAGE sql AS $$
+WITH p AS (
+    SELECT ended_at, end_reason, lead(acquired_at) OVER (ORDER BY fencing_token) AS next_at
+      FROM le_lease_history WHERE lease_key = k),
+g AS (
+    SELECT extract(epoch FROM next_at - ended_at) * 1000 AS ms, end_reason
+      FROM p WHERE next_at IS NOT NULL AND ended_at IS NOT NULL)
+SELECT count(*),
+       round(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)::numeric, 2),
+       round(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)::numeric, 2),
+       round(max(ms)::numeric, 2),
+       round((SELECT count(*) FROM wait_bench_refusals r WHERE r.key = k)::numeric / greatest(count(*), 1), 3),
+       string_agg(DISTINCT end_reason, '+'),
+       count(*) FILTER (WHERE ms > 100)
+  FROM g
+$$;

@@ -1,0 +1,166 @@
+# G13 and G9: the server-side wait of le_acquire(..., wait) outside what
+# an isolation spec can show.  pg_terminate_backend of a sleeping waiter
+# ends it with nothing held and the lease untouched; a waiter inside a
+# transaction block that holds another lease is not ended by the holder
+# deadline while it waits (it is inside a statement, not waiting for its
+# client); notifications carry the metadata as their last member; a hot
+# standby reads the metadata; and the wait works through PgBouncer in
+# transaction-pooling mode (no session state: the wait and its wake are
+# inside one statement).
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time);
+use FindBin;
+use lib $FindBin::Bin;
+use LeNode;
+
+my $node = le_node('wait', conf => "leader_election.notify = all\n", init => { allows_streaming => 1 });
+
+# A psql of its own, fed statements while it runs.
+sub session
+{
+	my ($connstr) = @_;
+	my ($in, $out, $err) = ('', '', '');
+	my $h = IPC::Run::start([ 'psql', '-XAtq', '-d', $connstr // $node->connstr('postgres') ],
+		'<', \$in, '>', \$out, '2>', \$err);
+	return { h => $h, in => \$in, out => \$out, err => \$err };
+}
+
+# Send sql to a session, then pump until its output (or error) matches re.
+sub send_until
+{
+	my ($s, $sql, $re, $what) = @_;
+	${ $s->{in} } .= $sql;
+	my $t = IPC::Run::timer(60);
+	$t->start;
+	$s->{h}->pump until ${ $s->{out} } =~ $re || ${ $s->{err} } =~ $re || $t->is_expired;
+	ok(!$t->is_expired, $what);
+}
+
+# Until a backend sleeps in a lease wait (feeding session s meanwhile).
+sub sleeping_pid
+{
+	my ($s) = @_;
+	my $pid;
+	for (1 .. 600)
+	{
+		$s->{h}->pump_nb;
+		$pid = $node->safe_psql('postgres',
+			"SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Extension' AND wait_event = 'Extension' LIMIT 1");
+		last if $pid ne '';
+		select(undef, undef, undef, 0.05);
+	}
+	return $pid;
+}
+
+$node->safe_psql('postgres', "SELECT acquired FROM le_acquire('k', 'holder', '1 hour')");
+my $token = $node->safe_psql('postgres', "SELECT fencing_token FROM le_leases WHERE lease_key = 'k'");
+
+# pg_terminate_backend of a sleeping waiter.
+my $w = session();
+${ $w->{in} } .= "SELECT acquired FROM le_acquire('k', 'victim', '1 hour', wait => '60 seconds');\n";
+my $pid = sleeping_pid($w);
+isnt($pid, '', 'the waiter sleeps in the server');
+$node->safe_psql('postgres', "SELECT pg_terminate_backend($pid)");
+$w->{h}->finish;
+like(${ $w->{err} }, qr/terminating connection/, 'the terminated waiter ends with its error');
+is($node->safe_psql('postgres',
+		"SELECT holder || ' ' || fencing_token FROM le_leases WHERE lease_key = 'k'"),
+	"holder $token", 'the lease is untouched');
+is($node->safe_psql('postgres', "SELECT count(*) FROM pg_locks WHERE pid = $pid"), '0', 'and nothing of it is held');
+
+# A waiter in a transaction block that holds another lease (whose holder
+# deadline, one second, passes during the wait) is not ended.
+$w = session();
+send_until($w, "BEGIN; SELECT acquired FROM le_acquire('other', 'w', '1 second');\n", qr/^t$/m,
+	'the waiter holds another lease in its transaction');
+${ $w->{out} } = '';
+send_until($w, "SELECT acquired FROM le_acquire('k', 'w', '1 hour', wait => '3 seconds'); COMMIT; SELECT 'alive';\n",
+	qr/alive/, 'a wait of 3 s inside a transaction block holding a 1 s lease returns');
+like(${ $w->{out} }, qr/^f\nalive$/m, 'refused at the end of its wait, and the session lives on');
+${ $w->{in} } .= "\\q\n";
+$w->{h}->finish;
+
+# Notifications carry the metadata last.
+my $l = session();
+send_until($l, "LISTEN leader_election; SELECT le_watch('n');\n", qr/^t$/m, 'a watcher listens');
+$node->safe_psql('postgres',
+	q{SELECT acquired FROM le_acquire('n', 'a', '1 hour', metadata => '{"addr": "10.0.0.5:8080"}')});
+$node->safe_psql('postgres',
+	q{SELECT le_set_metadata('n', 'a', fencing_token, '{"addr": "10.0.0.5:8081"}') FROM le_leases WHERE lease_key = 'n'});
+$node->safe_psql('postgres', q{SELECT le_release('n', 'a', fencing_token) FROM le_leases WHERE lease_key = 'n'});
+send_until($l, "SELECT 1;\n", qr/"event":"released".*"metadata":null\}/s, 'the notifications arrive');
+like(${ $l->{out} }, qr/"event":"acquired","lease_key":"n","holder":"a","fencing_token":\d+,"expires_at":"[^"]+","metadata":\{"addr": "10.0.0.5:8080"\}\}/,
+	'the grant carries its metadata, after the 1.0 members');
+like(${ $l->{out} }, qr/"event":"metadata".*"metadata":\{"addr": "10.0.0.5:8081"\}\}/, 'le_set_metadata sends the new one');
+${ $l->{in} } .= "\\q\n";
+$l->{h}->finish;
+
+# A hot standby reads the metadata (a column of the lease row) and refuses
+# to set it (25006, as every lease change there).
+$node->safe_psql('postgres',
+	q{SELECT acquired FROM le_acquire('s', 'a', '1 hour', metadata => '{"addr": "10.0.0.5:8080"}')});
+$node->backup('b');
+my $standby = PostgreSQL::Test::Cluster->new('standby');
+$standby->init_from_backup($node, 'b', has_streaming => 1);
+$standby->start;
+$node->safe_psql('postgres',
+	q{SELECT le_set_metadata('s', 'a', fencing_token, '{"addr": "10.0.0.5:8081"}') FROM le_leases WHERE lease_key = 's'});
+$node->wait_for_catchup($standby);
+is($standby->safe_psql('postgres', "SELECT metadata->>'addr' FROM le_leases WHERE lease_key = 's'"),
+	'10.0.0.5:8081', 'the standby reads the metadata the holder set');
+my ($rc, $out, $err) = $standby->psql('postgres',
+	q{SELECT le_set_metadata('s', 'a', fencing_token, '1') FROM le_leases WHERE lease_key = 's'});
+like($err, qr/cannot change the metadata of a lease while the server is in recovery/, 'and refuses to set it');
+$standby->stop;
+
+# Through PgBouncer in transaction mode.
+my $pgbouncer = '/usr/sbin/pgbouncer';
+SKIP:
+{
+	skip "pgbouncer not installed at $pgbouncer", 3 unless -x $pgbouncer;
+	my $dir = PostgreSQL::Test::Utils::tempdir;
+	my $bport = PostgreSQL::Test::Cluster::get_free_port();
+	my $user = $node->safe_psql('postgres', 'SELECT current_user');
+	open my $ini, '>', "$dir/pgbouncer.ini" or die $!;
+	print $ini <<"EOF";
+[databases]
+postgres = host=@{[$node->host]} port=@{[$node->port]} dbname=postgres
+[pgbouncer]
+listen_addr =
+listen_port = $bport
+unix_socket_dir = $dir
+auth_type = trust
+auth_file = $dir/users.txt
+pool_mode = transaction
+default_pool_size = 2
+logfile = $dir/pgbouncer.log
+pidfile = $dir/pgbouncer.pid
+EOF
+	close $ini;
+	open my $users, '>', "$dir/users.txt" or die $!;
+	print $users qq{"$user" ""\n};
+	close $users;
+	system($pgbouncer, '-d', "$dir/pgbouncer.ini") == 0 or die "pgbouncer did not start";
+	my $via = "host=$dir port=$bport dbname=postgres user=$user";
+	for (1 .. 50)
+	{
+		last if $node->psql('postgres', 'SELECT 1', connstr => $via) == 0;
+		select(undef, undef, undef, 0.1);
+	}
+	my $b = session($via);
+	${ $b->{in} } .= "SELECT acquired, holder FROM le_acquire('k', 'bounced', '1 hour', wait => '60 seconds');\n";
+	isnt(sleeping_pid($b), '', 'a waiter through PgBouncer sleeps in the server');
+	my $t0 = time;
+	$node->safe_psql('postgres', "SELECT le_release('k', 'holder', $token)");
+	send_until($b, '', qr/^t\|bounced$/m, 'and gets the lease at the release');
+	diag(sprintf('through PgBouncer: release to grant seen by the client %.1f ms', (time - $t0) * 1000));
+	${ $b->{in} } .= "\\q\n";
+	$b->{h}->finish;
+	system('sh', '-c', "kill \$(cat $dir/pgbouncer.pid) 2>/dev/null");
+}
+
+done_testing();
