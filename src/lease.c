@@ -520,6 +520,8 @@ le_lease_acquire_waiting(FunctionCallInfo fcinfo, char *key, char *owner, int64 
 		r = le_lease_try_acquire_sub(fcinfo, key, owner, ttl, metadata,
 									 GetCurrentTimestamp() < deadline, row, new_period);
 		acquired = r == LE_TRY_GRANTED;
+		if (acquired)
+			le_wait_check_client(); /* a grant to a client gone ends here */
 		now = GetCurrentTimestamp();
 		if (r == LE_TRY_BUSY)
 		{
