@@ -80,6 +80,13 @@ SELECT holder, metadata FROM le_leases WHERE lease_key = 'meta';
 SELECT pg_temp.try($$SELECT le_set_metadata('meta', 'a', pg_temp.tok('meta'), '1')$$);
 SELECT acquired, holder FROM le_acquire('meta', 'b', '1 hour');
 SELECT holder, metadata FROM le_leases WHERE lease_key = 'meta';
+
+-- A transaction that changed or locked a lease refuses a wait (0A000).
+BEGIN;
+SELECT acquired FROM le_acquire('meta2', 'c', '1 hour');
+SELECT * FROM pg_temp.try($$SELECT le_acquire('meta', 'c', '1 hour', wait => '1 second')$$);
+ROLLBACK;
+
 SELECT le_force_release('meta');
 
 -- A granted wait returns at once; a lapsed lease is taken over at its

@@ -116,6 +116,7 @@ extern char *le_check_show(const char *value);
  */
 extern void le_durable_commit(void);
 extern void le_durable_locks_taken(void);
+extern bool le_durable_in_use(void);
 
 /*
  * Access to the lease tables.  le_store_begin() switches to the extension

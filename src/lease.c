@@ -509,6 +509,12 @@ le_lease_acquire_waiting(FunctionCallInfo fcinfo, char *key, char *owner, int64 
 				 errmsg("le_acquire cannot wait in a REPEATABLE READ or SERIALIZABLE transaction"),
 				 errdetail("The transaction's snapshot would not see a release made during the wait."),
 				 errhint("Call it with wait in a READ COMMITTED transaction, or without wait.")));
+	if (le_durable_in_use())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("le_acquire cannot wait in a transaction that changed or locked a lease"),
+				 errdetail("The wait would keep those leases locked for its length, past their expiry."),
+				 errhint("Wait in a transaction of its own, or call it without wait.")));
 
 	for (;;)
 	{

@@ -1,11 +1,10 @@
 # G13 and G9: the server-side wait of le_acquire(..., wait) outside what
 # an isolation spec can show.  pg_terminate_backend of a sleeping waiter
 # ends it with nothing held and the lease untouched; a waiter whose client
-# was killed ends and is never granted the lease; a waiter inside a
-# transaction block that holds another lease is not ended by the holder
-# deadline while it waits (it is inside a statement, not waiting for its
-# client); notifications carry the metadata as their last member; a hot
-# standby reads the metadata; and the wait works through PgBouncer in
+# was killed ends and is never granted the lease; a wait inside a
+# transaction block that holds another lease is refused; notifications
+# carry the metadata as their last member; a hot standby reads the
+# metadata; and the wait works through PgBouncer in
 # transaction-pooling mode (no session state: the wait and its wake are
 # inside one statement).
 use strict;
@@ -126,15 +125,16 @@ is($gone, 't', 'the queued backend of the killed client ends within its wait');
 $node->safe_psql('postgres', "SELECT pg_terminate_backend($head_pid)");
 $head->{h}->finish;
 
-# A waiter in a transaction block that holds another lease (whose holder
-# deadline, one second, passes during the wait) is not ended.
+# A wait in a transaction block that holds another lease is refused
+# (0A000: it would keep that lease locked past its expiry), and the
+# session lives on.
 $w = session();
 send_until($w, "BEGIN; SELECT acquired FROM le_acquire('other', 'w', '1 second');\n", qr/^t$/m,
-	'the waiter holds another lease in its transaction');
+	'the session holds another lease in its transaction');
 ${ $w->{out} } = '';
-send_until($w, "SELECT acquired FROM le_acquire('k', 'w', '1 hour', wait => '3 seconds'); COMMIT; SELECT 'alive';\n",
-	qr/alive/, 'a wait of 3 s inside a transaction block holding a 1 s lease returns');
-like(${ $w->{out} }, qr/^f\nalive$/m, 'refused at the end of its wait, and the session lives on');
+send_until($w, "SELECT acquired FROM le_acquire('k', 'w', '1 hour', wait => '3 seconds'); ROLLBACK; SELECT 'alive';\n",
+	qr/alive/, 'a wait inside a transaction block holding a lease returns');
+like(${ $w->{err} }, qr/cannot wait in a transaction that changed or locked a lease/, 'refused');
 ${ $w->{in} } .= "\\q\n";
 $w->{h}->finish;
 
