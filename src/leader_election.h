@@ -91,6 +91,7 @@ extern int64 le_check_ttl(FunctionCallInfo fcinfo, int argno);
 extern int64 le_check_wait(FunctionCallInfo fcinfo, int argno);
 extern struct varlena *le_check_metadata(FunctionCallInfo fcinfo, int argno);
 #define LE_MAX_METADATA_LEN		4000
+#define LE_MAX_METADATA_DEPTH	8	/* the client's LE_NOTE_MAX_DEPTH */
 extern void le_check_writable(const char *action);
 
 /*
