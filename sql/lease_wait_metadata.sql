@@ -39,13 +39,15 @@ SELECT le_release('meta', 'a', :stale);
 SELECT acquired, holder FROM le_acquire('meta', 'a', '1 hour', metadata => '{"addr": "10.0.0.5:8080"}');
 SELECT holder, metadata FROM le_leases WHERE lease_key = 'meta';
 
--- Bad waits (22023), oversized metadata (54000), le_set_metadata by others.
+-- Bad waits (22023), oversized or too deeply nested metadata (54000), le_set_metadata by others.
 SELECT t.label, r.state, regexp_replace(r.message, '[0-9]+', 'N', 'g') AS message, r.unchanged
   FROM (VALUES
     ('wait negative',        $$SELECT le_acquire('meta', 'b', '1 minute', wait => '-1 second')$$),
     ('wait past one day',    $$SELECT le_acquire('meta', 'b', '1 minute', wait => '25 hours')$$),
     ('wait month',           $$SELECT le_acquire('meta', 'b', '1 minute', wait => '1 month')$$),
     ('metadata 4001 bytes',  $$SELECT le_acquire('meta', 'b', '1 minute', metadata => to_jsonb(repeat('x', 3999)))$$),
+    ('metadata 9 levels',    $$SELECT le_acquire('meta', 'b', '1 minute', metadata => '[[[[[[[[[1]]]]]]]]]')$$),
+    ('set: 9 levels',        format($$SELECT le_set_metadata('meta', 'a', %s, '{"a":[[[[[[[[1]]]]]]]]}')$$, pg_temp.tok('meta'))),
     ('set: stale token',     format($$SELECT le_set_metadata('meta', 'a', %s, '1')$$, :stale)),
     ('set: unissued token',  format($$SELECT le_set_metadata('meta', 'a', %s, '1')$$, pg_temp.tok('meta') + 1)),
     ('set: other owner',     format($$SELECT le_set_metadata('meta', 'b', %s, '1')$$, pg_temp.tok('meta'))),
@@ -80,6 +82,13 @@ SELECT holder, metadata FROM le_leases WHERE lease_key = 'meta';
 SELECT pg_temp.try($$SELECT le_set_metadata('meta', 'a', pg_temp.tok('meta'), '1')$$);
 SELECT acquired, holder FROM le_acquire('meta', 'b', '1 hour');
 SELECT holder, metadata FROM le_leases WHERE lease_key = 'meta';
+
+-- A transaction that changed or locked a lease refuses a wait (0A000).
+BEGIN;
+SELECT acquired FROM le_acquire('meta2', 'c', '1 hour');
+SELECT * FROM pg_temp.try($$SELECT le_acquire('meta', 'c', '1 hour', wait => '1 second')$$);
+ROLLBACK;
+
 SELECT le_force_release('meta');
 
 -- A granted wait returns at once; a lapsed lease is taken over at its

@@ -189,13 +189,18 @@ le_check_wait(FunctionCallInfo fcinfo, int argno)
 /*
  * Validate a metadata argument (jsonb): NULL is none; its text form is at
  * most LE_MAX_METADATA_LEN bytes, so that notifications carrying it stay
- * below the NOTIFY payload limit.  Returns it detoasted, or NULL.
+ * below the NOTIFY payload limit, and nests at most LE_MAX_METADATA_DEPTH
+ * levels (what the client parses).  Returns it detoasted, or NULL.
  */
 struct varlena *
 le_check_metadata(FunctionCallInfo fcinfo, int argno)
 {
 	Jsonb	   *jb;
 	char	   *text;
+	JsonbIterator *it;
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+	int			depth = 0;
 
 	if (PG_ARGISNULL(argno))
 		return NULL;
@@ -208,6 +213,20 @@ le_check_metadata(FunctionCallInfo fcinfo, int argno)
 				 errdetail("Its text form has %zu bytes; the limit is %d.", strlen(text), LE_MAX_METADATA_LEN),
 				 errhint("Publish an address or a small document; keep bulk data elsewhere.")));
 	pfree(text);
+	it = JsonbIteratorInit(&jb->root);
+	while ((tok = JsonbIteratorNext(&it, &v, false)) != WJB_DONE)
+	{
+		if (tok == WJB_BEGIN_ARRAY || tok == WJB_BEGIN_OBJECT)
+			depth++;
+		else if (tok == WJB_END_ARRAY || tok == WJB_END_OBJECT)
+			depth--;
+		if (depth > LE_MAX_METADATA_DEPTH)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("metadata is nested too deeply"),
+					 errdetail("Arrays and objects nest at most %d levels deep in it.", LE_MAX_METADATA_DEPTH),
+					 errhint("Clients parse notifications carrying it to that depth only.")));
+	}
 	return (struct varlena *) jb;
 }
 

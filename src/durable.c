@@ -116,3 +116,13 @@ le_durable_commit(void)
 	le_durable_register_callback();
 	le_durable_pending = true;
 }
+
+/*
+ * Whether the current transaction changed or locked a lease (a wait then
+ * would keep those locks for its length, past the leases' expiry).
+ */
+bool
+le_durable_in_use(void)
+{
+	return le_durable_pending || le_durable_locked;
+}

@@ -98,6 +98,7 @@ extern int64 le_check_ttl(FunctionCallInfo fcinfo, int argno);
 extern int64 le_check_wait(FunctionCallInfo fcinfo, int argno);
 extern struct varlena *le_check_metadata(FunctionCallInfo fcinfo, int argno);
 #define LE_MAX_METADATA_LEN		4000
+#define LE_MAX_METADATA_DEPTH	8	/* the client's LE_NOTE_MAX_DEPTH */
 extern void le_check_writable(const char *action);
 
 /*
@@ -110,6 +111,7 @@ extern void le_check_writable(const char *action);
 extern bool le_wait_enter(int64 lease_id, TimestampTz deadline);
 extern void le_wait_leave(int64 lease_id);
 extern void le_wait_sleep(TimestampTz until);
+extern void le_wait_check_client(void);
 extern void le_wait_note_free(int64 lease_id);
 
 /* Error messages quote at most this many characters of an input value. */
@@ -122,6 +124,7 @@ extern char *le_check_show(const char *value);
  */
 extern void le_durable_commit(void);
 extern void le_durable_locks_taken(void);
+extern bool le_durable_in_use(void);
 
 /*
  * Access to the lease tables.  le_store_begin() switches to the extension

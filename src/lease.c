@@ -508,13 +508,33 @@ le_lease_try_acquire_sub(FunctionCallInfo fcinfo, char *key, char *owner, int64 
 	return result;
 }
 
+/* Copy the pointed-to parts of row into the current memory context. */
+static void
+le_lease_row_copy_out(LeaseRow *row)
+{
+	if (row->lease_key != NULL)
+		row->lease_key = pstrdup(row->lease_key);
+	if (row->holder != NULL)
+		row->holder = pstrdup(row->holder);
+	if (row->holder_role != NULL)
+		row->holder_role = pstrdup(row->holder_role);
+	if (row->metadata != NULL)
+	{
+		struct varlena *m = palloc(VARSIZE_ANY(row->metadata));
+
+		memcpy(m, row->metadata, VARSIZE_ANY(row->metadata));
+		row->metadata = m;
+	}
+}
+
 /*
  * le_acquire with a wait of wait_us: try; when refused, queue for the
  * lease (le_wait_enter) and, as the head, try again at each release
  * (woken by the releasing commit), at the lease's expiry and at the end of
  * the wait.  The result of the last try is returned.  The wait tag of a
  * grant is kept to the end of the transaction, so that the next waiter
- * tries only once the grant is visible.
+ * tries only once the grant is visible.  Each round runs in a memory
+ * context reset at the next one, so that a long wait does not grow.
  */
 static bool
 le_lease_acquire_waiting(FunctionCallInfo fcinfo, char *key, char *owner, int64 ttl,
@@ -524,6 +544,8 @@ le_lease_acquire_waiting(FunctionCallInfo fcinfo, char *key, char *owner, int64 
 	TimestampTz deadline = GetCurrentTimestamp() + wait_us;
 	int64		queued_id = 0;
 	bool		acquired;
+	MemoryContext callcxt = CurrentMemoryContext;
+	MemoryContext roundcxt;
 
 	if (IsolationUsesXactSnapshot())
 		ereport(ERROR,
@@ -531,17 +553,30 @@ le_lease_acquire_waiting(FunctionCallInfo fcinfo, char *key, char *owner, int64 
 				 errmsg("le_acquire cannot wait in a REPEATABLE READ or SERIALIZABLE transaction"),
 				 errdetail("The transaction's snapshot would not see a release made during the wait."),
 				 errhint("Call it with wait in a READ COMMITTED transaction, or without wait.")));
+	if (le_durable_in_use())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("le_acquire cannot wait in a transaction that changed or locked a lease"),
+				 errdetail("The wait would keep those leases locked for its length, past their expiry."),
+				 errhint("Wait in a transaction of its own, or call it without wait.")));
 
+	memset(row, 0, sizeof(*row));
+	roundcxt = AllocSetContextCreate(callcxt, "le_acquire wait round", ALLOCSET_DEFAULT_SIZES);
 	for (;;)
 	{
 		TimestampTz now;
 		TimestampTz until;
 		int			r;
 
+		MemoryContextReset(roundcxt);
+		MemoryContextSwitchTo(roundcxt);
+
 		/* the last try (the wait ran out) raises a 55P03 of its own */
 		r = le_lease_try_acquire_sub(fcinfo, key, owner, ttl, metadata,
 									 GetCurrentTimestamp() < deadline, row, new_period);
 		acquired = r == LE_TRY_GRANTED;
+		if (acquired)
+			le_wait_check_client(); /* a grant to a client gone ends here */
 		now = GetCurrentTimestamp();
 		if (r == LE_TRY_BUSY)
 		{
@@ -575,6 +610,9 @@ le_lease_acquire_waiting(FunctionCallInfo fcinfo, char *key, char *owner, int64 
 	}
 	if (queued_id != 0 && !acquired)
 		le_wait_leave(queued_id);
+	MemoryContextSwitchTo(callcxt);
+	le_lease_row_copy_out(row);
+	MemoryContextDelete(roundcxt);
 	return acquired;
 }
 

@@ -28,8 +28,10 @@
 #include "storage/lock.h"
 #include "storage/proc.h"
 #include "storage/sinvaladt.h"
+#include "tcop/tcopprot.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
+#include "utils/timeout.h"
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
@@ -42,6 +44,22 @@
  */
 #define LE_WAIT_TAG_CLASS		0x4C57
 #define LE_WAIT_LOCKMODE		ExclusiveLock
+
+/*
+ * From libpq/libpq.h, which needs the GSSAPI headers (libpq-be.h) for no
+ * use of ours.
+ */
+extern PGDLLIMPORT WaitEventSet *FeBeWaitSet;
+extern bool pq_check_connection(void);
+#define FeBeWaitSetSocketPos 0
+#define FeBeWaitSetNEvents 3
+
+/*
+ * A waiter looks at its client at least this often (milliseconds): one
+ * whose client went away ends with the usual FATAL of a lost client instead
+ * of being granted a lease nobody would use.
+ */
+#define LE_WAIT_CLIENT_CHECK_MS	1000
 
 /* Lease ids this transaction freed, to wake their heads at commit. */
 static int64 *freed_ids = NULL;
@@ -125,6 +143,68 @@ le_wait_note_free(int64 lease_id)
 }
 
 /*
+ * A backend serving a client connection (not a background worker) on a
+ * platform that reports a closed socket (as client_connection_check_interval
+ * needs).
+ */
+static bool
+le_wait_has_client(void)
+{
+	return MyProcPort != NULL && FeBeWaitSet != NULL && whereToSendOutput == DestRemote &&
+		WaitEventSetCanReportClosed();
+}
+
+/* End the backend as a lost client does (FATAL 08006). */
+static void
+le_wait_client_lost(void)
+{
+	ClientConnectionLost = true;
+	InterruptPending = true;
+	CHECK_FOR_INTERRUPTS();
+}
+
+/*
+ * End the backend if its client went away (a waiter about to be granted,
+ * or woken): nobody would use the lease, which would stay held for a ttl.
+ */
+void
+le_wait_check_client(void)
+{
+	if (le_wait_has_client() && !pq_check_connection())
+		le_wait_client_lost();
+}
+
+/*
+ * During a lock wait, have the client looked at every
+ * LE_WAIT_CLIENT_CHECK_MS (the core's client connection check, which keeps
+ * the waiter's place in the queue).  Returns the setting to restore.
+ */
+static int
+le_wait_arm_client_check(void)
+{
+	int			saved = client_connection_check_interval;
+
+	if (le_wait_has_client() && (saved == 0 || saved > LE_WAIT_CLIENT_CHECK_MS))
+	{
+		client_connection_check_interval = LE_WAIT_CLIENT_CHECK_MS;
+		enable_timeout_after(CLIENT_CONNECTION_CHECK_TIMEOUT, LE_WAIT_CLIENT_CHECK_MS);
+	}
+	return saved;
+}
+
+static void
+le_wait_disarm_client_check(int saved)
+{
+	if (client_connection_check_interval == saved)
+		return;
+	client_connection_check_interval = saved;
+	if (saved == 0)
+		disable_timeout(CLIENT_CONNECTION_CHECK_TIMEOUT, false);
+	else
+		enable_timeout_after(CLIENT_CONNECTION_CHECK_TIMEOUT, saved);
+}
+
+/*
  * Join the queue of lease lease_id and wait to be its head until deadline.
  * true when this backend is the head (it holds the wait tag to the end of
  * the transaction or le_wait_leave); false when the deadline passed first.
@@ -138,7 +218,8 @@ le_wait_note_free(int64 lease_id)
  * took every lock-table partition lock many times a second and delayed
  * the head's grant (test/bench/wait.sh); a cycle through a queue waiter is
  * still found by the check of any other backend in it, and the wait ends
- * at its bound anyway.
+ * at its bound anyway.  The client is looked at every second meanwhile
+ * (le_wait_arm_client_check).
  */
 bool
 le_wait_enter(int64 lease_id, TimestampTz deadline)
@@ -148,6 +229,7 @@ le_wait_enter(int64 lease_id, TimestampTz deadline)
 	ResourceOwner oldowner = CurrentResourceOwner;
 	int			saved_timeout = LockTimeout;
 	int			saved_deadlock = DeadlockTimeout;
+	volatile int saved_check = 0;
 	long		secs;
 	int			usecs;
 	int64		ms;
@@ -176,7 +258,9 @@ le_wait_enter(int64 lease_id, TimestampTz deadline)
 	{
 		LockTimeout = (int) Min(ms, (int64) PG_INT32_MAX);
 		DeadlockTimeout = Max(DeadlockTimeout, LockTimeout);
+		saved_check = le_wait_arm_client_check();
 		(void) LockAcquire(&tag, LE_WAIT_LOCKMODE, false, false);
+		le_wait_disarm_client_check(saved_check);
 		LockTimeout = saved_timeout;
 		DeadlockTimeout = saved_deadlock;
 		ReleaseCurrentSubTransaction();
@@ -187,6 +271,7 @@ le_wait_enter(int64 lease_id, TimestampTz deadline)
 	{
 		ErrorData  *edata;
 
+		le_wait_disarm_client_check(saved_check);
 		LockTimeout = saved_timeout;
 		DeadlockTimeout = saved_deadlock;
 		MemoryContextSwitchTo(oldcontext);
@@ -230,7 +315,7 @@ le_wait_leave(int64 lease_id)
 /*
  * Sleep until woken (a release of the lease committed), until, or an
  * interrupt; a cancel, statement_timeout or termination ends the call
- * with its error.
+ * with its error, and so does a client that went away (its socket closed).
  */
 void
 le_wait_sleep(TimestampTz until)
@@ -238,12 +323,37 @@ le_wait_sleep(TimestampTz until)
 	long		secs;
 	int			usecs;
 	int64		ms;
+	long		timeout;
 
 	TimestampDifference(GetCurrentTimestamp(), until, &secs, &usecs);
 	ms = (int64) secs * 1000 + (usecs + 999) / 1000;
-	if (ms > 0)
+	timeout = (long) Min(ms, (int64) PG_INT32_MAX);
+	if (ms > 0 && le_wait_has_client())
+	{
+		WaitEvent	events[FeBeWaitSetNEvents];
+		int			n;
+		int			i;
+
+		/*
+		 * The client's wait set (its socket, our latch, the postmaster);
+		 * every user of its socket sets the events it waits for.
+		 */
+		ModifyWaitEvent(FeBeWaitSet, FeBeWaitSetSocketPos, WL_SOCKET_CLOSED, NULL);
+		n = WaitEventSetWait(FeBeWaitSet, timeout, events, lengthof(events),
+							 PG_WAIT_EXTENSION);
+		for (i = 0; i < n; i++)
+		{
+			if (events[i].events & WL_POSTMASTER_DEATH)
+				ereport(FATAL,
+						(errcode(ERRCODE_ADMIN_SHUTDOWN),
+						 errmsg("terminating connection due to unexpected postmaster exit")));
+			if (events[i].events & WL_SOCKET_CLOSED)
+				le_wait_client_lost();
+		}
+	}
+	else if (ms > 0)
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 (long) Min(ms, (int64) PG_INT32_MAX), PG_WAIT_EXTENSION);
+						 timeout, PG_WAIT_EXTENSION);
 	ResetLatch(MyLatch);
 	CHECK_FOR_INTERRUPTS();
 }

@@ -57,12 +57,12 @@ typedef struct campaign
  * quarter of the ttl (the client counts its lease from the moment it sent
  * the call, so a grant late in the wait shortens its first period by up to
  * this), half the statement timeout, and the campaign slice (a stop waits
- * for the call to return).
+ * for the call to return); none for a single try.
  */
 static int64_t
 server_wait_ms(const le_elector *e)
 {
-	int64_t		ms = e->cfg.retry_ms;
+	int64_t		ms = e->cfg.single_try ? 0 : e->cfg.retry_ms;
 
 	if (ms > e->cfg.ttl_ms / 4)
 		ms = e->cfg.ttl_ms / 4;
@@ -96,7 +96,7 @@ has_server_wait(campaign *c)
 	c->server_wait = r != NULL && PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1 &&
 		strcmp(PQgetvalue(r, 0, 0), "t") == 0;
 	PQclear(r);
-	if (c->server_wait)
+	if (c->server_wait && server_wait_ms(e) > 0)
 		le_notice(e, "the server waits for the lease (le_acquire with wait, up to %" PRId64 " ms per call)",
 				  server_wait_ms(e));
 	return c->server_wait == 1;

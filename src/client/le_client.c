@@ -178,7 +178,6 @@ le_elector_create(const le_config *cfg, char *err, size_t errlen)
 		le_free_conn_params(e->conn_kw, e->conn_val);
 		free(e->conninfo);
 		free(e->lease_key);
-	free(e->metadata);
 		free(e->owner_id);
 		free(e->metadata);
 		free(e);

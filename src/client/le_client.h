@@ -141,6 +141,12 @@ typedef struct le_config
 	 * JSON or a 1.0 server is LE_ERR_CONFIG.
 	 */
 	const char *metadata;
+
+	/*
+	 * Each le_acquire is a single try (no wait inside the server), for a
+	 * caller that wants one attempt's answer at once.
+	 */
+	bool		single_try;
 } le_config;
 
 /* Snapshot of an elector's state (le_elector_status). */

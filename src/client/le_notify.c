@@ -373,7 +373,7 @@ parse_member(cursor *c, le_note *n)
 		n->has_token = true;
 		return true;
 	}
-	return skip_value(c, 1);
+	return skip_value(c, 0);
 }
 
 /* Parse a payload (see le_notify.h). */

@@ -2313,6 +2313,7 @@ run_create_elector(run_state *rs)
 	cfg.owner_id = o->owner;
 	cfg.ttl_ms = o->ttl;
 	cfg.metadata = o->metadata;
+	cfg.single_try = o->no_wait;	/* --no-wait: one attempt's answer, no server wait */
 	cfg.renew_ms = o->renew;
 	cfg.retry_ms = o->retry;
 	cfg.retry_jitter_pct = o->jitter;

@@ -106,6 +106,7 @@ is($rc, 127, 'a command that cannot be run exits 127');
 $node->safe_psql('postgres', "SELECT acquired FROM le_acquire('busy', 'sql-holder', '5 minutes')");
 ($rc, $out, $err) = cli('run', '-d', $dsn, '-l', 'busy', '--no-wait', '--', 'true');
 is($rc, 75, '--no-wait on a held lease: not acquired (75)');
+unlike($err, qr/the server waits for the lease/, '--no-wait makes a single try, no wait inside the server');
 like($err, qr/not_acquired .*held by sql-holder/, 'not acquired is logged with the holder');
 
 # --- leadership lost while the command runs ---------------------------------

@@ -135,7 +135,24 @@ is($node->safe_psql('grants_1_0', q{
 	SELECT acquired FROM le_acquire('acl-check', 'o', '1 hour');
 	SELECT le_release('acl-check', 'o', fencing_token) FROM le_leases WHERE lease_key = 'acl-check'}),
 	"t\nt", 'under 1.0 (new library), the campaign role acquires and releases');
+# Grants of its own (by a role given the grant option, and to PUBLIC) are
+# kept with their grantors.
+$node->safe_psql('grants_1_0', q{
+	CREATE ROLE regress_le_delegate;
+	CREATE ROLE regress_le_sub;
+	GRANT EXECUTE ON FUNCTION le_acquire(text, text, interval) TO regress_le_delegate WITH GRANT OPTION;
+	GRANT EXECUTE ON FUNCTION le_acquire(text, text, interval) TO PUBLIC;
+	SET ROLE regress_le_delegate;
+	GRANT EXECUTE ON FUNCTION le_acquire(text, text, interval) TO regress_le_sub;
+});
+my $acl_sql = q{SELECT pg_catalog.string_agg(pg_catalog.format('%s>%s:%s', a.grantor::regrole,
+		CASE a.grantee WHEN 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END, a.is_grantable), ',' ORDER BY 1)
+	FROM pg_proc AS p, aclexplode(p.proacl) AS a WHERE p.proname = 'le_acquire'};
+my $acl_before = $node->safe_psql('grants_1_0', $acl_sql);
 $node->safe_psql('grants_1_0', 'ALTER EXTENSION leader_election UPDATE');
+is($node->safe_psql('grants_1_0', $acl_sql), $acl_before,
+	'the update keeps every grant on le_acquire with its grantor, PUBLIC\'s too');
+like($acl_before, qr/regress_le_delegate>regress_le_sub:f/, 'a grant by a delegate is among them');
 is($node->safe_psql('grants_1_0', q{
 	SET ROLE regress_le_campaigner;
 	SELECT acquired FROM le_acquire('acl-check', 'o', '1 hour', wait => '1 second',
@@ -144,7 +161,7 @@ is($node->safe_psql('grants_1_0', q{
 	  FROM le_leases WHERE lease_key = 'acl-check';
 	SELECT metadata->>'addr' FROM le_leases WHERE lease_key = 'acl-check'}),
 	"t\n\n10.0.0.5:8081", 'after the update, the campaign role calls the new le_acquire and le_set_metadata');
-$node->safe_psql('grants_1_0', 'DROP EXTENSION leader_election; DROP ROLE regress_le_campaigner');
+$node->safe_psql('grants_1_0', 'DROP EXTENSION leader_election; DROP ROLE regress_le_campaigner, regress_le_delegate, regress_le_sub');
 
 done_testing();
 

@@ -1,10 +1,10 @@
 # G13 and G9: the server-side wait of le_acquire(..., wait) outside what
 # an isolation spec can show.  pg_terminate_backend of a sleeping waiter
-# ends it with nothing held and the lease untouched; a waiter inside a
-# transaction block that holds another lease is not ended by the holder
-# deadline while it waits (it is inside a statement, not waiting for its
-# client); notifications carry the metadata as their last member; a hot
-# standby reads the metadata; and the wait works through PgBouncer in
+# ends it with nothing held and the lease untouched; a waiter whose client
+# was killed ends and is never granted the lease; a wait inside a
+# transaction block that holds another lease is refused; notifications
+# carry the metadata as their last member; a hot standby reads the
+# metadata; and the wait works through PgBouncer in
 # transaction-pooling mode (no session state: the wait and its wake are
 # inside one statement).
 use strict;
@@ -72,15 +72,69 @@ is($node->safe_psql('postgres',
 	"holder $token", 'the lease is untouched');
 is($node->safe_psql('postgres', "SELECT count(*) FROM pg_locks WHERE pid = $pid"), '0', 'and nothing of it is held');
 
-# A waiter in a transaction block that holds another lease (whose holder
-# deadline, one second, passes during the wait) is not ended.
+# A waiter whose client is killed ends (a lost client) and is never
+# granted: after the holder's expiry the lease is not the orphan's.
+$node->safe_psql('postgres', "SELECT acquired FROM le_acquire('o', 'holder', '2 seconds')");
+$w = session();
+${ $w->{in} } .= "SELECT acquired FROM le_acquire('o', 'orphan', '1 hour', wait => '60 seconds');\n";
+$pid = sleeping_pid($w);
+isnt($pid, '', 'a waiter sleeps in the server');
+$w->{h}->signal('KILL');
+$w->{h}->finish;
+my $gone = '';
+for (1 .. 600)
+{
+	$gone = $node->safe_psql('postgres', "SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $pid");
+	last if $gone eq 't';
+	select(undef, undef, undef, 0.05);
+}
+is($gone, 't', 'the backend of the killed client ends');
+$node->poll_query_until('postgres',
+	"SELECT expires_at < now() FROM le_leases WHERE lease_key = 'o'") or die 'the holder did not expire';
+is($node->safe_psql('postgres',
+		"SELECT count(*) FROM le_leases WHERE lease_key = 'o' AND holder = 'orphan'"),
+	'0', 'the lease was not granted to the waiter of the killed client');
+
+# Likewise a waiter queued behind the head (in the lock manager's wait).
+$node->safe_psql('postgres', "SELECT acquired FROM le_acquire('q', 'holder', '1 hour')");
+my $head = session();
+${ $head->{in} } .= "SELECT acquired FROM le_acquire('q', 'head', '1 hour', wait => '60 seconds');\n";
+my $head_pid = sleeping_pid($head);
+$w = session();
+${ $w->{in} } .= "SELECT acquired FROM le_acquire('q', 'queued', '1 hour', wait => '60 seconds');\n";
+$pid = '';
+for (1 .. 600)
+{
+	$w->{h}->pump_nb;
+	$pid = $node->safe_psql('postgres',
+		"SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%queued%' AND pid <> pg_backend_pid()");
+	last if $pid ne '';
+	select(undef, undef, undef, 0.05);
+}
+isnt($pid, '', 'a second waiter queues behind the head');
+$w->{h}->signal('KILL');
+$w->{h}->finish;
+$gone = '';
+for (1 .. 600)
+{
+	$gone = $node->safe_psql('postgres', "SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $pid");
+	last if $gone eq 't';
+	select(undef, undef, undef, 0.05);
+}
+is($gone, 't', 'the queued backend of the killed client ends within its wait');
+$node->safe_psql('postgres', "SELECT pg_terminate_backend($head_pid)");
+$head->{h}->finish;
+
+# A wait in a transaction block that holds another lease is refused
+# (0A000: it would keep that lease locked past its expiry), and the
+# session lives on.
 $w = session();
 send_until($w, "BEGIN; SELECT acquired FROM le_acquire('other', 'w', '1 second');\n", qr/^t$/m,
-	'the waiter holds another lease in its transaction');
+	'the session holds another lease in its transaction');
 ${ $w->{out} } = '';
-send_until($w, "SELECT acquired FROM le_acquire('k', 'w', '1 hour', wait => '3 seconds'); COMMIT; SELECT 'alive';\n",
-	qr/alive/, 'a wait of 3 s inside a transaction block holding a 1 s lease returns');
-like(${ $w->{out} }, qr/^f\nalive$/m, 'refused at the end of its wait, and the session lives on');
+send_until($w, "SELECT acquired FROM le_acquire('k', 'w', '1 hour', wait => '3 seconds'); ROLLBACK; SELECT 'alive';\n",
+	qr/alive/, 'a wait inside a transaction block holding a lease returns');
+like(${ $w->{err} }, qr/cannot wait in a transaction that changed or locked a lease/, 'refused');
 ${ $w->{in} } .= "\\q\n";
 $w->{h}->finish;
 
