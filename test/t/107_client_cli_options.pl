@@ -71,7 +71,13 @@ is($rc, 69, '--no-wait, le_acquire refused (ttl above leader_election.max_ttl): 
 like($err, qr/not_acquired .*le_acquire failed \(SQLSTATE \w{5}\): .*max_ttl/, 'explained with the SQLSTATE');
 
 # --- new_leader: a free lease is "none" (JSON null), ourselves are named --------------------
+# Against 1.1 a follower waits inside the server and is granted the lease at
+# the release, so it never sees it free; extension 1.0 (no server-side wait)
+# keeps the follower polling, and it sees the free lease between the periods.
 {
+	$node->safe_psql('postgres', 'CREATE DATABASE free10');
+	$node->safe_psql('free10', "CREATE EXTENSION leader_election VERSION '1.0'");
+	my $dsn = $node->connstr('free10');
 	my $a = start_candidate(dir => $dir, name => 'freeA', dsn => $dsn, key => 'free-key',
 		opts => [ '--ttl', '5s' ], command => [ 'sleep', '1' ]);
 	ok(wait_for(sub { log_has($a, qr/ command_started /) }, 30), 'freeA leads');
