@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "le_internal.h"
+#include "le_notify.h"
 
 /* Expression turning a timestamptz into ISO 8601 UTC text. */
 #define LE_ISO(x) "pg_catalog.to_char(pg_catalog.timezone('UTC', " x "), " \
@@ -239,9 +240,41 @@ build_sql(le_elector *e, PGconn *c, const char *schema)
 }
 
 /*
- * Metadata to publish: the server must have the 1.1 le_acquire, and parse
- * it as jsonb.  LE_ERR_CONFIG otherwise (a permanent error: retrying would
- * not help).
+ * How deep arrays and objects nest in a JSON text the server accepted (the
+ * server refuses metadata deeper than LE_NOTE_MAX_DEPTH, check.c): brackets outside
+ * strings, escapes skipped.
+ */
+static int
+json_depth(const char *s)
+{
+	int			depth = 0,
+				max = 0;
+	bool		in_string = false;
+
+	for (; *s; s++)
+	{
+		if (in_string)
+		{
+			if (*s == '\\' && s[1])
+				s++;
+			else if (*s == '"')
+				in_string = false;
+		}
+		else if (*s == '"')
+			in_string = true;
+		else if (*s == '[' || *s == '{')
+			max = ++depth > max ? depth : max;
+		else if (*s == ']' || *s == '}')
+			depth--;
+	}
+	return max;
+}
+
+/*
+ * Metadata to publish: the server must have the 1.1 le_acquire, parse it as
+ * jsonb, and it must nest at most 8 levels deep (as the server checks it).
+ * LE_ERR_CONFIG otherwise (a permanent error: retrying would not help), found
+ * before any lease call, so a refused --metadata changes nothing.
  */
 static le_result
 check_metadata(le_elector *e, PGconn *conn, char *err, size_t errlen)
@@ -265,6 +298,11 @@ check_metadata(le_elector *e, PGconn *conn, char *err, size_t errlen)
 	else if (strcmp(PQgetvalue(r, 0, 0), "t") != 0)
 	{
 		le_set_err(err, errlen, "metadata needs leader_election 1.1 on the server (ALTER EXTENSION leader_election UPDATE)");
+		rc = LE_ERR_CONFIG;
+	}
+	else if (json_depth(e->metadata) > LE_NOTE_MAX_DEPTH)
+	{
+		le_set_err(err, errlen, "metadata is nested too deeply: arrays and objects nest at most 8 levels deep in it");
 		rc = LE_ERR_CONFIG;
 	}
 	PQclear(r);

@@ -17,7 +17,6 @@
 
 #include "le_notify.h"
 
-#define LE_NOTE_MAX_DEPTH	8
 
 /* Parser position. */
 typedef struct cursor

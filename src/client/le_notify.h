@@ -13,6 +13,9 @@
 #ifndef LE_NOTIFY_H
 #define LE_NOTIFY_H
 
+/* How deep a notification's values may nest (the server's metadata limit too). */
+#define LE_NOTE_MAX_DEPTH	8
+
 #include <stdbool.h>
 #include <stdint.h>
 

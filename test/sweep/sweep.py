@@ -113,6 +113,9 @@ BASE_BY_NAME = {
     'payload': "'{}'", 'max_attempts': '5', 'worker_id': "'sweep-w'", 'max_jobs': '1',
     'visibility_timeout': "'1 hour'", 'job_types': "ARRAY['sweep']", 'error': "'boom'",
     'retry_delay': "'10 s'", 'role': "'sweep_grantee'", 'use': "'monitor'", 'grant': 'true',
+    # le_acquire's wait: none in the baseline, or every case that is refused the
+    # lease (another owner id, ...) would wait for it in the server
+    'wait': 'NULL', 'metadata': "'{}'",
 }
 BASE_BY_TYPE = {'text': "'sweep'", 'bigint': '1', 'integer': '1', 'interval': "'1 hour'",
                 'timestamp with time zone': 'now()', 'jsonb': "'{}'", 'text[]': "ARRAY['sweep']",
@@ -269,7 +272,9 @@ class Sweep:
 
     @staticmethod
     def connect(dsn):
-        c = psycopg2.connect(dsn)
+        # a call that hangs (a wait nobody ends) fails the sweep with 57014
+        # instead of hanging the suite
+        c = psycopg2.connect(dsn, options='-c statement_timeout=60s')
         c.autocommit = True
         return c
 
@@ -580,6 +585,8 @@ class Sweep:
                 {''}),
         'since': ('history', ['', 'abc', '1h', '10m', '2026-01-01', 'infinity', '-infinity', 'x' * 100000,
                               b'\xc3\x28\xff'], {'abc', 'infinity', '-infinity'}),
+        'metadata': ('run', ['', '{}', '{"addr": "10.0.0.5:8080"}', 'null', 'not json', '[' * 100 + ']' * 100,
+                             'x' * 5000, b'\xc3\x28\xff'], {'not json', 'x' * 5000}),
         'poll': ('watch', ['', '0', 'abc', '-1s', '1ms', '1s', '99999999999999999999h'],   # ended by SIGTERM
                  {'', '0', 'abc', '-1s', '99999999999999999999h'}),
     }
