@@ -35,7 +35,7 @@ close($fh);
 $node->safe_psql('postgres', $setup);
 my $dir = PostgreSQL::Test::Utils::tempdir;
 
-# Run a command; returns (ok, stdout, stderr).
+# A command run to its end: (ok, stdout, stderr).
 sub run_cmd
 {
 	my ($cmd, %env) = @_;
