@@ -85,8 +85,13 @@ SKIP:
 }
 
 # --- items 12, 14: period fd, on_new_leader, control characters --------------
+# Against 1.1 the observer waits inside the server and is granted the lease
+# at the release, never seeing it free: the free lease between the periods
+# is observed where the client still polls, on extension 1.0.
 {
-	my $o = probe('api', $dsn, 'api-key');
+	$node->safe_psql('postgres', 'CREATE DATABASE api10');
+	$node->safe_psql('api10', "CREATE EXTENSION leader_election VERSION '1.0'");
+	my $o = probe('api', $node->connstr('api10'), 'api-key');
 	like($o, qr/^period fd valid 1 period 1$/m, 'le_elector_period_fd while leading');
 	like($o, qr/^readable while leading 0$/m, 'not readable while the period lasts');
 	like($o, qr/^readable after request_stop 1 leading 0$/m,
