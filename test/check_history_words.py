@@ -8,20 +8,33 @@ Prints each hit; exits 1 if any.
 """
 import os
 import re
+import subprocess
 import sys
 
 WORDS = re.compile(r'issue [0-9]|helper [0-9]|\brun [A-P]\b', re.I)
 SKIP_DIRS = {'.git', 'node_modules', '.gopath', 'tmp_check', 'tmp_check_iso', 'results', '__pycache__'}
 
 
+def files(tree):
+    """The tracked files when the tree is a git checkout (test runs leave logs
+    and outputs in their copy of it), else every file below it."""
+    try:
+        out = subprocess.run(['git', '-C', tree, 'ls-files', '-z'], capture_output=True, check=True).stdout
+        return [os.path.join(tree, f) for f in out.decode().split('\0') if f]
+    except (OSError, subprocess.CalledProcessError):
+        found = []
+        for root, dirs, names in os.walk(tree):
+            dirs[:] = [d for d in dirs if d not in SKIP_DIRS]
+            found += [os.path.join(root, n) for n in names]
+        return found
+
+
 def main():
     tree = sys.argv[1] if len(sys.argv) > 1 else '.'
     hits = 0
-    for root, dirs, files in os.walk(tree):
-        dirs[:] = [d for d in dirs if d not in SKIP_DIRS]
-        for name in files:
-            path = os.path.join(root, name)
-            if os.path.relpath(path, tree) == 'CHANGELOG.md' or os.path.islink(path):
+    for path in files(tree):
+        if True:
+            if os.path.relpath(path, tree) == 'CHANGELOG.md' or os.path.islink(path) or not os.path.isfile(path):
                 continue
             try:
                 with open(path, encoding='utf-8') as f:
