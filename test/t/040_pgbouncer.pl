@@ -13,44 +13,11 @@ use FindBin;
 use lib $FindBin::Bin;
 use LeNode;
 
-my $pgbouncer = '/usr/sbin/pgbouncer';
-plan skip_all => "pgbouncer not installed at $pgbouncer" unless -x $pgbouncer;
-
 my $node = le_node('main');
 
 # PgBouncer with two server connections in transaction mode, on a Unix socket.
-my $dir = PostgreSQL::Test::Utils::tempdir;
-my $bport = PostgreSQL::Test::Cluster::get_free_port();
-my $user = $node->safe_psql('postgres', 'SELECT current_user');
-open my $ini, '>', "$dir/pgbouncer.ini" or die $!;
-print $ini <<"EOF";
-[databases]
-postgres = host=@{[$node->host]} port=@{[$node->port]} dbname=postgres
-[pgbouncer]
-listen_addr =
-listen_port = $bport
-unix_socket_dir = $dir
-auth_type = trust
-auth_file = $dir/users.txt
-pool_mode = transaction
-default_pool_size = 2
-max_client_conn = 20
-logfile = $dir/pgbouncer.log
-pidfile = $dir/pgbouncer.pid
-EOF
-close $ini;
-open my $users, '>', "$dir/users.txt" or die $!;
-print $users qq{"$user" ""\n};
-close $users;
-system($pgbouncer, '-d', "$dir/pgbouncer.ini") == 0 or die "pgbouncer did not start";
-END { system('sh', '-c', "kill \$(cat $dir/pgbouncer.pid) 2>/dev/null") if defined $dir && -f "$dir/pgbouncer.pid"; }
-
-my $via = "host=$dir port=$bport dbname=postgres user=$user";
-for (1 .. 50)
-{
-	last if $node->psql('postgres', 'SELECT 1', connstr => $via) == 0;
-	select(undef, undef, undef, 0.1);
-}
+my $via = le_pgbouncer($node, pool_size => 2);
+plan skip_all => 'pgbouncer not installed' unless defined $via;
 
 # Run SQL through PgBouncer, one psql per call, as separate application
 # clients would; returns stdout.

@@ -172,39 +172,10 @@ like($err, qr/cannot change the metadata of a lease while the server is in recov
 $standby->stop;
 
 # Through PgBouncer in transaction mode.
-my $pgbouncer = '/usr/sbin/pgbouncer';
 SKIP:
 {
-	skip "pgbouncer not installed at $pgbouncer", 3 unless -x $pgbouncer;
-	my $dir = PostgreSQL::Test::Utils::tempdir;
-	my $bport = PostgreSQL::Test::Cluster::get_free_port();
-	my $user = $node->safe_psql('postgres', 'SELECT current_user');
-	open my $ini, '>', "$dir/pgbouncer.ini" or die $!;
-	print $ini <<"EOF";
-[databases]
-postgres = host=@{[$node->host]} port=@{[$node->port]} dbname=postgres
-[pgbouncer]
-listen_addr =
-listen_port = $bport
-unix_socket_dir = $dir
-auth_type = trust
-auth_file = $dir/users.txt
-pool_mode = transaction
-default_pool_size = 2
-logfile = $dir/pgbouncer.log
-pidfile = $dir/pgbouncer.pid
-EOF
-	close $ini;
-	open my $users, '>', "$dir/users.txt" or die $!;
-	print $users qq{"$user" ""\n};
-	close $users;
-	system($pgbouncer, '-d', "$dir/pgbouncer.ini") == 0 or die "pgbouncer did not start";
-	my $via = "host=$dir port=$bport dbname=postgres user=$user";
-	for (1 .. 50)
-	{
-		last if $node->psql('postgres', 'SELECT 1', connstr => $via) == 0;
-		select(undef, undef, undef, 0.1);
-	}
+	my $via = le_pgbouncer($node, pool_size => 2);
+	skip 'pgbouncer not installed', 3 unless defined $via;
 	my $b = session($via);
 	${ $b->{in} } .= "SELECT acquired, holder FROM le_acquire('k', 'bounced', '1 hour', wait => '60 seconds');\n";
 	isnt(sleeping_pid($b), '', 'a waiter through PgBouncer sleeps in the server');
@@ -214,7 +185,6 @@ EOF
 	diag(sprintf('through PgBouncer: release to grant seen by the client %.1f ms', (time - $t0) * 1000));
 	${ $b->{in} } .= "\\q\n";
 	$b->{h}->finish;
-	system('sh', '-c', "kill \$(cat $dir/pgbouncer.pid) 2>/dev/null");
 }
 
 done_testing();

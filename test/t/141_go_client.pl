@@ -50,37 +50,8 @@ $node->safe_psql('le_schema', 'CREATE SCHEMA "le schema"; CREATE EXTENSION leade
 
 # PgBouncer in transaction mode, on a Unix socket (when installed: the
 # suite's package list has it)
-my $pgbouncer = '/usr/sbin/pgbouncer';
-my $bdir = PostgreSQL::Test::Utils::tempdir;
-my $bdsn = '';
-if (-x $pgbouncer)
-{
-	my $bport = PostgreSQL::Test::Cluster::get_free_port();
-	my $user = $node->safe_psql('postgres', 'SELECT current_user');
-	open my $ini, '>', "$bdir/pgbouncer.ini" or die $!;
-	print $ini <<"EOF";
-[databases]
-postgres = host=@{[$node->host]} port=@{[$node->port]} dbname=postgres
-[pgbouncer]
-listen_addr =
-listen_port = $bport
-unix_socket_dir = $bdir
-auth_type = trust
-auth_file = $bdir/users.txt
-pool_mode = transaction
-default_pool_size = 4
-max_client_conn = 20
-logfile = $bdir/pgbouncer.log
-pidfile = $bdir/pgbouncer.pid
-EOF
-	close $ini;
-	open my $users, '>', "$bdir/users.txt" or die $!;
-	print $users qq{"$user" ""\n};
-	close $users;
-	system($pgbouncer, '-d', "$bdir/pgbouncer.ini") == 0 or die "pgbouncer did not start";
-	$bdsn = "host=$bdir port=$bport dbname=postgres user=$user prefer_simple_protocol=true";
-}
-END { system('sh', '-c', "kill \$(cat $bdir/pgbouncer.pid) 2>/dev/null") if defined $bdir && -f "$bdir/pgbouncer.pid"; }
+my $bdsn = le_pgbouncer($node, pool_size => 4);
+$bdsn = defined $bdsn ? "$bdsn prefer_simple_protocol=true" : '';
 
 # the package's own tests
 ($out, $err) = ('', '');

@@ -7,20 +7,31 @@
 #                      init => { allows_streaming => 1 }, dbs => ['postgres', 'other']);
 #   my $node = le_node('main', create => 0);             # started, no extension
 #   my $standby = le_standby($primary, 'standby');       # streaming, started, caught up
+#   my $via = le_pgbouncer($node, pool_size => 2);       # connstr through PgBouncer
 #
 # Options: conf (text appended to postgresql.conf before the start), init (a
 # hash of arguments to init), dbs (the databases that get the extension;
 # those other than postgres are created), create (0: no extension), start
 # (0: neither started nor any extension created).  le_standby's primary must
 # have been made with init => { allows_streaming => 1 }; conf as above.
+# le_pgbouncer starts PgBouncer in transaction mode on a Unix socket in front
+# of the node's postgres database (pool_size server connections, default 2;
+# max_clients, default 20), waits until it answers, stops it when the test
+# ends, and returns the connection string; undef when PgBouncer is not
+# installed (the caller skips).
 package LeNode;
 
 use strict;
 use warnings;
 use Exporter 'import';
 use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils ();
 
-our @EXPORT = qw(le_node le_standby);
+our @EXPORT = qw(le_node le_standby le_pgbouncer);
+
+my $pgbouncer = '/usr/sbin/pgbouncer';
+my @bouncer_pidfiles;
+END { system('sh', '-c', "kill \$(cat '$_') 2>/dev/null") for grep { -f } @bouncer_pidfiles; }
 
 sub le_node
 {
@@ -51,6 +62,37 @@ sub le_standby
 	$standby->start;
 	$primary->wait_for_catchup($standby);
 	return $standby;
+}
+
+sub le_pgbouncer
+{
+	my ($node, %opt) = @_;
+	return undef unless -x $pgbouncer;
+	my $dir = PostgreSQL::Test::Utils::tempdir;
+	my $port = PostgreSQL::Test::Cluster::get_free_port();
+	my $user = $node->safe_psql('postgres', 'SELECT current_user');
+	my $pool = $opt{pool_size} // 2;
+	my $clients = $opt{max_clients} // 20;
+	open my $ini, '>', "$dir/pgbouncer.ini" or die $!;
+	print $ini "[databases]\n",
+	  "postgres = host=" . $node->host . " port=" . $node->port . " dbname=postgres\n",
+	  "[pgbouncer]\nlisten_addr =\nlisten_port = $port\nunix_socket_dir = $dir\n",
+	  "auth_type = trust\nauth_file = $dir/users.txt\npool_mode = transaction\n",
+	  "default_pool_size = $pool\nmax_client_conn = $clients\n",
+	  "logfile = $dir/pgbouncer.log\npidfile = $dir/pgbouncer.pid\n";
+	close $ini;
+	open my $users, '>', "$dir/users.txt" or die $!;
+	print $users qq{"$user" ""\n};
+	close $users;
+	push @bouncer_pidfiles, "$dir/pgbouncer.pid";
+	system($pgbouncer, '-d', "$dir/pgbouncer.ini") == 0 or die "pgbouncer did not start";
+	my $via = "host=$dir port=$port dbname=postgres user=$user";
+	for (1 .. 50)
+	{
+		return $via if $node->psql('postgres', 'SELECT 1', connstr => $via) == 0;
+		select(undef, undef, undef, 0.1);
+	}
+	die "pgbouncer does not answer at $via";
 }
 
 1;
