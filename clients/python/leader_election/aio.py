@@ -254,33 +254,14 @@ class AsyncLease(Lease):
             self._conn, self._watching = None, False
             raise
         except c.LeaseError as e:
-            if isinstance(e, c.Timeout) and self._conn is not None and self._conn.status == c.pq.ConnStatus.OK:
-                self._unknown_acquire = True
-                self._cancels.append(c.cancel_request(self._conn))
-            if sent is not None and e.sqlstate is None:
-                self._unanswered = True
-            c.close_quietly(self._conn)
-            self._conn, self._watching = None, False
-            self.last_error = e
-            if c.permanent(e.sqlstate):
-                raise
+            self._attempt_failed(e, sent)
             return False
-        self.holder, self.last_error = c.value(res, 2), None
-        if c.value(res, 0) != "t":
-            self._waited = v11 and wait > 0
-            if not v11:
-                await self._watch_async()
-            return False
-        token = int(c.value(res, 1))
-        if self._owner_conflict(token, c.value(res, 4)):
-            return False
-        deadline = sent + t.ttl - t.margin
-        if c.now() >= deadline:
+        verdict, token = self._judge_answer(res, v11, wait, sent)
+        if verdict == "watch":
+            await self._watch_async()
+        elif verdict == "late":
             await self._release_async(token)
-            return False
-        self.token, self.expires_at, self._deadline = token, c.value(res, 3), deadline
-        self._acquire_rtt = c.now() - sent
-        return True
+        return verdict == "granted"
 
     async def set_metadata(self, metadata):
         """The asyncio twin of Lease.set_metadata()."""

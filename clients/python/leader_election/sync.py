@@ -279,33 +279,48 @@ class Lease:
                 res = c.drive(c._query_gen(self._conn, self._stmts.acquire, (self.key, self.owner_id, t.ttl_sql())),
                               sent + t.statement_timeout)
         except c.LeaseError as e:
-            if isinstance(e, c.Timeout) and self._conn is not None and self._conn.status == c.pq.ConnStatus.OK:
-                self._unknown_acquire = True
-                self._cancels.append(c.cancel_request(self._conn))
-            if sent is not None and e.sqlstate is None:
-                self._unanswered = True
-            c.close_quietly(self._conn)
-            self._conn, self._watching = None, False
-            self.last_error = e
-            if c.permanent(e.sqlstate):
-                raise
+            self._attempt_failed(e, sent)
             return False
+        verdict, token = self._judge_answer(res, v11, wait, sent)
+        if verdict == "watch":
+            self._watch()
+        elif verdict == "late":
+            self._release_token(token)
+        return verdict == "granted"
+
+    def _attempt_failed(self, e, sent):
+        """What an attempt that failed with e leaves behind (shared by both APIs): a timed-out call is
+        cancelled and its answer counts as unknown, the connection is dropped; re-raises a permanent
+        error."""
+        if isinstance(e, c.Timeout) and self._conn is not None and self._conn.status == c.pq.ConnStatus.OK:
+            self._unknown_acquire = True
+            self._cancels.append(c.cancel_request(self._conn))
+        if sent is not None and e.sqlstate is None:
+            self._unanswered = True
+        c.close_quietly(self._conn)
+        self._conn, self._watching = None, False
+        self.last_error = e
+        if c.permanent(e.sqlstate):
+            raise e
+
+    def _judge_answer(self, res, v11, wait, sent):
+        """Judge le_acquire's answer to an attempt sent at sent (shared by both APIs): ("granted", token)
+        when the period is ours (recorded); ("refused", None); ("watch", None) when refused by a 1.0
+        server (watch for the release); ("late", token) when granted too late to act on (release it)."""
+        t = self.timing
         self.holder, self.last_error = c.value(res, 2), None
         if c.value(res, 0) != "t":
             self._waited = v11 and wait > 0
-            if not v11:
-                self._watch()
-            return False
+            return ("refused" if v11 else "watch"), None
         token = int(c.value(res, 1))
         if self._owner_conflict(token, c.value(res, 4)):
-            return False
+            return "refused", None
         deadline = sent + t.ttl - t.margin
-        if c.now() >= deadline:          # the answer came too late to act on
-            self._release_token(token)
-            return False
+        if c.now() >= deadline:
+            return "late", token
         self.token, self.expires_at, self._deadline = token, c.value(res, 3), deadline
         self._acquire_rtt = c.now() - sent
-        return True
+        return "granted", token
 
     def _owner_conflict(self, token, new_period):
         """True when a grant continues a period we never had (new_period false, and no earlier attempt
