@@ -308,7 +308,8 @@ class SyncTests(unittest.TestCase):
 
     def test_renewal_reconnects(self):
         dsn = psycopg.conninfo.make_conninfo(DSN, application_name="py-reconnect")
-        with admin() as a, le.lead(dsn, "py-reconnect", ttl="2s") as lease:
+        # a ttl of 4 s leaves a loaded machine time to fork the new backend
+        with admin() as a, le.lead(dsn, "py-reconnect", ttl="4s") as lease:
             token = lease.token
             first = self.renew_backend(a, "py-reconnect")
             a.execute("SELECT pg_terminate_backend(%s)", (first,))
@@ -318,7 +319,7 @@ class SyncTests(unittest.TestCase):
             # a frozen backend: the renewal on it hangs, is abandoned, and another connection renews
             os.kill(frozen, signal.SIGSTOP)
             try:
-                time.sleep(2.5)                     # longer than the ttl
+                time.sleep(4.5)                     # longer than the ttl
                 self.assertTrue(lease.is_leader(), lease.lost_reason)
                 self.assertEqual(lease.token, token)
                 row = a.execute("SELECT fencing_token, is_valid FROM le_leases WHERE lease_key = 'py-reconnect'").fetchone()
