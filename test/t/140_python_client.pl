@@ -90,7 +90,8 @@ my ($pout, $perr) = ('', '');
 my $probe = IPC::Run::start(
 	[ "$tree/test/conformance/probe-python", '--dsn', $dsn, '--key', 'probe-key', '--owner', 'p1', '--ttl-ms', '2000' ],
 	'>', \$pout, '2>', \$perr, init => sub { $ENV{LE_CONFORMANCE_CLIENT} = 'python'; $ENV{LE_PYTHON} = $vpy });
-for (1 .. 200)
+# up to 30 s: a loaded machine starts the interpreter and its imports slowly
+for (1 .. 1200)
 {
 	$probe->pump_nb;
 	last if $pout =~ /"ev": ?"write".*"ok": ?true/;
