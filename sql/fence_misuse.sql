@@ -78,10 +78,10 @@ CREATE TRIGGER f1 BEFORE INSERT ON t FOR EACH ROW EXECUTE FUNCTION le_fence('mis
 INSERT INTO t VALUES (1, 1);
 \echo :LAST_ERROR_SQLSTATE
 DROP TRIGGER f1 ON t;
-CREATE TRIGGER f4 BEFORE INSERT ON t FOR EACH ROW EXECUTE FUNCTION le_fence('misuse', 'fencing_token', 'strict', 'x');
+CREATE TRIGGER f5 BEFORE INSERT ON t FOR EACH ROW EXECUTE FUNCTION le_fence('misuse', 'fencing_token', 'strict', 'x', 'y');
 INSERT INTO t VALUES (1, 1);
 \echo :LAST_ERROR_SQLSTATE
-DROP TRIGGER f4 ON t;
+DROP TRIGGER f5 ON t;
 -- Wrong mode, missing column, non-integer column, empty key.
 CREATE TRIGGER fm BEFORE INSERT ON t FOR EACH ROW EXECUTE FUNCTION le_fence('misuse', 'fencing_token', 'loose');
 INSERT INTO t VALUES (1, 1);

@@ -47,7 +47,7 @@ INSERT INTO strict_t (fencing_token) VALUES (7);
 SELECT le_protect('loose_t', 'other');
 \echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
-GRANT EXECUTE ON FUNCTION le_protect(regclass, text, name, text), le_unprotect(regclass) TO regress_le_b;
+GRANT EXECUTE ON FUNCTION le_protect(regclass, text, name, text, text, name), le_unprotect(regclass) TO regress_le_b;
 SET ROLE regress_le_b;
 SELECT le_protect('loose_t', 'other');
 \echo :LAST_ERROR_SQLSTATE

@@ -71,7 +71,7 @@ RESET ROLE;
 
 GRANT EXECUTE ON FUNCTION le_acquire(text, text, interval, interval, jsonb), le_renew(text, text, bigint, interval),
       le_release(text, text, bigint) TO regress_le_a, regress_le_b;
-GRANT EXECUTE ON FUNCTION le_protect(regclass, text, name, text), le_fence() TO regress_le_a;
+GRANT EXECUTE ON FUNCTION le_protect(regclass, text, name, text, text, name), le_fence() TO regress_le_a;
 
 -- Role a acquires with owner id 'node1'.
 SET ROLE regress_le_a;
@@ -319,7 +319,7 @@ DROP FUNCTION public.regress_le_try(text);
 REVOKE ALL ON SCHEMA public FROM regress_le_a, regress_le_b;
 REVOKE ALL ON FUNCTION le_acquire(text, text, interval, interval, jsonb), le_renew(text, text, bigint, interval),
       le_release(text, text, bigint) FROM regress_le_a, regress_le_b;
-REVOKE ALL ON FUNCTION le_protect(regclass, text, name, text), le_fence() FROM regress_le_a;
+REVOKE ALL ON FUNCTION le_protect(regclass, text, name, text, text, name), le_fence() FROM regress_le_a;
 REVOKE ALL ON FUNCTION le_fence_advance(text, bigint) FROM regress_le_a;
 DROP ROLE regress_le_a;
 DROP ROLE regress_le_b;

@@ -1,6 +1,6 @@
 -- G6: a lease call refuses an le_lease whose columns are not those of a
--- released version (the 1.0 columns, or those and the metric and metadata
--- columns of 1.1, each with its type) with a clean error, also when the
+-- released version (the 1.0 columns, or those and the metric, metadata and
+-- group columns of 1.1, each with its type) with a clean error, also when the
 -- table changes after this backend last used it: a column's type changed
 -- or a column dropped keeps the number of columns, and must not let a call
 -- write a value of the wrong type.  A column added by hand is refused too (a row
@@ -55,6 +55,30 @@ ALTER TABLE le_lease ALTER COLUMN metadata TYPE text;
 SELECT le_renew('layout-a', 'a', :tok, '1 minute') IS NOT NULL AS renewed;
 ROLLBACK;
 
+-- A group column dropped: the 1.1 columns are incomplete.
+BEGIN;
+ALTER EXTENSION leader_election DROP VIEW le_group_partitions;
+DROP VIEW le_group_partitions;
+ALTER EXTENSION leader_election DROP VIEW le_group_members;
+DROP VIEW le_group_members;
+ALTER EXTENSION leader_election DROP VIEW le_groups;
+DROP VIEW le_groups;
+ALTER TABLE le_lease DROP COLUMN group_partition;
+SELECT le_renew('layout-a', 'a', :tok, '1 minute') IS NOT NULL AS renewed;
+ROLLBACK;
+
+-- A group column of another type.
+BEGIN;
+ALTER EXTENSION leader_election DROP VIEW le_group_partitions;
+DROP VIEW le_group_partitions;
+ALTER EXTENSION leader_election DROP VIEW le_group_members;
+DROP VIEW le_group_members;
+ALTER EXTENSION leader_election DROP VIEW le_groups;
+DROP VIEW le_groups;
+ALTER TABLE le_lease ALTER COLUMN group_id TYPE integer;
+SELECT le_renew('layout-a', 'a', :tok, '1 minute') IS NOT NULL AS renewed;
+ROLLBACK;
+
 -- A column added by hand, with NOT NULL and a DEFAULT a new row would miss.
 BEGIN;
 ALTER TABLE le_lease ADD COLUMN note text NOT NULL DEFAULT 'x';
@@ -67,8 +91,15 @@ ALTER EXTENSION leader_election DROP VIEW le_lease_metrics;
 DROP VIEW le_lease_metrics;
 ALTER EXTENSION leader_election DROP VIEW le_leases;
 DROP VIEW le_leases;
+ALTER EXTENSION leader_election DROP VIEW le_group_partitions;
+DROP VIEW le_group_partitions;
+ALTER EXTENSION leader_election DROP VIEW le_group_members;
+DROP VIEW le_group_members;
+ALTER EXTENSION leader_election DROP VIEW le_groups;
+DROP VIEW le_groups;
 ALTER TABLE le_lease DROP COLUMN metadata, DROP COLUMN expiries, DROP COLUMN force_releases, DROP COLUMN ttl_us,
-    DROP COLUMN freed_at, DROP COLUMN renew_margin_us, DROP COLUMN renew_margin_min_us;
+    DROP COLUMN freed_at, DROP COLUMN renew_margin_us, DROP COLUMN renew_margin_min_us,
+    DROP COLUMN group_id, DROP COLUMN group_partition;
 SELECT le_renew('layout-a', 'a', :tok, '1 minute') IS NOT NULL AS renewed;
 SELECT acquired FROM le_acquire('layout-old', 'a', '1 minute');
 ROLLBACK;

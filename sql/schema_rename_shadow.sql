@@ -20,7 +20,7 @@ CREATE ROLE regress_le_other;
 CREATE SCHEMA le;
 CREATE EXTENSION leader_election SCHEMA le;
 SELECT count(*) > 0 AS granted
-  FROM unnest(ARRAY['campaign', 'fence', 'schedule', 'work', 'monitor', 'protect']) AS u,
+  FROM unnest(ARRAY['campaign', 'fence', 'schedule', 'work', 'monitor', 'protect', 'group']) AS u,
        le.le_grant('regress_le_mallory', u);
 SELECT count(*) > 0 AS granted
   FROM unnest(ARRAY['campaign', 'fence']) AS u, le.le_grant('regress_le_writer', u);
@@ -136,6 +136,15 @@ SELECT le_renamed.le_watch('km'), le_renamed.le_unwatch('km');
 SELECT le_renamed.le_protect('le.m_t', 'km');
 INSERT INTO le.m_t VALUES (1, :mt);
 SELECT le_renamed.le_unprotect('le.m_t');
+-- A partition group of hers: created, joined, read, left.
+SELECT le_renamed.le_group_create('gm', 4);
+SELECT count(*) AS hb_rows, count(*) FILTER (WHERE state = 'owned' AND new_period) AS claimed
+  FROM le_renamed.le_group_heartbeat('gm', 'm1', '1 minute');
+SELECT count(*) AS assigned FROM le_renamed.le_group_assignment('gm') WHERE target = 'm1' AND state = 'owned';
+SELECT members, partitions_held FROM le_renamed.le_groups WHERE group_name = 'gm';
+SELECT member_id, partitions_held FROM le_renamed.le_group_members WHERE group_name = 'gm';
+SELECT count(*) AS held FROM le_renamed.le_group_partitions WHERE group_name = 'gm' AND holder = 'm1';
+SELECT le_renamed.le_group_leave('gm', 'm1');
 -- Errors come from the extension's own objects, with their SQLSTATEs.
 \set ON_ERROR_STOP 0
 SELECT le_renamed.le_complete_job('job-1', 'w1');

@@ -241,3 +241,50 @@ le_check_writable(const char *action)
 				 errdetail("Leases change only on the primary server; this one is a standby."),
 				 errhint("Connect to the primary. Reading le_leases works here but may lag behind it.")));
 }
+
+/*
+ * Refuse a partition group's name unless it has 1 to LE_MAX_GROUP_NAME_LEN
+ * letters, digits, '_', '.' or '-' (so that it cannot end a key's group
+ * part early, nor name another group's keys); for a name that is not an
+ * SQL argument (a fence trigger's).
+ */
+void
+le_check_group_name_value(const char *value)
+{
+	size_t		len = strlen(value);
+	size_t		i;
+
+	for (i = 0; i < len; i++)
+	{
+		char		c = value[i];
+
+		if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+			  c == '_' || c == '.' || c == '-'))
+			break;
+	}
+	if (len == 0 || len > LE_MAX_GROUP_NAME_LEN || i < len)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid group name \"%s\"", le_check_show(value)),
+				 errdetail("A group name has 1 to %d characters, each a letter, digit, '_', '.' or '-'.",
+						   LE_MAX_GROUP_NAME_LEN)));
+}
+
+/* Validate a partition group's name argument (le_check_group_name_value). */
+char *
+le_check_group_name(FunctionCallInfo fcinfo, int argno)
+{
+	char	   *value;
+
+	le_check_not_null(fcinfo, argno, "group_name");
+	value = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	le_check_group_name_value(value);
+	return value;
+}
+
+/* Validate a member id of a partition group (the holder of its leases). */
+char *
+le_check_member(FunctionCallInfo fcinfo, int argno)
+{
+	return le_check_identifier(fcinfo, argno, "member_id", LE_MAX_MEMBER_LEN);
+}

@@ -39,6 +39,16 @@
 /* Limits on user input, in bytes; documented in doc/reference.md. */
 #define LE_MAX_KEY_LEN			200
 #define LE_MAX_OWNER_LEN		200
+#define LE_MAX_GROUP_NAME_LEN	63
+#define LE_MAX_MEMBER_LEN		120
+#define LE_MAX_PARTITIONS		16384
+
+/*
+ * Keys of partition groups (group.c): partition p of group g is
+ * "le:group:g:p", the membership of member m "le:group:g:member:m".  No
+ * new plain lease may take a key with this prefix.
+ */
+#define LE_GROUP_KEY_PREFIX		"le:group:"
 
 /*
  * Fence lock modes: writers of protected data share the lock; whatever
@@ -76,6 +86,9 @@ typedef struct LeaseRow
 	TimestampTz freed_at;		/* last release or force release; 0: NULL */
 	int64		renew_margin_us;	/* time left at the last renewal; -1: none */
 	int64		renew_margin_min_us;	/* least such in this period; -1: none */
+	/* Partition groups (1.1): the row's group and partition. */
+	int64		group_id;		/* 0: a plain lease (NULL) */
+	int32		group_partition;	/* -1: a membership or plain lease (NULL) */
 } LeaseRow;
 
 /* GUC variables (leader_election.c). */
@@ -100,6 +113,9 @@ extern struct varlena *le_check_metadata(FunctionCallInfo fcinfo, int argno);
 #define LE_MAX_METADATA_LEN		4000
 #define LE_MAX_METADATA_DEPTH	8	/* the client's LE_NOTE_MAX_DEPTH */
 extern void le_check_writable(const char *action);
+extern char *le_check_group_name(FunctionCallInfo fcinfo, int argno);
+extern void le_check_group_name_value(const char *value);
+extern char *le_check_member(FunctionCallInfo fcinfo, int argno);
 
 /*
  * The server-side wait of le_acquire (wait.c): a FIFO queue per lease in the
@@ -155,6 +171,8 @@ typedef struct LeaseStoreState
 	bool		locked;			/* this call locked the lease row (and maybe its fence) */
 	bool		tentative;		/* tid/locked_tuple were read, not locked (see le_rows_lock) */
 	bool		must_lock;		/* a tentative write lost a race: lock from now on */
+	bool		adopted;		/* peeked_tuple was handed in (le_rows_group_adopt), not read */
+	Snapshot	scan_snap;		/* of le_rows_group_scan, registered to the call's end */
 	int64		idle_bound_us;	/* the transaction's deadline for the lease, from now; 0: none */
 	/* a grant's prune: rows found due before the lease row was written */
 	ItemPointerData *prune_tids;	/* le_lease_history rows to delete */
@@ -170,6 +188,7 @@ typedef struct LeaseStoreState
 /* The frame of a lease call and the plan of a grant's prune (lease_store.c). */
 extern void le_store_begin(LeaseStoreState *st, Oid fn_oid, const char *lease_key);
 extern void le_store_end(LeaseStoreState *st);
+extern void le_store_next_row(LeaseStoreState *st, const char *lease_key);
 extern bool le_store_lock_bound_begin(void);
 extern void le_store_lock_bound_end(bool began);
 extern bool le_store_lease_valid(const LeaseRow *row, TimestampTz now);
@@ -181,8 +200,52 @@ extern int64 le_store_prune_history(LeaseStoreState *st);
 /* The holder deadline (holder.c). */
 extern void le_holder_bound_idle(const char *key, int64 bound_us);
 
+/* A partition group as le_group holds it (lease_rows.c). */
+typedef struct LeaseGroup
+{
+	int64		group_id;
+	char	   *group_name;
+	int32		partitions;
+	char	   *owner_role;
+	int32		max_moves;
+	TimestampTz created_at;
+} LeaseGroup;
+
+/*
+ * A partition's row as le_rows_group_scan read it, briefly (no key, no
+ * metadata; holder and role point into one buffer of the scan), with the
+ * place of the version read, for le_rows_group_adopt.
+ */
+typedef struct LeaseGroupPart
+{
+	int64		lease_id;		/* 0: no row */
+	int64		fencing_token;
+	TimestampTz expires_at;		/* 0: NULL */
+	const char *holder;			/* NULL when released */
+	const char *holder_role;
+	ItemPointerData tid;
+} LeaseGroupPart;
+
+/* The le_lease rows of one group: its partitions by number, its memberships. */
+typedef struct LeaseGroupRows
+{
+	int32		npartitions;
+	LeaseGroupPart *partitions;
+	int			nmembers;
+	LeaseRow   *members;
+} LeaseGroupRows;
+
 /* Rows of le_lease and le_lease_history, by direct access (lease_rows.c). */
-extern void le_rows_create(LeaseStoreState *st, const char *key);
+extern void le_rows_create(LeaseStoreState *st, const char *key, int64 group_id,
+						   int32 group_partition);
+extern bool le_rows_has_groups(LeaseStoreState *st);
+extern bool le_rows_group_find(LeaseStoreState *st, const char *name, LeaseGroup *group);
+extern int64 le_rows_group_insert(LeaseStoreState *st, const char *name, int32 partitions,
+								  int32 max_moves);
+extern void le_rows_group_partitions_insert(LeaseStoreState *st, const LeaseGroup *group);
+extern void le_rows_group_scan(LeaseStoreState *st, const LeaseGroup *group, LeaseGroupRows *rows);
+extern bool le_rows_group_adopt(LeaseStoreState *st, const LeaseGroupPart *part, LeaseRow *row);
+extern void le_rows_next(LeaseStoreState *st);
 extern bool le_rows_peek(LeaseStoreState *st, const char *key, LeaseRow *row);
 typedef bool (*LeaseRowCheck) (const LeaseRow *row, void *arg);
 extern bool le_rows_lock(LeaseStoreState *st, const char *key, LeaseRow *row,
@@ -199,6 +262,60 @@ extern void le_rows_forget_due_history(LeaseStoreState *st);
 extern int64 le_rows_prune_all_history(LeaseStoreState *st, TimestampTz cutoff);
 extern void le_rows_end(LeaseStoreState *st);
 extern void le_rows_let_go(LeaseStoreState *st);
+
+/*
+ * One lease row's acquire (lease.c), for le_acquire and the partition
+ * groups (group.c), inside a frame the caller began.
+ */
+typedef enum LeaseAcquireResult
+{
+	LE_ACQUIRE_REFUSED,			/* validly held by another owner or role */
+	LE_ACQUIRE_EXTENDED,		/* the valid holder again: same token */
+	LE_ACQUIRE_GRANTED,			/* a new ownership period, a new token */
+	LE_ACQUIRE_BUSY				/* fence_try: its fence lock is taken */
+} LeaseAcquireResult;
+
+typedef struct LeaseAcquireRequest
+{
+	const char *key;
+	char	   *owner;
+	int64		ttl;			/* the lease lasts ttl from the decision ... */
+	TimestampTz expires_at;		/* ... or to this instant when not 0 */
+	struct varlena *metadata;
+	bool		fence_try;		/* never wait for the fence lock */
+	bool		plain_only;		/* refuse group rows and new reserved keys */
+	bool		count_renewal;	/* an extension records its renewal margin */
+	int64		group_id;		/* the row must be of this group (0: any) */
+	int32		group_partition;	/* ... a row created gets these */
+} LeaseAcquireRequest;
+
+extern LeaseAcquireResult le_lease_acquire_row(LeaseStoreState *st, const LeaseAcquireRequest *req,
+											   LeaseRow *out);
+extern bool le_lease_free_row(LeaseStoreState *st, const char *key, const char *owner,
+							  int64 token, const char *reason);
+
+/* The assignment of a group's partitions to its members (group_assign.c). */
+#define LE_ASSIGN_FREE_HOLDER		(-1)	/* not validly held */
+#define LE_ASSIGN_OTHER_HOLDER		(-2)	/* validly held by a non-member */
+typedef enum LeaseAssignState
+{
+	LE_ASSIGN_UNASSIGNED,		/* no live member */
+	LE_ASSIGN_OWNED,			/* held by its target, which keeps it */
+	LE_ASSIGN_REVOKE,			/* held by a member that gives it up (to target, if any) */
+	LE_ASSIGN_FREE,				/* not validly held: its target claims it */
+	LE_ASSIGN_BLOCKED			/* held validly by a non-member until it expires */
+} LeaseAssignState;
+
+typedef struct LeaseAssignment
+{
+	int32		npartitions;
+	int32		nmembers;
+	int32	   *target;			/* per partition: member index, -1: none */
+	LeaseAssignState *state;	/* per partition */
+} LeaseAssignment;
+
+extern void le_group_assign_compute(int32 npartitions, int32 max_moves, int32 nmembers,
+									const int32 *holder, LeaseAssignment *out);
 
 /* The token of a new ownership period (token.c). */
 extern int64 le_token_next(LeaseStoreState *st, const LeaseRow *row, int32 *timeline,
@@ -230,6 +347,10 @@ typedef enum LeaseRel
 	LE_REL_HISTORY_SEQ,
 	LE_REL_LEASE_SEQ,
 	LE_REL_TOKEN_SEQ,
+	LE_REL_GROUP,
+	LE_REL_GROUP_NAME,
+	LE_REL_GROUP_SEQ,
+	LE_REL_LEASE_GROUP,
 	LE_NRELS
 } LeaseRel;
 
@@ -269,6 +390,26 @@ extern void le_fence_note_release(int64 lease_id, int64 token, bool was_valid,
 								  TimestampTz expires_at);
 struct TriggerData;
 extern void le_fence_advance_guard(struct TriggerData *trigdata);
+
+/*
+ * A partition group as the fence reads it from le_group (fence_group.c):
+ * its id and number of partitions, and where the version read lies, so that
+ * a later write can tell cheaply that it is still the latest, unchanged
+ * (le_fence_group_unchanged).
+ */
+typedef struct LeGroup
+{
+	int64		group_id;
+	int32		partitions;
+	RelFileNode node;			/* le_group's file at the read */
+	BlockNumber blkno;
+	Buffer		buffer;			/* shared buffer that held the page */
+	XLogRecPtr	lsn;			/* the page's LSN then; invalid: cannot vouch */
+	uint64		inval_count;	/* le_group invalidations seen by then */
+} LeGroup;
+
+extern bool le_fence_group_read(Oid nsp, const char *name, LeGroup *group);
+extern bool le_fence_group_unchanged(const LeGroup *group);
 
 /* Counters of refused writes, with shared_preload_libraries (metrics.c). */
 extern void le_metrics_init(void);

@@ -243,14 +243,14 @@ le_lease_acquire_not_lost(const LeaseRow *row, void *arg)
 
 /*
  * Grant the lease of *row, which this call locked (or read tentatively),
- * to owner from now for ttl: a new token, the lapsed period closed, a new
+ * to owner from now until expires_at: a new token, the lapsed period closed, a new
  * one opened, history past the retention pruned.  The caller holds the
  * lease's fence lock in LE_FENCE_CHANGE_LOCKMODE.  false when the row
  * changed since it was read: nothing was written, the caller decides again
  * (the token drawn is skipped: tokens may have gaps, never repeats).
  */
 static bool
-le_lease_grant(LeaseStoreState *st, LeaseRow *row, char *owner, int64 ttl,
+le_lease_grant(LeaseStoreState *st, LeaseRow *row, char *owner, TimestampTz expires_at,
 			   struct varlena *metadata, TimestampTz now)
 {
 	LeaseRow	old;
@@ -264,7 +264,7 @@ le_lease_grant(LeaseStoreState *st, LeaseRow *row, char *owner, int64 ttl,
 	row->holder_role = st->caller_name;
 	row->acquired_at = now;
 	row->renewed_at = now;
-	row->expires_at = now + ttl;
+	row->expires_at = expires_at;
 	row->transitions++;
 	row->metadata = metadata;
 	le_lease_count_end(row, &old, now, false);
@@ -304,47 +304,132 @@ le_lease_grant(LeaseStoreState *st, LeaseRow *row, char *owner, int64 ttl,
 }
 
 /*
- * One try of le_acquire: true when granted (*out is the caller's lease,
- * *new_period tells whether the token is new), false when refused (*out is
- * the version that decided it).  Grants a free or expired lease with a new,
- * higher token; extends a lease this owner and role validly hold, keeping
- * their token; otherwise refuses.
+ * le_acquire's refusal of a row of a partition group (55000): its members
+ * take and renew it with le_group_heartbeat only.
+ */
+static void
+le_lease_refuse_group_row(const LeaseRow *row)
+{
+	const char *key = row->lease_key;
+	const char *name = key;
+	size_t		prefix = strlen(LE_GROUP_KEY_PREFIX);
+
+	if (strncmp(key, LE_GROUP_KEY_PREFIX, prefix) == 0)
+		name = key + prefix;
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("lease \"%s\" belongs to group \"%s\"", le_check_show(key),
+					le_check_show(pnstrdup(name, strcspn(name, ":")))),
+			 errhint("Members of a partition group take and renew its leases with le_group_heartbeat.")));
+}
+
+/*
+ * Is *row a row that req may acquire?  le_acquire (plain_only) refuses the
+ * rows of a group; a group's call refuses a row of another group, or a
+ * plain lease that took the key before 1.1 (42710).
+ */
+static void
+le_lease_check_group(const LeaseAcquireRequest *req, const LeaseRow *row)
+{
+	if (req->plain_only && row->group_id != 0)
+		le_lease_refuse_group_row(row);
+	if (req->group_id != 0 && row->group_id != req->group_id)
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("lease \"%s\" is not a lease of its group", le_check_show(row->lease_key)),
+				 errdetail("A plain lease uses this key, taken before version 1.1 reserved it."),
+				 errhint("Release that lease for good and use another group name.")));
+}
+
+/*
+ * Refuse to create, for le_acquire or le_watch, a new key that a partition
+ * group would use (22023); plain leases of such keys made under 1.0 go on
+ * working.  A 1.0 catalog not yet updated reserves nothing.
+ */
+static void
+le_lease_check_new_key(LeaseStoreState *st, const char *key)
+{
+	if (strncmp(key, LE_GROUP_KEY_PREFIX, strlen(LE_GROUP_KEY_PREFIX)) == 0 &&
+		le_rows_has_groups(st))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lease key \"%s\" is reserved for partition groups", le_check_show(key)),
+				 errdetail("Keys starting with \"%s\" name the partitions and members of groups.",
+						   LE_GROUP_KEY_PREFIX),
+				 errhint("Choose another key, or join the group with le_group_heartbeat.")));
+}
+
+/*
+ * Extend *row, validly held by req's owner, from now to expires_at; a
+ * group's heartbeat counts it as a renewal (the margin it had left).
+ */
+static void
+le_lease_extend(LeaseRow *row, const LeaseAcquireRequest *req, TimestampTz now,
+				TimestampTz expires_at)
+{
+	if (req->count_renewal)
+	{
+		row->renew_margin_us = row->expires_at - now;
+		if (row->renew_margin_min_us < 0 || row->renew_margin_us < row->renew_margin_min_us)
+			row->renew_margin_min_us = row->renew_margin_us;
+	}
+	row->renewed_at = now;
+	row->expires_at = expires_at;
+	if (req->metadata != NULL)
+		row->metadata = req->metadata;
+}
+
+/*
+ * One try to acquire the lease row req->key for req->owner, inside the
+ * frame st the caller began (and ends): grants a free or expired lease with
+ * a new, higher token (LE_ACQUIRE_GRANTED); extends a lease this owner and
+ * role validly hold, keeping their token (LE_ACQUIRE_EXTENDED); otherwise
+ * refuses (LE_ACQUIRE_REFUSED), or with fence_try, when the fence lock is
+ * taken, does nothing (LE_ACQUIRE_BUSY).  *out is the caller's lease, or
+ * the version that decided the refusal.  Expiry is judged by the server
+ * clock after the lock waits.  A key without a row gets one (a plain one,
+ * or one of req's group).
  *
  * Locks: a refusal on the first read takes none.  Otherwise the fence lock
- * in LE_FENCE_CHANGE_LOCKMODE when the lease may change hands, then the
+ * in LE_FENCE_CHANGE_LOCKMODE when the lease may change hands (waited for,
+ * or with fence_try only tried: the caller may hold other rows), then the
  * lease row, both to the end of the transaction; a fence lock needed only
  * once the row is held is tried, never waited for (lock order), and one
  * that served no change is given back at once.
  */
-static bool
-le_lease_try_acquire(FunctionCallInfo fcinfo, char *key, char *owner, int64 ttl,
-					 struct varlena *metadata, LeaseRow *out, bool *new_period)
+LeaseAcquireResult
+le_lease_acquire_row(LeaseStoreState *st, const LeaseAcquireRequest *req, LeaseRow *out)
 {
-	LeaseStoreState st;
+	const char *key = req->key;
+	char	   *owner = req->owner;
 	LeaseRow	row;
 	TimestampTz now;
+	TimestampTz expires_at;
 	bool		found;
 	bool		fenced = false;
 	int64		fenced_id = 0;
 	AcquireCheck ac;
 	int64		tried_fence_id = 0; /* fence lock taken by le_fence_lock_try */
-
-	*new_period = false;
-	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
+	bool		granted = false;
 
 	/* Fast path: refusals only read. */
-	found = le_rows_peek(&st, key, &row);
+	found = le_rows_peek(st, key, &row);
+	if (found)
+		le_lease_check_group(req, &row);
 	if (found && le_store_lease_valid(&row, GetCurrentTimestamp()) &&
-		!le_lease_is_ours(&row, owner, &st))
+		!le_lease_is_ours(&row, owner, st))
 	{
-		le_store_end(&st);
 		*out = row;
-		return false;
+		return LE_ACQUIRE_REFUSED;
 	}
 
 	if (!found)
-		le_rows_create(&st, key);
-	else if (!le_lease_is_ours(&row, owner, &st) ||
+	{
+		if (req->plain_only)
+			le_lease_check_new_key(st, key);
+		le_rows_create(st, key, req->group_id, req->group_id != 0 ? req->group_partition : -1);
+	}
+	else if (!le_lease_is_ours(&row, owner, st) ||
 			 !le_store_lease_valid(&row, GetCurrentTimestamp()))
 	{
 		/*
@@ -352,7 +437,13 @@ le_lease_try_acquire(FunctionCallInfo fcinfo, char *key, char *owner, int64 ttl,
 		 * lock first, then the row lock (taking them the other way round
 		 * deadlocks against a competitor, see lease_lock_order.spec).
 		 */
-		le_fence_lock(&st, row.lease_id, LE_FENCE_CHANGE_LOCKMODE);
+		if (!req->fence_try)
+			le_fence_lock(st, row.lease_id, LE_FENCE_CHANGE_LOCKMODE);
+		else if (!le_fence_lock_try(row.lease_id, LE_FENCE_CHANGE_LOCKMODE))
+		{
+			*out = row;
+			return LE_ACQUIRE_BUSY;
+		}
 		fenced = true;
 		fenced_id = row.lease_id;
 	}
@@ -364,19 +455,20 @@ le_lease_try_acquire(FunctionCallInfo fcinfo, char *key, char *owner, int64 ttl,
 	 * the fence lock back at once, since nothing was changed under it.
 	 */
 	ac.owner = owner;
-	ac.st = &st;
+	ac.st = st;
 retry:
 	ac.lost = false;
-	if (!le_rows_lock(&st, key, &row, fenced ? le_lease_acquire_not_lost : NULL, &ac))
+	if (!le_rows_lock(st, key, &row, fenced ? le_lease_acquire_not_lost : NULL, &ac))
 	{
 		if (!ac.lost)
 			elog(ERROR, "leader_election: lease row \"%s\" vanished", key);
 		le_fence_lock_release(fenced_id, LE_FENCE_CHANGE_LOCKMODE);
-		le_store_end(&st);
 		*out = row;
-		return false;
+		return LE_ACQUIRE_REFUSED;
 	}
+	le_lease_check_group(req, &row);
 	now = GetCurrentTimestamp();
+	expires_at = req->expires_at != 0 ? req->expires_at : now + req->ttl;
 
 	/*
 	 * The fence lock protects the row whose id it was taken for: if the row
@@ -388,7 +480,7 @@ retry:
 
 	if (le_store_lease_valid(&row, now))
 	{
-		if (!le_lease_is_ours(&row, owner, &st))
+		if (!le_lease_is_ours(&row, owner, st))
 		{
 			/*
 			 * Lost a race to another candidate; a fence lock this call
@@ -397,17 +489,13 @@ retry:
 			 */
 			if (tried_fence_id != 0)
 				le_fence_lock_release(tried_fence_id, LE_FENCE_CHANGE_LOCKMODE);
-			le_lease_bound_refusal(&st);
-			le_store_end(&st);
+			le_lease_bound_refusal(st);
 			*out = row;
-			return false;
+			return LE_ACQUIRE_REFUSED;
 		}
 		/* The valid holder again (e.g. a retry after a lost reply). */
-		row.renewed_at = now;
-		row.expires_at = now + ttl;
-		if (metadata != NULL)
-			row.metadata = metadata;
-		if (!le_rows_write(&st, &row))
+		le_lease_extend(&row, req, now, expires_at);
+		if (!le_rows_write(st, &row))
 			goto retry;			/* the row changed since it was read */
 	}
 	else
@@ -427,31 +515,57 @@ retry:
 			 */
 			if (!le_fence_lock_try(row.lease_id, LE_FENCE_CHANGE_LOCKMODE))
 			{
-				le_lease_bound_refusal(&st);
-				le_store_end(&st);
+				le_lease_bound_refusal(st);
 				*out = row;
-				return false;
+				return req->fence_try ? LE_ACQUIRE_BUSY : LE_ACQUIRE_REFUSED;
 			}
 			tried_fence_id = row.lease_id;
 			now = GetCurrentTimestamp();
+			if (req->expires_at == 0)
+				expires_at = now + req->ttl;
 		}
 
-		if (!le_lease_grant(&st, &row, owner, ttl, metadata, now))
+		if (!le_lease_grant(st, &row, owner, expires_at, req->metadata, now))
 			goto retry;			/* the row changed since it was read */
-		*new_period = true;
+		granted = true;
 	}
 
 	le_durable_commit();
-	st.idle_bound_us = ttl;
-	le_store_end(&st);
+	st->idle_bound_us = expires_at - now;
 
 	/*
-	 * Built in the caller's memory context, after le_store_end: the strings
-	 * of row are the caller's (owner, st.caller_name) or were copied into
-	 * the caller's context by le_rows_lock.
+	 * The strings of row are the caller's (owner, st->caller_name) or were
+	 * copied into the caller's context by le_rows_lock.
 	 */
 	*out = row;
-	return true;
+	return granted ? LE_ACQUIRE_GRANTED : LE_ACQUIRE_EXTENDED;
+}
+
+/*
+ * One try of le_acquire: true when granted (*out is the caller's lease,
+ * *new_period tells whether the token is new), false when refused (*out is
+ * the version that decided it); see le_lease_acquire_row.
+ */
+static bool
+le_lease_try_acquire(FunctionCallInfo fcinfo, char *key, char *owner, int64 ttl,
+					 struct varlena *metadata, LeaseRow *out, bool *new_period)
+{
+	LeaseStoreState st;
+	LeaseAcquireRequest req;
+	LeaseAcquireResult r;
+
+	memset(&req, 0, sizeof(req));
+	req.key = key;
+	req.owner = owner;
+	req.ttl = ttl;
+	req.metadata = metadata;
+	req.plain_only = true;
+	req.group_partition = -1;
+	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
+	r = le_lease_acquire_row(&st, &req, out);
+	le_store_end(&st);
+	*new_period = (r == LE_ACQUIRE_GRANTED);
+	return r == LE_ACQUIRE_GRANTED || r == LE_ACQUIRE_EXTENDED;
 }
 
 /* What one try of a waiting le_acquire came to. */
@@ -687,7 +801,8 @@ le_lease_renew_looks_ours(const LeaseRow *row, void *arg)
 
 /*
  * le_renew(lease_key, owner_id, fencing_token, ttl) -> new expiry, or NULL
- * when this owner, role and token do not hold a valid lease.
+ * when this owner, role and token do not hold a valid lease.  The rows of
+ * partition groups are renewed by le_group_heartbeat only (55000).
  *
  * Locks: the lease row to the end of the transaction, never the fence lock
  * (the token does not change); a refusal leaves no lock behind.
@@ -717,12 +832,17 @@ le_renew(PG_FUNCTION_ARGS)
 	 * renewals and every takeover).  Looks like ours: locked, and decided
 	 * again on what the row holds now.
 	 */
+	memset(&row, 0, sizeof(row));
 retry:
 	if (!le_rows_lock(&st, key, &row, le_lease_renew_looks_ours, &rc))
 	{
+		if (row.group_id != 0)
+			le_lease_refuse_group_row(&row);
 		le_store_end(&st);
 		PG_RETURN_NULL();
 	}
+	if (row.group_id != 0)
+		le_lease_refuse_group_row(&row);
 	now = GetCurrentTimestamp();
 	if (!le_lease_is_ours(&row, owner, &st) || row.fencing_token != token ||
 		!le_store_lease_valid(&row, now))
@@ -810,18 +930,19 @@ le_lease_free_applies(const LeaseRow *row, void *arg)
 }
 
 /*
- * Free a lease: the work shared by le_release (only for its holder, role and
- * token) and le_force_release (owner == NULL: whoever holds it).
+ * Free a lease inside the frame st the caller began (and ends): the work
+ * shared by le_release and le_group_leave (only for its holder, role and
+ * token) and le_force_release (owner == NULL: whoever holds it).  true
+ * when it was held (valid or lapsed) and is free now.
  *
  * Locks: none when the first read shows nothing to free; else the fence
  * lock in LE_FENCE_CHANGE_LOCKMODE, then the lease row, both to the end of
  * the transaction (the fence lock only tried when the row is held first).
  */
-static bool
-le_lease_free(FunctionCallInfo fcinfo, const char *key, const char *owner,
-			  int64 token, const char *reason)
+bool
+le_lease_free_row(LeaseStoreState *st, const char *key, const char *owner,
+				  int64 token, const char *reason)
 {
-	LeaseStoreState st;
 	LeaseRow	row;
 	TimestampTz now;
 	int64		locked_id;
@@ -829,17 +950,13 @@ le_lease_free(FunctionCallInfo fcinfo, const char *key, const char *owner,
 	LeaseRow	old;
 	PeriodEnd	end;
 
-	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
 	fc.owner = owner;
 	fc.token = token;
-	fc.st = &st;
+	fc.st = st;
 
 	/* Not ours (or nothing to free): answer from a plain read. */
-	if (!le_rows_peek(&st, key, &row) || !le_lease_free_applies(&row, &fc))
-	{
-		le_store_end(&st);
+	if (!le_rows_peek(st, key, &row) || !le_lease_free_applies(&row, &fc))
 		return false;
-	}
 
 	/*
 	 * Freeing ends the token's validity: exclude fenced writers first.  A
@@ -847,19 +964,17 @@ le_lease_free(FunctionCallInfo fcinfo, const char *key, const char *owner,
 	 * then found, without locking the row, and give the fence lock back.
 	 */
 	locked_id = row.lease_id;
-	le_fence_lock(&st, locked_id, LE_FENCE_CHANGE_LOCKMODE);
+	le_fence_lock(st, locked_id, LE_FENCE_CHANGE_LOCKMODE);
 retry:
-	if (!le_rows_lock(&st, key, &row, le_lease_free_applies, &fc))
+	if (!le_rows_lock(st, key, &row, le_lease_free_applies, &fc))
 	{
-		if (!st.locked)
+		if (!st->locked)
 			le_fence_lock_release(locked_id, LE_FENCE_CHANGE_LOCKMODE);
-		le_store_end(&st);
 		return false;
 	}
 	if (!le_lease_free_applies(&row, &fc))
 	{
-		le_lease_bound_refusal(&st);
-		le_store_end(&st);
+		le_lease_bound_refusal(st);
 		return false;
 	}
 
@@ -884,18 +999,31 @@ retry:
 	row.freed_at = now;
 	row.renew_margin_us = row.renew_margin_min_us = -1;
 	le_lease_count_end(&row, &old, now, owner == NULL);
-	end = le_lease_plan_period_end(&st, &row, &old, now);
-	if (!le_rows_write(&st, &row))
+	end = le_lease_plan_period_end(st, &row, &old, now);
+	if (!le_rows_write(st, &row))
 		goto retry;				/* the row changed since it was read */
 	if (owner != NULL)
 		le_fence_note_release(old.lease_id, old.fencing_token, le_store_lease_valid(&old, now),
 							  old.expires_at);
-	le_lease_close_period(&st, &old, now, reason, end);
-	le_watch_notify(&st, reason, &row);
+	le_lease_close_period(st, &old, now, reason, end);
+	le_watch_notify(st, reason, &row);
 	le_wait_note_free(old.lease_id);
 	le_durable_commit();
-	le_store_end(&st);
 	return true;
+}
+
+/* le_lease_free_row in a frame of its own. */
+static bool
+le_lease_free(FunctionCallInfo fcinfo, const char *key, const char *owner,
+			  int64 token, const char *reason)
+{
+	LeaseStoreState st;
+	bool		freed;
+
+	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
+	freed = le_lease_free_row(&st, key, owner, token, reason);
+	le_store_end(&st);
+	return freed;
 }
 
 /*
@@ -964,7 +1092,8 @@ le_watch(PG_FUNCTION_ARGS)
 		 * waits for it, until this transaction ends: refuse PREPARE and
 		 * bound its idle time, as after a grant.
 		 */
-		le_rows_create(&st, key);
+		le_lease_check_new_key(&st, key);
+		le_rows_create(&st, key, 0, -1);
 		le_durable_locks_taken();
 		st.locked = true;
 		le_lease_bound_refusal(&st);

@@ -75,8 +75,8 @@
  * Columns appended by version 1.1 of the SQL script: found by name, after
  * the first Natts_le_lease, so that the module works with the table of
  * every installed version (le_rows_later_columns); at most
- * LE_LEASE_MAX_NATTS columns in all.  The metric columns come first, the
- * holder's metadata last.
+ * LE_LEASE_MAX_NATTS columns in all.  The metric columns come first, then
+ * the holder's metadata, then the row's partition group.
  */
 #define LE_LEASE_MAX_NATTS				32
 typedef enum LeLaterColumn
@@ -88,16 +88,27 @@ typedef enum LeLaterColumn
 	LE_COL_RENEW_MARGIN_US,
 	LE_COL_RENEW_MARGIN_MIN_US,
 	LE_COL_METADATA,
+	LE_COL_GROUP_ID,
+	LE_COL_GROUP_PARTITION,
 	LE_NLATER_COLS
 } LeLaterColumn;
 #define LE_NMETRIC_COLS		LE_COL_METADATA
 static const char *const le_later_names[LE_NLATER_COLS] = {
 	"expiries", "force_releases", "ttl_us", "freed_at", "renew_margin_us", "renew_margin_min_us",
-	"metadata"
+	"metadata", "group_id", "group_partition"
 };
 static const Oid le_later_types[LE_NLATER_COLS] = {
-	INT8OID, INT8OID, INT8OID, TIMESTAMPTZOID, INT8OID, INT8OID, JSONBOID
+	INT8OID, INT8OID, INT8OID, TIMESTAMPTZOID, INT8OID, INT8OID, JSONBOID, INT8OID, INT4OID
 };
+
+/* Columns of le_group (src/sql/1.1/40_groups.sql). */
+#define Anum_le_group_group_id			1
+#define Anum_le_group_group_name		2
+#define Anum_le_group_partitions		3
+#define Anum_le_group_owner_role		4
+#define Anum_le_group_max_moves			5
+#define Anum_le_group_created_at		6
+#define Natts_le_group					6
 
 #define Anum_le_history_history_id		1
 #define Anum_le_history_lease_id		2
@@ -121,6 +132,9 @@ static const Oid le_lease_types[Natts_le_lease] = {
 static const Oid le_history_types[Natts_le_history] = {
 	INT8OID, INT8OID, TEXTOID, TEXTOID, NAMEOID, INT8OID,
 	TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID
+};
+static const Oid le_group_types[Natts_le_group] = {
+	INT8OID, TEXTOID, INT4OID, NAMEOID, INT4OID, TIMESTAMPTZOID
 };
 
 /* The error for a relation of ours that is missing (dropped). */
@@ -148,7 +162,8 @@ le_rows_missing(const char *what)
  */
 static const char *const le_rel_names[LE_NRELS] = {
 	"le_lease", "le_lease_key_unique", "le_lease_history", "le_lease_history_pkey",
-	"le_lease_history_id_seq", "le_lease_id_seq", "le_token_seq"
+	"le_lease_history_id_seq", "le_lease_id_seq", "le_token_seq",
+	"le_group", "le_group_name_unique", "le_group_id_seq", "le_lease_group"
 };
 static Oid	le_rows_rels_nsp = InvalidOid;	/* schema of le_rows_rels; invalid: none kept */
 static Oid	le_rows_rels[LE_NRELS];
@@ -321,7 +336,7 @@ le_rows_later_cols_current(Relation rel, TupleDesc desc)
 }
 
 /*
- * Find the 1.1 columns (metrics, metadata) among those of le_lease after
+ * Find the 1.1 columns (metrics, metadata, group) among those of le_lease after
  * the first Natts_le_lease.  The columns there that are not dropped must be
  * none (the 1.0 table) or exactly the 1.1 columns, each with its type: a
  * column of another name or type is refused (false), since a new row is
@@ -402,6 +417,17 @@ le_rows_metric(const Datum *values, const bool *isnull, LeLaterColumn m, int64 d
 	return DatumGetInt64(values[att - 1]);
 }
 
+/* An integer column of the 1.1 columns of a deformed row, dflt when absent or NULL. */
+static int32
+le_rows_later_int4(const Datum *values, const bool *isnull, LeLaterColumn m, int32 dflt)
+{
+	AttrNumber	att = le_rows_later_cols.att[m];
+
+	if (att == 0 || isnull[att - 1])
+		return dflt;
+	return DatumGetInt32(values[att - 1]);
+}
+
 /* The metadata of a deformed row, copied; NULL when absent (1.0) or NULL. */
 static struct varlena *
 le_rows_metadata(const Datum *values, const bool *isnull)
@@ -464,6 +490,7 @@ le_rows_values_brief(const Datum *values, const bool *isnull, LeaseRow *row)
 		pstrdup(NameStr(*DatumGetName(values[Anum_le_lease_holder_role - 1])));
 	row->fencing_token = DatumGetInt64(values[Anum_le_lease_fencing_token - 1]);
 	row->expires_at = le_rows_time(values, isnull, Anum_le_lease_expires_at);
+	row->group_partition = -1;	/* the group is not read here */
 }
 
 /*
@@ -489,6 +516,8 @@ le_rows_values_row(const Datum *values, const bool *isnull, LeaseRow *row)
 	row->freed_at = le_rows_metric(values, isnull, LE_COL_FREED_AT, 0);
 	row->renew_margin_us = le_rows_metric(values, isnull, LE_COL_RENEW_MARGIN_US, -1);
 	row->renew_margin_min_us = le_rows_metric(values, isnull, LE_COL_RENEW_MARGIN_MIN_US, -1);
+	row->group_id = le_rows_metric(values, isnull, LE_COL_GROUP_ID, 0);
+	row->group_partition = le_rows_later_int4(values, isnull, LE_COL_GROUP_PARTITION, -1);
 }
 
 /* Copy the le_lease tuple in slot into *row (strings in the current context). */
@@ -1093,6 +1122,13 @@ le_rows_let_go(LeaseStoreState *st)
 		table_close(st->lease_rel, st->keep_lease_lock ? NoLock : AccessShareLock);
 	st->lease_rel = NULL;
 	st->peeked_tuple = NULL;	/* its TID is only safe under our table lock */
+	st->adopted = false;
+	if (!st->keep_lease_lock && st->scan_snap != NULL)
+	{
+		/* nor are those of a group scan: le_rows_group_adopt refuses them now */
+		UnregisterSnapshot(st->scan_snap);
+		st->scan_snap = NULL;
+	}
 }
 
 /* Release what le_rows_peek and le_rows_lock kept for the rest of the call. */
@@ -1103,6 +1139,10 @@ le_rows_end(LeaseStoreState *st)
 	if (st->snap != NULL)
 		UnregisterSnapshot(st->snap);
 	st->snap = NULL;
+	if (st->scan_snap != NULL)
+		UnregisterSnapshot(st->scan_snap);
+	st->scan_snap = NULL;
+	st->adopted = false;
 	le_rows_forget_due_history(st);
 	ItemPointerSetInvalid(&st->tid);
 	st->locked_tuple = NULL;
@@ -1127,6 +1167,14 @@ le_rows_peek(LeaseStoreState *st, const char *key, LeaseRow *row)
 	TupleTableSlot *slot;
 	bool		found;
 
+	/* A version handed in by le_rows_group_adopt stands for the read. */
+	if (st->adopted && st->peeked_tuple != NULL && strcmp(st->peeked_row.lease_key, key) == 0)
+	{
+		st->adopted = false;
+		*row = st->peeked_row;
+		return true;
+	}
+	st->adopted = false;
 	CommandCounterIncrement();
 	rel = le_rows_lease(st);
 	slot = table_slot_create(rel, NULL);
@@ -1353,7 +1401,8 @@ le_rows_check(const LeaseRow *row)
 {
 	if (row->fencing_token < 0 ||
 		(row->holder == NULL) != (row->holder_role == NULL) ||
-		(row->holder != NULL && row->expires_at == 0))
+		(row->holder != NULL && row->expires_at == 0) ||
+		(row->group_partition >= 0 && row->group_id == 0))
 		elog(ERROR, "leader_election: refusing to write an inconsistent row for lease \"%s\"",
 			 row->lease_key);
 }
@@ -1405,6 +1454,31 @@ le_rows_metric_values(const LeaseRow *row, Datum *values, bool *nulls, bool *rep
 			nulls[att[m] - 1] = (v[m] == null_value[m]);
 			values[att[m] - 1] = Int64GetDatum(v[m]);
 		}
+}
+
+/*
+ * Set the group columns of a row to insert (they never change after);
+ * a group row for a table that has no such columns yet (1.0) is an error.
+ */
+static void
+le_rows_group_values(const LeaseRow *row, Datum *values, bool *nulls)
+{
+	AttrNumber	id_att = le_rows_later_cols.att[LE_COL_GROUP_ID];
+	AttrNumber	part_att = le_rows_later_cols.att[LE_COL_GROUP_PARTITION];
+
+	if (id_att == 0)
+	{
+		if (row->group_id != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("partition groups need leader_election 1.1"),
+					 errhint("Run ALTER EXTENSION leader_election UPDATE.")));
+		return;
+	}
+	nulls[id_att - 1] = (row->group_id == 0);
+	values[id_att - 1] = Int64GetDatum(row->group_id);
+	nulls[part_att - 1] = (row->group_partition < 0);
+	values[part_att - 1] = Int32GetDatum(row->group_partition);
 }
 
 /*
@@ -1971,25 +2045,19 @@ le_rows_release_due_history(LeaseStoreState *st)
 }
 
 /*
- * Create the (free) row of a lease key unless it exists already: what
- * INSERT ... ON CONFLICT (lease_key) DO NOTHING does, by direct access (no
- * SQL, so no name is resolved as the extension owner).  The row is inserted
- * in a subtransaction; when a concurrent call created the key first, the
- * unique index makes ours wait for that transaction and then fail with
- * 23505 if it committed, and the subtransaction is rolled back: the key
- * exists, as wanted (at READ COMMITTED; 40001 at the stricter levels).
- * Any other error is raised again.  Rare: once per key.
+ * The tuple of a new, free lease row of key in rel (le_lease, open with its
+ * layout checked), of group group_id and partition group_partition (0 and
+ * -1: a plain lease), with a new lease id.
  */
-void
-le_rows_create(LeaseStoreState *st, const char *key)
+static HeapTuple
+le_rows_form_new_lease(LeaseStoreState *st, Relation rel, const char *key, int64 group_id,
+					   int32 group_partition)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
 	Datum		values[LE_LEASE_MAX_NATTS];
 	bool		nulls[LE_LEASE_MAX_NATTS];
+	bool		replace[LE_LEASE_MAX_NATTS];
 	LeaseRow	fresh;
 
-	PreventCommandIfReadOnly("INSERT");
 	memset(nulls, true, sizeof(nulls));
 	values[Anum_le_lease_lease_id - 1] =
 		Int64GetDatum(nextval_internal(le_rows_relid(st->nsp, LE_REL_LEASE_SEQ), true));
@@ -2006,20 +2074,41 @@ le_rows_create(LeaseStoreState *st, const char *key)
 		nulls[Anum_le_lease_token_system_id - 1] =
 		nulls[Anum_le_lease_history_min_ended_at - 1] = false;
 
+	/* The metric columns start at 0 (counters) or NULL. */
+	memset(&fresh, 0, sizeof(fresh));
+	fresh.renew_margin_us = fresh.renew_margin_min_us = -1;
+	fresh.group_id = group_id;
+	fresh.group_partition = group_partition;
+	le_rows_metric_values(&fresh, values, nulls, replace);
+	le_rows_group_values(&fresh, values, nulls);
+	return heap_form_tuple(RelationGetDescr(rel), values, nulls);
+}
+
+/*
+ * Create the (free) row of a lease key unless it exists already: what
+ * INSERT ... ON CONFLICT (lease_key) DO NOTHING does, by direct access (no
+ * SQL, so no name is resolved as the extension owner).  The row is inserted
+ * in a subtransaction; when a concurrent call created the key first, the
+ * unique index makes ours wait for that transaction and then fail with
+ * 23505 if it committed, and the subtransaction is rolled back: the key
+ * exists, as wanted (at READ COMMITTED; 40001 at the stricter levels).
+ * Any other error is raised again.  Rare: once per key.  A membership row
+ * of a partition group gives its group (group_id, group_partition -1).
+ */
+void
+le_rows_create(LeaseStoreState *st, const char *key, int64 group_id, int32 group_partition)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+
+	PreventCommandIfReadOnly("INSERT");
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(cxt);
 	PG_TRY();
 	{
 		Relation	rel = le_rows_open(st->lease_relid, RowExclusiveLock,
 									   le_lease_types, Natts_le_lease);
-		HeapTuple	tup;
-		bool		replace[LE_LEASE_MAX_NATTS];
-
-		/* The metric columns start at 0 (counters) or NULL. */
-		memset(&fresh, 0, sizeof(fresh));
-		fresh.renew_margin_us = fresh.renew_margin_min_us = -1;
-		le_rows_metric_values(&fresh, values, nulls, replace);
-		tup = heap_form_tuple(RelationGetDescr(rel), values, nulls);
+		HeapTuple	tup = le_rows_form_new_lease(st, rel, key, group_id, group_partition);
 
 		simple_heap_insert(rel, tup);
 		le_rows_index_tuple(rel, tup);
@@ -2094,4 +2183,390 @@ le_rows_prune_all_history(LeaseStoreState *st, TimestampTz cutoff)
 	UnregisterSnapshot(snap);
 	table_close(rel, NoLock);
 	return deleted;
+}
+
+/*
+ * Does le_lease have the group columns of 1.1?  (A 1.0 catalog not yet
+ * updated has none: it has no groups, and no key is reserved for them.)
+ */
+bool
+le_rows_has_groups(LeaseStoreState *st)
+{
+	(void) le_rows_lease(st);
+	return le_rows_later_cols.att[LE_COL_GROUP_ID] != 0;
+}
+
+/* The oid of a relation of the groups (1.1), or the error of a 1.0 catalog. */
+static Oid
+le_rows_group_relid(Oid nsp, LeaseRel which)
+{
+	Oid			relid = le_rows_lookup_relid(nsp, which);
+
+	if (!OidIsValid(relid) && !OidIsValid(le_rows_lookup_relid(nsp, LE_REL_GROUP)))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("partition groups need leader_election 1.1"),
+				 errhint("Run ALTER EXTENSION leader_election UPDATE.")));
+	if (!OidIsValid(relid))
+		le_rows_missing(le_rel_names[which]);
+	return relid;
+}
+
+/*
+ * Read the le_group row of group name into *group (strings in the caller's
+ * context); false when there is none.  At READ COMMITTED the latest
+ * committed version, at the stricter levels the transaction snapshot's.
+ *
+ * Locks: AccessShareLock on le_group and its name index while it reads.
+ */
+bool
+le_rows_group_find(LeaseStoreState *st, const char *name, LeaseGroup *group)
+{
+	Relation	rel;
+	Relation	idx;
+	Snapshot	snap;
+	IndexScanDesc scan;
+	ScanKeyData skey;
+	TupleTableSlot *slot;
+	bool		found;
+
+	CommandCounterIncrement();
+	rel = le_rows_open(le_rows_group_relid(st->nsp, LE_REL_GROUP), AccessShareLock,
+					   le_group_types, Natts_le_group);
+	idx = le_rows_open_index(le_rows_group_relid(st->nsp, LE_REL_GROUP_NAME), AccessShareLock);
+	snap = RegisterSnapshot(IsolationUsesXactSnapshot() ? GetTransactionSnapshot()
+							: GetLatestSnapshot());
+	ScanKeyEntryInitialize(&skey, 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   idx->rd_indcollation[0], F_TEXTEQ, CStringGetTextDatum(name));
+	scan = index_beginscan(rel, idx, snap, 1, 0);
+	index_rescan(scan, &skey, 1, NULL, 0);
+	slot = table_slot_create(rel, NULL);
+	found = index_getnext_slot(scan, ForwardScanDirection, slot);
+	if (found)
+	{
+		MemoryContext old = MemoryContextSwitchTo(st->caller_cxt);
+
+		slot_getallattrs(slot);
+		group->group_id = DatumGetInt64(slot->tts_values[Anum_le_group_group_id - 1]);
+		group->group_name = TextDatumGetCString(slot->tts_values[Anum_le_group_group_name - 1]);
+		group->partitions = DatumGetInt32(slot->tts_values[Anum_le_group_partitions - 1]);
+		group->owner_role =
+			pstrdup(NameStr(*DatumGetName(slot->tts_values[Anum_le_group_owner_role - 1])));
+		group->max_moves = DatumGetInt32(slot->tts_values[Anum_le_group_max_moves - 1]);
+		group->created_at = DatumGetTimestampTz(slot->tts_values[Anum_le_group_created_at - 1]);
+		MemoryContextSwitchTo(old);
+		if (group->partitions < 1 || group->partitions > LE_MAX_PARTITIONS || group->max_moves < 1)
+			elog(ERROR, "leader_election: inconsistent row of group \"%s\"", name);
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	index_endscan(scan);
+	UnregisterSnapshot(snap);
+	index_close(idx, AccessShareLock);
+	table_close(rel, AccessShareLock);
+	return found;
+}
+
+/*
+ * Insert the le_group row of a new group owned by the caller; returns its
+ * id, or 0 when a concurrent call created a group of that name first (the
+ * name's unique index made us wait for it, as le_rows_create does for a
+ * key; 40001 at the stricter levels).
+ *
+ * Locks: RowExclusiveLock on le_group to the end of the transaction.
+ */
+int64
+le_rows_group_insert(LeaseStoreState *st, const char *name, int32 partitions, int32 max_moves)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	Oid			relid = le_rows_group_relid(st->nsp, LE_REL_GROUP);
+	Datum		values[Natts_le_group];
+	bool		nulls[Natts_le_group];
+	int64		group_id;
+	volatile bool created = false;
+
+	PreventCommandIfReadOnly("INSERT");
+	group_id = nextval_internal(le_rows_group_relid(st->nsp, LE_REL_GROUP_SEQ), true);
+	memset(nulls, false, sizeof(nulls));
+	values[Anum_le_group_group_id - 1] = Int64GetDatum(group_id);
+	values[Anum_le_group_group_name - 1] = CStringGetTextDatum(name);
+	values[Anum_le_group_partitions - 1] = Int32GetDatum(partitions);
+	values[Anum_le_group_owner_role - 1] = le_rows_name_datum(st->caller_name, &nulls[0]);
+	values[Anum_le_group_max_moves - 1] = Int32GetDatum(max_moves);
+	values[Anum_le_group_created_at - 1] = TimestampTzGetDatum(GetCurrentTimestamp());
+	nulls[0] = false;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		Relation	rel = le_rows_open(relid, RowExclusiveLock, le_group_types, Natts_le_group);
+		HeapTuple	tup = heap_form_tuple(RelationGetDescr(rel), values, nulls);
+
+		simple_heap_insert(rel, tup);
+		le_rows_index_tuple(rel, tup);
+		table_close(rel, NoLock);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		created = true;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		if (edata->sqlerrcode != ERRCODE_UNIQUE_VIOLATION)
+			ReThrowError(edata);
+		FreeErrorData(edata);
+		if (IsolationUsesXactSnapshot())
+			le_rows_serialization_failure();
+	}
+	PG_END_TRY();
+	return created ? group_id : 0;
+}
+
+/*
+ * Insert the free rows of every partition of a group the caller has just
+ * inserted (so nobody else inserts them: the group's le_group row is ours,
+ * uncommitted); the caller has checked that no plain lease has one of their
+ * keys.  One executor state for all the index entries.
+ *
+ * Locks: RowExclusiveLock on le_lease to the end of the transaction.
+ */
+void
+le_rows_group_partitions_insert(LeaseStoreState *st, const LeaseGroup *group)
+{
+	Relation	rel;
+	EState	   *estate;
+	ResultRelInfo *rri;
+	TupleTableSlot *slot;
+	MemoryContext rowcxt;
+	MemoryContext old;
+	int32		p;
+
+	PreventCommandIfReadOnly("INSERT");
+	rel = le_rows_open(st->lease_relid, RowExclusiveLock, le_lease_types, Natts_le_lease);
+	estate = CreateExecutorState();
+	rri = makeNode(ResultRelInfo);
+	slot = ExecInitExtraTupleSlot(estate, RelationGetDescr(rel), &TTSOpsHeapTuple);
+	InitResultRelInfo(rri, rel, 1, NULL, 0);
+	ExecOpenIndices(rri, false);
+	rowcxt = AllocSetContextCreate(CurrentMemoryContext, "le_group partition rows",
+								   ALLOCSET_DEFAULT_SIZES);
+	for (p = 0; p < group->partitions; p++)
+	{
+		HeapTuple	tup;
+
+		CHECK_FOR_INTERRUPTS();
+		old = MemoryContextSwitchTo(rowcxt);
+		tup = le_rows_form_new_lease(st, rel,
+									 psprintf(LE_GROUP_KEY_PREFIX "%s:%d", group->group_name, p),
+									 group->group_id, p);
+		simple_heap_insert(rel, tup);
+		ExecStoreHeapTuple(tup, slot, false);
+		list_free(ExecInsertIndexTuples(rri, slot, estate, false, false, NULL, NIL));
+		ExecClearTuple(slot);
+		ResetPerTupleExprContext(estate);
+		MemoryContextSwitchTo(old);
+		MemoryContextReset(rowcxt);
+	}
+	MemoryContextDelete(rowcxt);
+	ExecCloseIndices(rri);
+	ExecResetTupleTable(estate->es_tupleTable, false);
+	FreeExecutorState(estate);
+	table_close(rel, NoLock);
+}
+
+/* Append a string to the scan's buffer; its offset, or -1 for NULL. */
+static int
+le_rows_group_keep(StringInfo buf, const char *s, int len)
+{
+	int			off = buf->len;
+
+	if (s == NULL)
+		return -1;
+	appendBinaryStringInfo(buf, s, len);
+	appendStringInfoChar(buf, '\0');
+	return off;
+}
+
+/* Read the brief form of a partition's row from slot into *part. */
+static void
+le_rows_group_part(TupleTableSlot *slot, LeaseGroupPart *part, StringInfo buf,
+				   int *holder_off, int *role_off)
+{
+	const Datum *values = slot->tts_values;
+	const bool *isnull = slot->tts_isnull;
+
+	part->lease_id = DatumGetInt64(values[Anum_le_lease_lease_id - 1]);
+	part->fencing_token = DatumGetInt64(values[Anum_le_lease_fencing_token - 1]);
+	part->expires_at = le_rows_time(values, isnull, Anum_le_lease_expires_at);
+	part->tid = slot->tts_tid;
+	*holder_off = *role_off = -1;
+	if (!isnull[Anum_le_lease_holder - 1] && !isnull[Anum_le_lease_holder_role - 1])
+	{
+		text	   *t = DatumGetTextPP(values[Anum_le_lease_holder - 1]);
+		const char *role = NameStr(*DatumGetName(values[Anum_le_lease_holder_role - 1]));
+
+		*holder_off = le_rows_group_keep(buf, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
+		*role_off = le_rows_group_keep(buf, role, strlen(role));
+	}
+}
+
+/*
+ * Read every le_lease row of a group, by the partial index le_lease_group
+ * (partitions in ascending order, then the memberships), with one snapshot
+ * (the transaction's at REPEATABLE READ and SERIALIZABLE, else a fresh
+ * one), into *rows, in the caller's context: the memberships in full, the
+ * partitions briefly (a heartbeat reads them all but works on its own
+ * only; le_rows_group_adopt reads those again in full).  The snapshot stays
+ * registered, and le_lease open, to the end of the call, so that the
+ * versions read stay where they were found.
+ *
+ * Locks: AccessShareLock on le_lease and its group index; no row lock.
+ */
+void
+le_rows_group_scan(LeaseStoreState *st, const LeaseGroup *group, LeaseGroupRows *rows)
+{
+	Relation	rel;
+	Relation	idx;
+	IndexScanDesc scan;
+	ScanKeyData skey;
+	TupleTableSlot *slot;
+	int			size = 8;
+	int		   *holder_off;
+	int		   *role_off;
+	StringInfoData buf;
+	MemoryContext old;
+	int32		p;
+
+	CommandCounterIncrement();
+	rel = le_rows_lease(st);
+	idx = le_rows_open_index(le_rows_group_relid(st->nsp, LE_REL_LEASE_GROUP), AccessShareLock);
+	if (st->scan_snap != NULL)
+		UnregisterSnapshot(st->scan_snap);
+	st->scan_snap = NULL;
+	st->scan_snap = RegisterSnapshot(IsolationUsesXactSnapshot() ? GetTransactionSnapshot()
+									 : GetLatestSnapshot());
+	old = MemoryContextSwitchTo(st->caller_cxt);
+	rows->npartitions = group->partitions;
+	rows->partitions = palloc0(sizeof(LeaseGroupPart) * group->partitions);
+	rows->nmembers = 0;
+	rows->members = palloc(sizeof(LeaseRow) * size);
+	holder_off = palloc(sizeof(int) * group->partitions);
+	role_off = palloc(sizeof(int) * group->partitions);
+	initStringInfo(&buf);
+	MemoryContextSwitchTo(old);
+
+	ScanKeyInit(&skey, 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(group->group_id));
+	scan = index_beginscan(rel, idx, st->scan_snap, 1, 0);
+	scan->xs_want_itup = true;	/* the partition number from the index entry */
+	index_rescan(scan, &skey, 1, NULL, 0);
+	slot = table_slot_create(rel, NULL);
+	while (index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		bool		isnull;
+		Datum		part = scan->xs_itup == NULL ? (Datum) 0 :
+			index_getattr(scan->xs_itup, 2, scan->xs_itupdesc, &isnull);
+
+		if (scan->xs_itup == NULL)
+			part = slot_getattr(slot, le_rows_later_cols.att[LE_COL_GROUP_PARTITION], &isnull);
+		p = isnull ? -1 : DatumGetInt32(part);
+		if (p >= group->partitions || (p >= 0 && rows->partitions[p].lease_id != 0))
+			elog(ERROR, "leader_election: unexpected row of partition %d of group \"%s\"",
+				 p, group->group_name);
+		old = MemoryContextSwitchTo(st->caller_cxt);
+		if (p >= 0)
+		{
+			/* the brief form's columns come first: deform no further */
+			slot_getsomeattrs(slot, Anum_le_lease_expires_at);
+			le_rows_group_part(slot, &rows->partitions[p], &buf, &holder_off[p], &role_off[p]);
+		}
+		else
+		{
+			if (rows->nmembers == size)
+			{
+				size *= 2;
+				rows->members = repalloc(rows->members, sizeof(LeaseRow) * size);
+			}
+			le_rows_slot_row(slot, &rows->members[rows->nmembers++]);
+		}
+		MemoryContextSwitchTo(old);
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	index_endscan(scan);
+	index_close(idx, AccessShareLock);
+
+	/* The buffer has stopped moving: point into it. */
+	for (p = 0; p < group->partitions; p++)
+	{
+		rows->partitions[p].holder = holder_off[p] < 0 ? NULL : buf.data + holder_off[p];
+		rows->partitions[p].holder_role = role_off[p] < 0 ? NULL : buf.data + role_off[p];
+	}
+	pfree(holder_off);
+	pfree(role_off);
+}
+
+/*
+ * Read in full, into *row, the version of a partition's row that
+ * le_rows_group_scan read in this call, and hand it to the next le_rows_peek
+ * of its key, which returns it instead of reading (le_rows_lock then tries
+ * it as its tentative version).  Only while the scan's snapshot and our
+ * lock on le_lease are held (the version cannot have been pruned, nor its
+ * place reused); false otherwise, and the next peek reads the row again.
+ */
+bool
+le_rows_group_adopt(LeaseStoreState *st, const LeaseGroupPart *part, LeaseRow *row)
+{
+	HeapTupleData tuple;
+	Buffer		buf;
+	MemoryContext old;
+	HeapTuple	copy;
+	Datum		values[LE_LEASE_MAX_NATTS];
+	bool		isnull[LE_LEASE_MAX_NATTS];
+
+	if (st->lease_rel == NULL || st->scan_snap == NULL)
+		return false;
+	tuple.t_self = part->tid;
+	if (!heap_fetch(st->lease_rel, st->scan_snap, &tuple, &buf, false))
+		return false;
+	old = MemoryContextSwitchTo(st->caller_cxt);
+	copy = heap_copytuple(&tuple);
+	ReleaseBuffer(buf);
+	heap_deform_tuple(copy, RelationGetDescr(st->lease_rel), values, isnull);
+	le_rows_values_row(values, isnull, row);
+	MemoryContextSwitchTo(old);
+	if (row->lease_id != part->lease_id)
+		return false;
+	st->peeked_tuple = copy;
+	st->peeked_row = *row;
+	st->adopted = true;
+	return true;
+}
+
+/*
+ * Between two rows of one call (a group's heartbeat or leave): forget what
+ * was read, tried or locked for the last row, keeping le_lease open, its
+ * locks, and the scan's snapshot.
+ */
+void
+le_rows_next(LeaseStoreState *st)
+{
+	le_rows_release_due_history(st);
+	le_rows_forget_due_history(st);
+	if (st->snap != NULL)
+		UnregisterSnapshot(st->snap);
+	st->snap = NULL;
+	ItemPointerSetInvalid(&st->tid);
+	st->locked_tuple = NULL;
+	st->peeked_tuple = NULL;
+	st->adopted = false;
+	st->tentative = false;
+	st->must_lock = false;
 }

@@ -141,6 +141,8 @@ le_store_begin(LeaseStoreState *st, Oid fn_oid, const char *lease_key)
 	st->prune_snap = NULL;
 	st->prune_locked = false;
 	st->peeked_tuple = NULL;
+	st->adopted = false;
+	st->scan_snap = NULL;
 	ItemPointerSetInvalid(&st->tid);
 	st->locked_tuple = NULL;
 
@@ -174,6 +176,21 @@ le_store_end(LeaseStoreState *st)
 	error_context_stack = st->errcallback.previous;
 	if (st->locked && st->idle_bound_us > 0 && st->lease_key != NULL)
 		le_holder_bound_idle(st->lease_key, st->idle_bound_us);
+}
+
+/*
+ * Go on to another lease row in the same frame (a group's heartbeat or
+ * leave works on many): what the call read, tried or locked of the last
+ * row is forgotten (le_rows_next), its locks are kept.  The caller keeps
+ * track of whether any row was locked, for the holder deadline.
+ */
+void
+le_store_next_row(LeaseStoreState *st, const char *lease_key)
+{
+	le_rows_next(st);
+	st->lease_key = lease_key;
+	st->locked = false;
+	st->idle_bound_us = 0;
 }
 
 /* Periods that ended before this are past the retention. */

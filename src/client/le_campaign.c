@@ -102,29 +102,14 @@ has_server_wait(campaign *c)
 	return c->server_wait == 1;
 }
 
-/*
- * The retry interval with jitter, doubled per consecutive failure, capped
- * at LE_BACKOFF_CAP_MS, or, for a failed connection (connect_failed), at
- * twice the retry interval: a server that is down costs nothing to ask
- * again, and a longer pause would add itself to the takeover time after
- * the server is back (two restarts in a row left a lease without holder
- * for 3.7 s in a chaos run with a 0.5 s retry interval).
- */
+/* The pause after a failed attempt (see le_backoff_ms). */
 static int64_t
 backoff(campaign *c, bool connect_failed)
 {
 	le_elector *e = c->e;
-	int64_t		ms = e->cfg.retry_ms;
-	int64_t		cap = e->cfg.retry_ms > LE_BACKOFF_CAP_MS ? e->cfg.retry_ms : LE_BACKOFF_CAP_MS;
 
-	if (connect_failed)
-		cap = 2 * e->cfg.retry_ms;
-
-	for (int i = 1; i < c->failures && ms < cap; i++)
-		ms *= 2;
-	if (ms > cap)
-		ms = cap;
-	return le_jittered(&e->rng, ms, e->cfg.retry_jitter_pct);
+	return le_backoff_ms(&e->rng, e->cfg.retry_ms, e->cfg.retry_jitter_pct, c->failures,
+						 connect_failed);
 }
 
 /* Drop the connection. */
@@ -305,11 +290,11 @@ campaign_once(campaign *c)
 	if (r == NULL || PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1 ||
 		c_acq < 0 || c_tok < 0 || c_holder < 0 || c_exp < 0)
 	{
-		const char *state = le_sqlstate_of(r);
-		le_errclass ec = broken ? LE_EC_RECONNECT : le_classify(state);
+		const char *state;
+		le_result	rc;
+		le_errclass ec = le_failure_of(r, broken, timedout, &state, &rc);
 
-		le_record_error(e, timedout ? LE_ERR_TIMEOUT : broken ? LE_ERR_CONNECT :
-						le_result_of_sqlstate(state), state, msg);
+		le_record_error(e, rc, state, msg);
 		le_notice(e, "acquire failed%s: %s%s%s", ec == LE_EC_RECONNECT ? ", reconnecting" : "",
 				  state, state[0] ? ": " : "", msg);
 		PQclear(r);

@@ -18,16 +18,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
-#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include "le_internal.h"
 #include "le_notify.h"
-
-/* Expression turning a timestamptz into ISO 8601 UTC text. */
-#define LE_ISO(x) "pg_catalog.to_char(pg_catalog.timezone('UTC', " x "), " \
-	"'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
 
 /* Defaults: ttl 15 s, renew ttl/3-ish, retry 2 s +/- 20%, timeouts 5 s. */
 void
@@ -48,7 +42,6 @@ le_elector_create(const le_config *cfg, char *err, size_t errlen)
 {
 	le_elector *e;
 	le_config	c = *cfg;
-	pthread_condattr_t ca;
 	char		owner[LE_MAX_OWNER_LEN + 1];
 
 	if (c.lease_key == NULL || c.lease_key[0] == '\0')
@@ -71,70 +64,15 @@ le_elector_create(const le_config *cfg, char *err, size_t errlen)
 		le_set_err(err, errlen, "%s is not valid UTF-8", le_valid_utf8(c.lease_key) ? "owner id" : "lease key");
 		return NULL;
 	}
-	if (c.ttl_ms < 100 || c.ttl_ms > (int64_t) 30 * 24 * 3600 * 1000)
-	{
-		le_set_err(err, errlen, "ttl must be between 100ms and 30 days, got %" PRId64 " ms", c.ttl_ms);
+	if (!le_check_timing(c.ttl_ms, &c.safety_margin_ms, &c.renew_ms, c.renew_by_ms, c.retry_ms,
+						 c.retry_jitter_pct, c.connect_timeout_ms, c.statement_timeout_ms,
+						 "renew interval", err, errlen))
 		return NULL;
-	}
-	if (c.safety_margin_ms == 0)
-	{
-		c.safety_margin_ms = c.ttl_ms / 10 > 50 ? c.ttl_ms / 10 : 50;
-		if (c.safety_margin_ms > c.ttl_ms / 4)
-			c.safety_margin_ms = c.ttl_ms / 4;
-	}
-	if (c.safety_margin_ms < 0 || c.safety_margin_ms * 2 >= c.ttl_ms)
-	{
-		le_set_err(err, errlen, "safety margin (%" PRId64 " ms) must be below half the ttl (%" PRId64 " ms)",
-				   c.safety_margin_ms, c.ttl_ms);
-		return NULL;
-	}
-	if (c.renew_ms == 0)
-	{
-		/* the default leaves room for renew_by too (when that can be had) */
-		int64_t		room = c.ttl_ms - c.safety_margin_ms - (c.renew_by_ms > 0 ? c.renew_by_ms : 0);
-
-		c.renew_ms = (room / 3 > 0 ? room : c.ttl_ms - c.safety_margin_ms) / 3;
-	}
-	if (c.renew_ms < 1 || c.renew_ms * 2 > c.ttl_ms - c.safety_margin_ms)
-	{
-		le_set_err(err, errlen,
-				   "renew interval (%" PRId64 " ms) must be at most half of ttl minus safety margin (%" PRId64 " ms), so that a failed renewal can be retried before the lease runs out",
-				   c.renew_ms, (c.ttl_ms - c.safety_margin_ms) / 2);
-		return NULL;
-	}
-	if (c.renew_by_ms < 0 || c.renew_ms * 2 > c.ttl_ms - c.safety_margin_ms - c.renew_by_ms)
-	{
-		le_set_err(err, errlen,
-				   "renew interval (%" PRId64 " ms) must be at most half of ttl minus safety margin minus renew_by (%" PRId64 " ms), so that a hung renewal can be retried in time",
-				   c.renew_ms, (c.ttl_ms - c.safety_margin_ms - c.renew_by_ms) / 2);
-		return NULL;
-	}
-	if (c.retry_ms < 1 || c.retry_ms > (int64_t) 24 * 3600 * 1000)
-	{
-		le_set_err(err, errlen, "retry interval must be between 1ms and 24h");
-		return NULL;
-	}
-	if (c.retry_jitter_pct < 0 || c.retry_jitter_pct > 100)
-	{
-		le_set_err(err, errlen, "retry jitter must be 0 to 100 percent");
-		return NULL;
-	}
-	if (c.connect_timeout_ms < 1 || c.statement_timeout_ms < 1)
-	{
-		le_set_err(err, errlen, "connect and statement timeouts must be positive");
-		return NULL;
-	}
 	if (c.conninfo == NULL)
 		c.conninfo = "";
 	if (c.owner_id == NULL)
 	{
-		char		host[128] = "host";
-
-		/* unique by construction: host, pid and 48 random bits */
-		gethostname(host, sizeof(host) - 1);
-		host[sizeof(host) - 1] = '\0';
-		snprintf(owner, sizeof(owner), "%s-%d-%012" PRIx64, host, (int) getpid(),
-				 le_random_u64() & UINT64_C(0xFFFFFFFFFFFF));
+		le_default_id(owner, sizeof(owner));
 		c.owner_id = owner;
 	}
 
@@ -165,8 +103,7 @@ le_elector_create(const le_config *cfg, char *err, size_t errlen)
 	if (e->conninfo == NULL || e->lease_key == NULL || e->owner_id == NULL ||
 		(c.metadata != NULL && e->metadata == NULL) ||
 		pipe2(e->wake, O_NONBLOCK | O_CLOEXEC) != 0 ||
-		(e->timer_fd = timerfd_create(CLOCK_BOOTTIME, TFD_NONBLOCK | TFD_CLOEXEC)) < 0 ||
-		(e->timer_wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
+		!le_timer_open(&e->timer_fd, &e->timer_wake))
 	{
 		le_set_err(err, errlen, "out of memory or file descriptors");
 		if (e->wake[0] >= 0)
@@ -174,8 +111,6 @@ le_elector_create(const le_config *cfg, char *err, size_t errlen)
 			close(e->wake[0]);
 			close(e->wake[1]);
 		}
-		if (e->timer_fd >= 0)
-			close(e->timer_fd);
 		le_free_conn_params(e->conn_kw, e->conn_val);
 		free(e->conninfo);
 		free(e->lease_key);
@@ -184,58 +119,33 @@ le_elector_create(const le_config *cfg, char *err, size_t errlen)
 		free(e);
 		return NULL;
 	}
-	pthread_mutex_init(&e->mu, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&e->cv, &ca);
-	pthread_condattr_destroy(&ca);
+	le_sync_init(&e->mu, &e->cv);
 	return e;
 }
 
-/* Build the SQL texts for the extension in schema; false if out of memory. */
+/* Build the SQL texts for the extension in schema q (quoted); false if out of memory. */
 static bool
-build_sql(le_elector *e, PGconn *c, const char *schema)
+build_sql(le_elector *e, const char *q)
 {
-	char	   *q = PQescapeIdentifier(c, schema, strlen(schema));
 	bool		ok;
 
-	if (q == NULL)
-		return false;
-	ok = asprintf(&e->sql_acquire,
-				  "SELECT a.*, " LE_ISO("a.expires_at") " AS expires_iso"
-				  " FROM %s.le_acquire($1, $2, $3::pg_catalog.interval) a", q) >= 0;
-	if (!ok)
-		e->sql_acquire = NULL;
-	ok = ok && asprintf(&e->sql_acquire_wait,
-						"SELECT a.*, " LE_ISO("a.expires_at") " AS expires_iso"
-						" FROM %s.le_acquire($1, $2, $3::pg_catalog.interval, $4::pg_catalog.interval,"
-						" $5::pg_catalog.jsonb) a",
-						q) >= 0;
-	if (!ok)
-		e->sql_acquire_wait = NULL;
-	ok = ok && asprintf(&e->sig_acquire_wait,
-						"%s.le_acquire(text,text,interval,interval,jsonb)", q) >= 0;
-	if (!ok)
-		e->sig_acquire_wait = NULL;
+	ok = le_sql_text(true, &e->sql_acquire,
+					 "SELECT a.*, " LE_ISO("a.expires_at") " AS expires_iso"
+					 " FROM %1$s.le_acquire($1, $2, $3::pg_catalog.interval) a", q);
+	ok = le_sql_text(ok, &e->sql_acquire_wait,
+					 "SELECT a.*, " LE_ISO("a.expires_at") " AS expires_iso"
+					 " FROM %1$s.le_acquire($1, $2, $3::pg_catalog.interval, $4::pg_catalog.interval,"
+					 " $5::pg_catalog.jsonb) a", q);
+	ok = le_sql_text(ok, &e->sig_acquire_wait, "%1$s.le_acquire(text,text,interval,interval,jsonb)", q);
 	ok = ok && (e->sql_has_wait = strdup("SELECT pg_catalog.to_regprocedure($1) IS NOT NULL")) != NULL;
-	ok = ok && asprintf(&e->sql_renew,
-						"SELECT " LE_ISO("%s.le_renew($1, $2, $3::pg_catalog.int8, $4::pg_catalog.interval)"),
-						q) >= 0;
-	if (!ok)
-		e->sql_renew = NULL;
-	ok = ok && asprintf(&e->sql_release,
-						"SELECT %s.le_release($1, $2, $3::pg_catalog.int8)", q) >= 0;
-	if (!ok)
-		e->sql_release = NULL;
-	ok = ok && asprintf(&e->sql_observe,
-						"SELECT holder, fencing_token, " LE_ISO("expires_at")
-						" FROM %s.le_leases WHERE lease_key OPERATOR(pg_catalog.=) $1 AND is_valid", q) >= 0;
-	if (!ok)
-		e->sql_observe = NULL;
-	ok = ok && asprintf(&e->sql_watch, "SELECT %s.le_watch($1)", q) >= 0;
-	if (!ok)
-		e->sql_watch = NULL;
-	PQfreemem(q);
+	ok = le_sql_text(ok, &e->sql_renew,
+					 "SELECT " LE_ISO("%1$s.le_renew($1, $2, $3::pg_catalog.int8, $4::pg_catalog.interval)"),
+					 q);
+	ok = le_sql_text(ok, &e->sql_release, "SELECT %1$s.le_release($1, $2, $3::pg_catalog.int8)", q);
+	ok = le_sql_text(ok, &e->sql_observe,
+					 "SELECT holder, fencing_token, " LE_ISO("expires_at")
+					 " FROM %1$s.le_leases WHERE lease_key OPERATOR(pg_catalog.=) $1 AND is_valid", q);
+	ok = le_sql_text(ok, &e->sql_watch, "SELECT %1$s.le_watch($1)", q);
 	return ok;
 }
 
@@ -348,38 +258,18 @@ le_elector_start(le_elector *e, char *err, size_t errlen)
 {
 	PGconn	   *conn = NULL;
 	le_result	rc;
-	char		schema[256];
+	char		q[600];
 
 	if (e->started)
 	{
 		le_set_err(err, errlen, "elector already started");
 		return LE_ERR_CONFIG;
 	}
-	{
-		char		appname[] = "pg_leader campaign";
-		const char *val[16];
-		int			i;
-		char		msg[512] = "";
-		int64_t		deadline = le_monotonic_ms() + e->cfg.connect_timeout_ms;
-
-		for (i = 0; e->conn_kw[i] && i < 15; i++)
-			val[i] = e->conn_val[i];
-		val[i] = NULL;
-		val[1] = appname;
-		conn = le_connect_params(e->conn_kw, val, deadline, msg, sizeof(msg), NULL);
-		if (conn == NULL)
-		{
-			le_set_err(err, errlen, "could not connect to the server: %s", msg);
-			return LE_ERR_CONNECT;
-		}
-		rc = le_check_extension(conn, deadline, schema, sizeof(schema), err, errlen);
-		if (rc != LE_OK)
-		{
-			PQfinish(conn);
-			return rc == LE_ERR_TIMEOUT ? LE_ERR_CONNECT : rc;
-		}
-	}
-	if (e->sql_acquire == NULL && !build_sql(e, conn, schema))
+	rc = le_first_conn(e->conn_kw, e->conn_val, "campaign", e->cfg.connect_timeout_ms, &conn,
+					   q, sizeof(q), err, errlen);
+	if (rc != LE_OK)
+		return rc;
+	if (e->sql_acquire == NULL && !build_sql(e, q))
 	{
 		le_set_err(err, errlen, "out of memory");
 		PQfinish(conn);
@@ -508,9 +398,7 @@ le_elector_status(le_elector *e, le_status *st)
 	le_copy_str(st->holder, sizeof(st->holder), e->have_holder ? e->holder : "");
 	le_sanitize(st->holder);
 	le_copy_str(st->expires_at, sizeof(st->expires_at), e->expires_at);
-	st->last_error = e->last_error;
-	le_copy_str(st->last_sqlstate, sizeof(st->last_sqlstate), e->last_sqlstate);
-	le_copy_str(st->last_message, sizeof(st->last_message), e->last_message);
+	le_errinfo_get(&e->last, &st->last_error, st->last_sqlstate, st->last_message);
 	st->owner_conflicts = e->owner_conflicts;
 	pthread_mutex_unlock(&e->mu);
 }
@@ -591,17 +479,14 @@ le_elector_request_stop(le_elector *e)
 void
 le_elector_stop(le_elector *e)
 {
+	bool		join;
+
 	le_elector_request_stop(e);
 	pthread_mutex_lock(&e->mu);
-	if (!e->started || e->stopped ||
-		(e->have_dispatch && pthread_equal(pthread_self(), e->dispatch_thread)))
-	{
-		/* not started, already stopped, or called from a callback */
-		pthread_mutex_unlock(&e->mu);
-		return;
-	}
-	e->stopped = true;
+	join = le_stop_claim(e->started, &e->stopped, e->have_dispatch, e->dispatch_thread);
 	pthread_mutex_unlock(&e->mu);
+	if (!join)
+		return;					/* not started, already stopped, or called from a callback */
 	join_workers(e, true, true);
 	join_dispatcher(e);
 }

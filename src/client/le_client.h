@@ -3,7 +3,8 @@
  * le_client.h
  *		libpq client of the leader_election extension: an elector that
  *		campaigns for a lease, renews it on its own thread and connection,
- *		and ends leadership locally at a safety deadline.
+ *		and ends leadership locally at a safety deadline; and a member of a
+ *		partition group, with a local deadline per partition.
  *
  * The invariant: le_elector_is_leader() is true only before the local
  * safety deadline of the current period, (send time of the last confirmed
@@ -34,8 +35,9 @@ extern "C"
  * 2: le_elector_period_fd, le_elector_request_stop, le_result_name, le_exec,
  * le_status.last_error and the result codes after LE_ERR_SYSTEM.
  * 3: le_config.defer_release and le_elector_release_period.
+ * 4: partition group members (le_group_member_*), LE_STOP_REVOKED.
  */
-#define LE_CLIENT_API_VERSION 3
+#define LE_CLIENT_API_VERSION 4
 
 /* Result codes of the functions below. */
 typedef enum le_result
@@ -60,7 +62,8 @@ typedef enum le_stop_reason
 	LE_STOP_RENEW_FAILED,		/* le_renew failed with an error retrying cannot fix */
 	LE_STOP_DEADLINE_PASSED,	/* no renewal confirmed before the local deadline */
 	LE_STOP_RELEASED,			/* le_elector_resign(): we gave it up */
-	LE_STOP_SHUTDOWN			/* le_elector_stop() */
+	LE_STOP_SHUTDOWN,			/* le_elector_stop() */
+	LE_STOP_REVOKED				/* group: the server moves the partition to another member */
 } le_stop_reason;
 
 /* A leadership period as callbacks and le_elector_is_leader() see it. */
@@ -288,6 +291,158 @@ extern PGresult *le_exec(PGconn *conn, const char *sql, int nparams,
 
 /* Milliseconds on a clock that never goes back and keeps counting in suspend. */
 extern int64_t le_monotonic_ms(void);
+
+/*
+ * Partition groups.  A group member heartbeats le_group_heartbeat(group,
+ * member, ttl) on a thread and connection of its own and works on the
+ * partitions the server assigns to it.  Each partition it owns has a local
+ * deadline, like an elector's period: (send time of the last heartbeat
+ * that renewed it) + ttl - safety margin.  A partition is revoked locally
+ * when the server says "revoke" (LE_STOP_REVOKED), when a heartbeat no
+ * longer lists it (LE_STOP_LOST), when renew_by_ms before its deadline no
+ * heartbeat renewed it (LE_STOP_DEADLINE_PASSED), when heartbeats fail
+ * with an error retrying cannot fix (LE_STOP_RENEW_FAILED) or at a stop
+ * (LE_STOP_SHUTDOWN).  A revoked partition's lease is released only after
+ * its on_revoked returned (with defer_release: after
+ * le_group_member_release) or its deadline passed (not with
+ * defer_release); one that is no longer ours is not released.
+ */
+
+/* Longest lease key of a partition: "le:group:" + 63 + ":" + 5 digits. */
+#define LE_PARTITION_KEY_LEN 96
+
+/* A partition as callbacks and le_group_member_partitions() see it. */
+typedef struct le_partition_info
+{
+	int			partition;		/* 0 .. partitions - 1 */
+	char		lease_key[LE_PARTITION_KEY_LEN];	/* le:group:<group>:<partition> */
+	int64_t		fencing_token;	/* pass it to every fenced write */
+	char		expires_at[64]; /* server's expiry, ISO 8601 in UTC */
+	int64_t		deadline_ms;	/* local deadline on the le_monotonic_ms() clock:
+								 * work on it must have stopped by then */
+	bool		owned;			/* owned, not revoked, before its deadline */
+} le_partition_info;
+
+/*
+ * Callbacks run on the member's dispatcher thread, never two at a time;
+ * per partition and token on_assigned comes first, on_revoked last, and
+ * on_revoked of a token comes before on_assigned of the next token of
+ * that partition.  They may call le_group_member_owns(),
+ * le_group_member_partitions(), le_group_member_status(),
+ * le_group_member_release() and le_group_member_request_stop().
+ */
+typedef void (*le_assigned_cb) (void *arg, const le_partition_info *p);
+typedef void (*le_revoked_cb) (void *arg, const le_partition_info *p,
+							   le_stop_reason reason, const char *detail);
+
+/* Configuration of a group member; fill with le_group_config_init(). */
+typedef struct le_group_config
+{
+	const char *conninfo;		/* libpq connection string or URI ("" = PG* env) */
+	const char *group_name;		/* required: a group made by le_group_create */
+	const char *member_id;		/* NULL: "<host>-<pid>-<48 random bits>"; 1..120
+								 * bytes, unique per process */
+	int64_t		ttl_ms;			/* default 15000 */
+	int64_t		heartbeat_ms;	/* default a third of ttl - margin - renew_by;
+								 * at most half of it */
+	int64_t		retry_ms;		/* default 2000: pause after an error retrying
+								 * cannot fix, doubled per failure (at most 30 s) */
+	int			retry_jitter_pct;	/* default 20 */
+	int64_t		safety_margin_ms;	/* default max(ttl/10, 50 ms); < ttl/2 */
+	int64_t		connect_timeout_ms; /* default 5000 */
+	int64_t		statement_timeout_ms;	/* default 5000; heartbeats also stop at
+										 * the deadline */
+	int64_t		renew_by_ms;	/* default 0: a partition not renewed this long
+								 * before its deadline is revoked then (pg_leader:
+								 * its SIGTERM point) */
+	bool		defer_release;	/* release a revoked partition only when the
+								 * caller calls le_group_member_release() */
+	le_assigned_cb on_assigned;
+	le_revoked_cb on_revoked;
+	le_notice_cb on_notice;
+	void	   *cb_arg;
+} le_group_config;
+
+/* Snapshot of a member's state (le_group_member_status). */
+typedef struct le_group_status
+{
+	bool		member;			/* the membership is valid by the local clock */
+	int64_t		member_token;	/* fencing token of the membership (0: none yet) */
+	int64_t		deadline_ms;	/* the membership's local deadline */
+	uint64_t	heartbeats;		/* heartbeat attempts answered or failed */
+	bool		connected;
+	int			owned;			/* partitions owned now */
+	int			revoking;		/* revoked, not yet released or handed back */
+	int			pending;		/* assigned to us, still held by another member */
+	le_result	last_error;		/* outcome of the last heartbeat */
+	bool		last_permanent; /* ... an error that retrying cannot fix */
+	char		last_sqlstate[6];
+	char		last_message[256];
+	uint64_t	owner_conflicts;	/* joins refused: our member id was in use */
+} le_group_status;
+
+typedef struct le_group_member le_group_member;
+
+/* Fill cfg with defaults (everything zero, timings as documented above). */
+extern void le_group_config_init(le_group_config *cfg);
+
+/* Validate cfg and build a member; NULL with a message in err on failure. */
+extern le_group_member *le_group_member_create(const le_group_config *cfg, char *err,
+											   size_t errlen);
+
+/*
+ * Connect, check that the extension is installed, and start heartbeating.
+ * LE_ERR_CONNECT or LE_ERR_NO_EXTENSION (message in err) when the first
+ * connection fails; later losses are retried.
+ */
+extern le_result le_group_member_start(le_group_member *m, char *err, size_t errlen);
+
+/* Wait up to timeout_ms (-1: forever) for the first heartbeat to be answered or to fail. */
+extern bool le_group_member_wait_heartbeat(le_group_member *m, int64_t timeout_ms);
+
+/* True while we own partition (not revoked, before its deadline); fills *info if given. */
+extern bool le_group_member_owns(le_group_member *m, int partition, le_partition_info *info);
+
+/*
+ * The partitions we hold, ascending (owned, and revoked ones not yet
+ * released): fills up to max of them into out and returns how many
+ * there are.
+ */
+extern int	le_group_member_partitions(le_group_member *m, le_partition_info *out, int max);
+
+/* Copy the member's state. */
+extern void le_group_member_status(le_group_member *m, le_group_status *st);
+
+/* The member id in use (generated when not configured). */
+extern const char *le_group_member_id(le_group_member *m);
+
+/*
+ * With defer_release: the work on revoked partition "partition", token
+ * "token", has stopped; release its lease.  True when it will be
+ * released; false when no such revoked partition is held, it was handed
+ * back already, or it is not ours to release (LE_STOP_LOST).  Does not
+ * wait for the release.
+ */
+extern bool le_group_member_release(le_group_member *m, int partition, int64_t token);
+
+/*
+ * Leave without waiting: revoke every partition (LE_STOP_SHUTDOWN), stop
+ * heartbeating and, once every on_revoked returned (or its partition's
+ * deadline passed), release everything with le_group_leave.
+ * le_group_member_stop() or le_group_member_destroy() later joins.
+ */
+extern void le_group_member_request_stop(le_group_member *m);
+
+/*
+ * Leave (as le_group_member_request_stop) and wait for it: joins the
+ * threads and delivers the callbacks still queued.  From a callback it
+ * only requests the stop.  Call it once the work on every partition has
+ * stopped: with defer_release too, the leave releases them all.
+ */
+extern void le_group_member_stop(le_group_member *m);
+
+/* Free the member (stops it first if needed); never from a callback. */
+extern void le_group_member_destroy(le_group_member *m);
 
 #ifdef __cplusplus
 }

@@ -807,6 +807,19 @@ le_sqlstate_of(const PGresult *r)
 	return s ? s : "";
 }
 
+/*
+ * What a failed statement (r, possibly NULL; broken and timedout as
+ * le_exec_bounded set them) means: the class of its error, with its
+ * SQLSTATE ("" if none) in *state and its result code in *rc.
+ */
+le_errclass
+le_failure_of(const PGresult *r, bool broken, bool timedout, const char **state, le_result *rc)
+{
+	*state = le_sqlstate_of(r);
+	*rc = timedout ? LE_ERR_TIMEOUT : broken ? LE_ERR_CONNECT : le_result_of_sqlstate(*state);
+	return broken ? LE_EC_RECONNECT : le_classify(*state);
+}
+
 /* What to do about an error with this SQLSTATE ("" = no result at all). */
 le_errclass
 le_classify(const char *s)
@@ -932,13 +945,16 @@ le_connect(const char *conninfo, const char *appname, int64_t timeout_ms,
 }
 
 /*
- * Open one of the elector's connections before deadline (connection
- * "pg_leader <role>"), in non-blocking mode, and check the extension.
+ * Open a connection of an elector or group member before deadline (the
+ * keyword arrays of le_build_conn_params; application name "pg_leader
+ * <role>" unless the DSN names one), in non-blocking mode, and check the
+ * extension; its schema goes to schema when that is not NULL.
  * LE_ERR_TIMEOUT when the deadline passed, else as le_connect.
  */
 le_result
-le_open_conn(le_elector *e, const char *role, int64_t deadline, PGconn **out,
-			 char *err, size_t errlen)
+le_open_conn_kw(const char *const *kw, const char *const *conn_val, const char *role,
+				int64_t deadline, PGconn **out, char *schema, size_t schemalen,
+				char *err, size_t errlen)
 {
 	char		appname[64];
 	char		msg[512] = "";
@@ -950,17 +966,17 @@ le_open_conn(le_elector *e, const char *role, int64_t deadline, PGconn **out,
 
 	*out = NULL;
 	snprintf(appname, sizeof(appname), "pg_leader %s", role);
-	for (i = 0; e->conn_kw[i] && i < 15; i++)
-		val[i] = e->conn_val[i];
+	for (i = 0; kw[i] && i < 15; i++)
+		val[i] = conn_val[i];
 	val[i] = NULL;
 	val[1] = appname;			/* fallback_application_name */
-	c = le_connect_params(e->conn_kw, val, deadline, msg, sizeof(msg), &timedout);
+	c = le_connect_params(kw, val, deadline, msg, sizeof(msg), &timedout);
 	if (c == NULL)
 	{
 		le_set_err(err, errlen, "could not connect to the server: %s", msg);
 		return timedout ? LE_ERR_TIMEOUT : LE_ERR_CONNECT;
 	}
-	rc = le_check_extension(c, deadline, NULL, 0, err, errlen);
+	rc = le_check_extension(c, deadline, schema, schemalen, err, errlen);
 	if (rc != LE_OK)
 	{
 		PQfinish(c);
@@ -968,4 +984,43 @@ le_open_conn(le_elector *e, const char *role, int64_t deadline, PGconn **out,
 	}
 	*out = c;
 	return LE_OK;
+}
+
+/*
+ * The first connection of an elector or group member, within timeout_ms,
+ * and the schema of its extension quoted for SQL texts (into q, of qlen).
+ * LE_ERR_CONNECT (a timeout too), LE_ERR_NO_EXTENSION or LE_ERR_SYSTEM
+ * with a message in err.
+ */
+le_result
+le_first_conn(const char *const *kw, const char *const *conn_val, const char *role,
+			  int64_t timeout_ms, PGconn **out, char *q, size_t qlen, char *err, size_t errlen)
+{
+	char		schema[256];
+	char	   *quoted;
+	le_result	rc = le_open_conn_kw(kw, conn_val, role, le_monotonic_ms() + timeout_ms, out,
+									 schema, sizeof(schema), err, errlen);
+
+	if (rc != LE_OK)
+		return rc == LE_ERR_TIMEOUT ? LE_ERR_CONNECT : rc;
+	quoted = PQescapeIdentifier(*out, schema, strlen(schema));
+	if (quoted == NULL || strlen(quoted) >= qlen)
+	{
+		le_set_err(err, errlen, "out of memory");
+		PQfreemem(quoted);
+		PQfinish(*out);
+		*out = NULL;
+		return LE_ERR_SYSTEM;
+	}
+	le_copy_str(q, qlen, quoted);
+	PQfreemem(quoted);
+	return LE_OK;
+}
+
+/* Open one of the elector's connections (le_open_conn_kw). */
+le_result
+le_open_conn(le_elector *e, const char *role, int64_t deadline, PGconn **out,
+			 char *err, size_t errlen)
+{
+	return le_open_conn_kw(e->conn_kw, e->conn_val, role, deadline, out, NULL, 0, err, errlen);
 }

@@ -44,6 +44,10 @@
  */
 #define LE_HINT_GAP_MS		100
 
+/* Expression turning a timestamptz into ISO 8601 UTC text. */
+#define LE_ISO(x) "pg_catalog.to_char(pg_catalog.timezone('UTC', " x "), " \
+	"'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
+
 /* Kinds of callback events. */
 typedef enum le_event_kind
 {
@@ -65,6 +69,17 @@ typedef struct le_event
 	int64_t		token;			/* NEW_LEADER */
 	char		text[LE_DETAIL_LEN];	/* STOPPED detail, NOTICE text, NEW_LEADER expiry */
 } le_event;
+
+/*
+ * The outcome of the last attempt (acquire, renewal, heartbeat) as
+ * le_status and le_group_status report it.
+ */
+typedef struct le_errinfo
+{
+	le_result	rc;
+	char		sqlstate[6];	/* "" if none */
+	char		message[256];	/* without control characters */
+} le_errinfo;
 
 /* Leadership states of the period state machine. */
 typedef enum le_state
@@ -125,9 +140,7 @@ struct le_elector
 	char		holder[LE_MAX_OWNER_LEN + 1];
 	int64_t		holder_token;
 	uint64_t	owner_conflicts;	/* grants refused: another process has our owner id */
-	le_result	last_error;		/* of the last acquire/renew attempt */
-	char		last_sqlstate[6];
-	char		last_message[256];
+	le_errinfo	last;			/* of the last acquire/renew attempt */
 
 	le_event	queue[LE_QUEUE_LEN];
 	unsigned	q_head;			/* next to deliver */
@@ -147,6 +160,8 @@ struct le_elector
 };
 
 /* le_util.c */
+extern void le_errinfo_set(le_errinfo *ei, le_result rc, const char *sqlstate, const char *msg);
+extern void le_errinfo_get(const le_errinfo *ei, le_result *rc, char sqlstate[6], char message[256]);
 extern void le_set_err(char *err, size_t errlen, const char *fmt,...)
 			pg_attribute_printf_le(3, 4);
 extern void le_copy_str(char *dst, size_t len, const char *src);
@@ -157,6 +172,24 @@ extern uint64_t le_next_rand(uint64_t *state);
 extern int64_t le_jittered(uint64_t *rng, int64_t ms, int pct);
 extern void le_cv_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until);
 extern void le_block_signals(void);
+extern int64_t le_attempt_deadline(int64_t renew_by_ms, int64_t now, int64_t deadline,
+								   int64_t cap, int64_t floor);
+extern int64_t le_retry_pause(int64_t renew_ms, int64_t deadline);
+extern int64_t le_backoff_ms(uint64_t *rng, int64_t retry_ms, int jitter_pct, int failures,
+							 bool connect_failed);
+extern void le_arm_timer(int fd, int64_t at);
+extern bool le_timer_open(int *timer_fd, int *wake_fd);
+extern void le_timer_wake(int wake_fd);
+extern void le_timer_sleep(int timer_fd, int wake_fd, int64_t at);
+extern void le_default_id(char *buf, size_t len);
+extern void le_sync_init(pthread_mutex_t *mu, pthread_cond_t *cv);
+extern bool le_sql_text(bool ok, char **dst, const char *fmt, const char *q)
+			__attribute__((format(printf, 3, 0)));
+extern bool le_stop_claim(bool started, bool *stopped, bool have_dispatch, pthread_t dispatcher);
+extern bool le_check_timing(int64_t ttl_ms, int64_t *margin_ms, int64_t *renew_ms,
+							int64_t renew_by_ms, int64_t retry_ms, int jitter_pct,
+							int64_t connect_ms, int64_t statement_ms, const char *what,
+							char *err, size_t errlen);
 
 /* le_conn.c */
 typedef enum le_errclass
@@ -174,6 +207,12 @@ extern void le_free_conn_params(const char **kw, const char **val);
 extern int	le_wait_fd(int fd, bool for_write, int64_t deadline);
 extern PGconn *le_connect_params(const char *const *kw, const char *const *val,
 								 int64_t deadline, char *err, size_t errlen, bool *timedout);
+extern le_result le_open_conn_kw(const char *const *kw, const char *const *conn_val,
+								 const char *role, int64_t deadline, PGconn **out,
+								 char *schema, size_t schemalen, char *err, size_t errlen);
+extern le_result le_first_conn(const char *const *kw, const char *const *conn_val,
+							   const char *role, int64_t timeout_ms, PGconn **out, char *q,
+							   size_t qlen, char *err, size_t errlen);
 extern le_result le_check_extension(PGconn *c, int64_t deadline, char *schema,
 									size_t schemalen, char *err, size_t errlen);
 extern PGresult *le_exec_bounded(PGconn *c, const char *sql, int nparams,
@@ -182,6 +221,8 @@ extern PGresult *le_exec_bounded(PGconn *c, const char *sql, int nparams,
 extern const char *le_sqlstate_of(const PGresult *r);
 extern le_errclass le_classify(const char *sqlstate);
 extern le_result le_result_of_sqlstate(const char *sqlstate);
+extern le_errclass le_failure_of(const PGresult *r, bool broken, bool timedout,
+								 const char **state, le_result *rc);
 
 /* le_period.c */
 extern bool le_period_begin(le_elector *e, int64_t token, int64_t t_send, const char *expires_at);

@@ -17,12 +17,10 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include "le_internal.h"
@@ -45,13 +43,7 @@ le_wake_campaign(le_elector *e)
 void
 le_wake_timer(le_elector *e)
 {
-	uint64_t	one = 1;
-	ssize_t		rc;
-
-	if (e->timer_wake < 0)
-		return;
-	rc = write(e->timer_wake, &one, sizeof(one));
-	(void) rc;					/* a saturated counter still wakes it */
+	le_timer_wake(e->timer_wake);
 }
 
 /* Fill a lease info from the elector; mu must be held. */
@@ -329,27 +321,8 @@ void
 le_record_error(le_elector *e, le_result rc, const char *sqlstate, const char *msg)
 {
 	pthread_mutex_lock(&e->mu);
-	e->last_error = rc;
-	le_copy_str(e->last_sqlstate, sizeof(e->last_sqlstate), sqlstate ? sqlstate : "");
-	le_copy_msg(e->last_message, sizeof(e->last_message), msg ? msg : "");
+	le_errinfo_set(&e->last, rc, sqlstate, msg);
 	pthread_mutex_unlock(&e->mu);
-}
-
-/* Arm the timerfd at the le_monotonic_ms() time "at" (0: disarm). */
-static void
-arm_timer(le_elector *e, int64_t at)
-{
-	struct itimerspec its;
-
-	memset(&its, 0, sizeof(its));
-	if (at > 0)
-	{
-		its.it_value.tv_sec = at / 1000;
-		its.it_value.tv_nsec = (at % 1000) * 1000000;
-		if (its.it_value.tv_sec == 0 && its.it_value.tv_nsec == 0)
-			its.it_value.tv_nsec = 1;
-	}
-	timerfd_settime(e->timer_fd, TFD_TIMER_ABSTIME, &its, NULL);
 }
 
 /* The timer thread: ends a period at its local deadline, nothing else. */
@@ -361,9 +334,7 @@ le_timer_main(void *arg)
 	le_block_signals();
 	for (;;)
 	{
-		struct pollfd p[2];
-		uint64_t	buf;
-		ssize_t		rc;
+		int64_t		at;
 
 		pthread_mutex_lock(&e->mu);
 		if (e->quit && e->state != LE_LEADING)
@@ -374,22 +345,9 @@ le_timer_main(void *arg)
 		if (e->state == LE_LEADING && le_monotonic_ms() >= e->deadline)
 			le_period_end_locked(e, e->period, LE_STOP_DEADLINE_PASSED,
 								 "no renewal was confirmed before the local deadline");
-		arm_timer(e, e->state == LE_LEADING ? e->deadline : 0);
+		at = e->state == LE_LEADING ? e->deadline : 0;
 		pthread_mutex_unlock(&e->mu);
-
-		p[0].fd = e->timer_fd;
-		p[0].events = POLLIN;
-		p[1].fd = e->timer_wake;
-		p[1].events = POLLIN;
-		/* the timerfd is exact; the timeout only guards against surprises */
-		if (poll(p, 2, 1000) > 0)
-		{
-			if (p[0].revents)
-				rc = read(e->timer_fd, &buf, sizeof(buf));
-			if (p[1].revents)
-				rc = read(e->timer_wake, &buf, sizeof(buf));
-			(void) rc;
-		}
+		le_timer_sleep(e->timer_fd, e->timer_wake, at);
 	}
 	return NULL;
 }

@@ -28,53 +28,6 @@
 
 #include "le_internal.h"
 
-/* Upper bound of the pause between renewal attempts after an error. */
-#define LE_RENEW_RETRY_MS	200
-
-/* Below this, an attempt gets all the time left rather than half of it. */
-#define LE_MIN_ATTEMPT_MS	50
-
-/*
- * Deadline of one attempt: at most cap, and about half the time left before
- * the point by which a renewal is wanted (deadline - renew_by_ms), so that
- * a hung attempt leaves room for a retry on a new connection before then.
- * Once that point is near or past, about half the time left before the
- * deadline itself.  But never less than floor (while the deadline allows):
- * an attempt cut below the time a round trip takes fails for sure, and its
- * retry has even less time.
- */
-static int64_t
-attempt_deadline(const le_elector *e, int64_t now, int64_t deadline, int64_t cap, int64_t floor)
-{
-	int64_t		left = deadline - e->cfg.renew_by_ms - now;
-	int64_t		budget;
-
-	if (left < 2 * LE_MIN_ATTEMPT_MS)
-		left = deadline - now;
-	budget = left / 2;
-	if (budget < LE_MIN_ATTEMPT_MS)
-		budget = left;
-	if (budget < floor)
-		budget = floor < deadline - now ? floor : deadline - now;
-	if (budget > cap)
-		budget = cap;
-	return now + (budget > 1 ? budget : 1);
-}
-
-/* Pause after a failed attempt, in ms, capped by the time left. */
-static int64_t
-retry_pause(le_elector *e, int64_t deadline)
-{
-	int64_t		pause = e->cfg.renew_ms / 4;
-	int64_t		quarter = (deadline - le_monotonic_ms()) / 4;
-
-	if (pause > LE_RENEW_RETRY_MS)
-		pause = LE_RENEW_RETRY_MS;
-	if (pause > quarter)
-		pause = quarter;
-	return pause > 0 ? pause : 0;
-}
-
 /* The connection of the renewal thread and what it learnt. */
 typedef struct renewer
 {
@@ -107,8 +60,8 @@ renew_refresh_conn(renewer *rn, uint64_t period, int64_t deadline, int64_t now)
 	/* not an attempt to renew yet: it may use all the time before renew_by */
 	now = le_monotonic_ms();
 	if (le_open_conn(e, "renew",
-					 attempt_deadline(e, now, deadline, e->cfg.connect_timeout_ms,
-									  deadline - e->cfg.renew_by_ms - now),
+					 le_attempt_deadline(e->cfg.renew_by_ms, now, deadline,
+										 e->cfg.connect_timeout_ms, deadline - e->cfg.renew_by_ms - now),
 					 &rn->conn, rn->msg, sizeof(rn->msg)) == LE_OK)
 		rn->conn_period = period;
 	else
@@ -131,6 +84,7 @@ renew_once(renewer *rn, uint64_t period, int64_t deadline, const char *token_tex
 				timedout;
 	le_errclass ec;
 	const char *state;
+	le_result	rc;
 
 	if (rn->conn != NULL && rn->conn_period != period)
 	{
@@ -140,19 +94,17 @@ renew_once(renewer *rn, uint64_t period, int64_t deadline, const char *token_tex
 	}
 	if (rn->conn == NULL)
 	{
-		le_result	rc;
-
 		/* a connect takes two round trips at least (startup, extension check) */
 		rc = le_open_conn(e, "renew",
-						  attempt_deadline(e, le_monotonic_ms(), deadline, e->cfg.connect_timeout_ms,
-										   3 * rn->rtt),
+						  le_attempt_deadline(e->cfg.renew_by_ms, le_monotonic_ms(), deadline,
+											  e->cfg.connect_timeout_ms, 3 * rn->rtt),
 						  &rn->conn, rn->msg, sizeof(rn->msg));
 		if (rc != LE_OK)
 		{
 			le_notice(e, "renewal connection: %s", rn->msg);
 			le_record_error(e, rc, "", rn->msg);
 			rn->conn = NULL;
-			rn->not_before = le_monotonic_ms() + retry_pause(e, deadline);
+			rn->not_before = le_monotonic_ms() + le_retry_pause(e->cfg.renew_ms, deadline);
 			return;
 		}
 		rn->conn_period = period;
@@ -165,7 +117,8 @@ renew_once(renewer *rn, uint64_t period, int64_t deadline, const char *token_tex
 	t_send = le_monotonic_ms();
 	rn->msg[0] = '\0';
 	r = le_exec_bounded(rn->conn, e->sql_renew, 4, values,
-						attempt_deadline(e, t_send, deadline, e->cfg.statement_timeout_ms, 2 * rn->rtt),
+						le_attempt_deadline(e->cfg.renew_by_ms, t_send, deadline,
+											e->cfg.statement_timeout_ms, 2 * rn->rtt),
 						rn->msg, sizeof(rn->msg), &broken, &timedout);
 
 	if (r != NULL && PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
@@ -184,10 +137,8 @@ renew_once(renewer *rn, uint64_t period, int64_t deadline, const char *token_tex
 		return;
 	}
 
-	state = le_sqlstate_of(r);
-	ec = broken ? LE_EC_RECONNECT : le_classify(state);
-	le_record_error(e, timedout ? LE_ERR_TIMEOUT : broken ? LE_ERR_CONNECT :
-					le_result_of_sqlstate(state), state, rn->msg);
+	ec = le_failure_of(r, broken, timedout, &state, &rc);
+	le_record_error(e, rc, state, rn->msg);
 	if (ec == LE_EC_PERMANENT)
 	{
 		char		detail[LE_DETAIL_LEN];
@@ -208,7 +159,7 @@ renew_once(renewer *rn, uint64_t period, int64_t deadline, const char *token_tex
 	else
 		le_notice(e, "renewal failed, retrying: %s: %s", state, rn->msg);
 	/* try again soon, well before the deadline (at once on a new connection) */
-	rn->not_before = broken ? 0 : le_monotonic_ms() + retry_pause(e, deadline);
+	rn->not_before = broken ? 0 : le_monotonic_ms() + le_retry_pause(e->cfg.renew_ms, deadline);
 }
 
 /* Renew the lease every renew interval while leading, on its own connection. */

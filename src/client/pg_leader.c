@@ -875,6 +875,9 @@ log_submit_stream(FILE *out, char *line, size_t size)
 
 static void log_event(const char *event, int64_t token, const char *expires, const char *reason,
 					  const char *fmt,...) __attribute__((format(printf, 5, 6)));
+static void log_key_event(const char *key, const char *event, int64_t token, const char *expires,
+						  const char *reason, const char *fmt,...)
+			__attribute__((format(printf, 6, 7)));
 
 /* The writer thread: the only one that writes log lines to stderr. */
 static void *
@@ -969,13 +972,13 @@ log_plain_error(const char *msg)
 }
 
 /*
- * One log line per event on stderr: timestamp, event, lease key, owner,
- * token (if > 0), expiry (if known), reason (if any), free text detail.
- * JSON lines of new_leader events also have a "holder" field (has_holder:
- * the holder's name, or null for a free lease).
+ * One log line per event on stderr: timestamp, event, lease key (key, or
+ * log_key when NULL), owner, token (if > 0), expiry (if known), reason (if
+ * any), free text detail.  JSON lines of new_leader events also have a
+ * "holder" field (has_holder: the holder's name, or null for a free lease).
  */
 static void
-log_line(const char *event, int64_t token, const char *expires, const char *reason,
+log_line(const char *key, const char *event, int64_t token, const char *expires, const char *reason,
 		 bool has_holder, const char *holder, const char *detail)
 {
 	char		ts[64];
@@ -1002,7 +1005,7 @@ log_line(const char *event, int64_t token, const char *expires, const char *reas
 		fprintf(out, "{\"ts\":\"%s\",\"pid\":%d,\"event\":", ts, (int) getpid());
 		json_str(out, event);
 		fputs(",\"lease_key\":", out);
-		json_str(out, log_key);
+		json_str(out, key ? key : log_key);
 		fputs(",\"owner\":", out);
 		json_str(out, log_owner);
 		if (token > 0)
@@ -1037,7 +1040,7 @@ log_line(const char *event, int64_t token, const char *expires, const char *reas
 	else
 	{
 		fprintf(out, "%s pg_leader[%d] %s key=", ts, (int) getpid(), event);
-		text_str(out, log_key);
+		text_str(out, key ? key : log_key);
 		fputs(" owner=", out);
 		text_str(out, log_owner);
 		if (token > 0)
@@ -1062,23 +1065,43 @@ log_line(const char *event, int64_t token, const char *expires, const char *reas
 	log_submit_stream(out, line, sizeof(line));
 }
 
-/* log_line with a printf-style detail and no holder field. */
+/* log_line of lease key (NULL: log_key) with a printf-style detail and no holder field. */
 static void
-log_event(const char *event, int64_t token, const char *expires, const char *reason,
-		  const char *fmt,...)
+log_event_v(const char *key, const char *event, int64_t token, const char *expires,
+			const char *reason, const char *fmt, va_list ap)
 {
 	char		detail[1200] = "";
 
 	if (fmt)
 	{
-		va_list		ap;
-
-		va_start(ap, fmt);
 		vsnprintf(detail, sizeof(detail), fmt, ap);
-		va_end(ap);
 		mask_misread(detail, sizeof(detail));
 	}
-	log_line(event, token, expires, reason, false, NULL, detail);
+	log_line(key, event, token, expires, reason, false, NULL, detail);
+}
+
+/* log_event_v about log_key. */
+static void
+log_event(const char *event, int64_t token, const char *expires, const char *reason,
+		  const char *fmt,...)
+{
+	va_list		ap;
+
+	va_start(ap, fmt);
+	log_event_v(NULL, event, token, expires, reason, fmt, ap);
+	va_end(ap);
+}
+
+/* log_event_v about lease key: a partition's, for instance. */
+static void
+log_key_event(const char *key, const char *event, int64_t token, const char *expires,
+			  const char *reason, const char *fmt,...)
+{
+	va_list		ap;
+
+	va_start(ap, fmt);
+	log_event_v(key, event, token, expires, reason, fmt, ap);
+	va_end(ap);
 }
 
 /* Wake the main loop (async-signal-safe). */
@@ -1163,7 +1186,7 @@ cb_new_leader(void *arg, const char *holder, int64_t token, const char *expires_
 	else
 		snprintf(detail, sizeof(detail), "holder %s%s", holder,
 				 strcmp(holder, log_owner) == 0 ? " (ourselves)" : "");
-	log_line("new_leader", token, expires_at, NULL, true, holder, detail);
+	log_line(NULL, "new_leader", token, expires_at, NULL, true, holder, detail);
 }
 
 /* Elector callback: connection trouble and the like. */
@@ -1179,10 +1202,12 @@ cb_notice(void *arg, const char *message)
 static void
 help(void)
 {
-	printf("%s runs a command only while it holds a fenced lease of extension leader_election.\n\n", progname);
+	printf("%s runs a command only while it holds a fenced lease of extension leader_election;\n"
+		   "with group run, one instance of it per partition of a group it owns.\n\n", progname);
 	printf("Usage:\n"
 		   "  %1$s run     -d DSN -l KEY [OPTION]... -- COMMAND [ARG]...\n"
-		   "  %1$s status  -d DSN [-l KEY] [--json] [--timeout D]\n"
+		   "  %1$s group run -d DSN --group G [--member ID] [OPTION]... -- COMMAND [ARG]...\n"
+		   "  %1$s status  -d DSN [-l KEY | --group G] [--json] [--timeout D]\n"
 		   "  %1$s release -d DSN -l KEY --owner ID --token N [--timeout D]\n"
 		   "  %1$s history -d DSN [-l KEY] [--since WHEN] [--svg FILE | --json]\n"
 		   "  %1$s watch   -d DSN [-l KEY] [--json] [--poll D] [-v]\n"
@@ -1191,6 +1216,8 @@ help(void)
 		   "  -d, --dbname=DSN         libpq connection string or URI (default: PG* environment)\n"
 		   "  -l, --lease=KEY          lease key\n"
 		   "      --owner=ID           owner id (default: host-pid-random)\n"
+		   "      --group=G            group run, status: the partition group (le_group_create)\n"
+		   "      --member=ID          group run: member id, 1-120 bytes (default: host-pid-random)\n"
 		   "      --ttl=DURATION       lease duration (default 15s)\n"
 		   "      --metadata=JSON      published with the lease while leading (le_leases.metadata;\n"
 		   "                           the server checks it; needs extension 1.1)\n"
@@ -1232,6 +1259,14 @@ help(void)
 		   "fenced write.  Its process group gets SIGKILL at the latest 100ms before the local\n"
 		   "deadline (last confirmed renewal sent + ttl - margin), and SIGTERM --grace before\n"
 		   "that; the lease is released only after the whole group is gone.\n\n"
+		   "group run heartbeats le_group_heartbeat every --renew (the same default and limits)\n"
+		   "and runs one instance of COMMAND per partition it owns, with LE_PARTITION, LE_GROUP\n"
+		   "and that partition's LE_LEASE_KEY and LE_FENCING_TOKEN (LE_OWNER_ID: the member id),\n"
+		   "each under the same deadline rules; an instance is stopped when its partition is\n"
+		   "revoked, its partition released only after its group is gone, and one that exits\n"
+		   "on its own while the partition is ours starts again after --retry, doubled per\n"
+		   "exit in a row (at most 30s).  SIGTERM/SIGINT/SIGHUP: stop every instance, leave\n"
+		   "the group (le_group_leave), exit 128+N.\n\n"
 		   "Exit status of run: the command's status (128+N if killed by signal N), or\n"
 		   "  64 bad usage   69 connection failure (--no-wait: or another server error)\n"
 		   "  70 internal error\n"
@@ -1241,8 +1276,10 @@ help(void)
 		   "  --no-wait without an answer)   82 the command's supervisor died\n"
 		   "  128+N when pg_leader itself got signal N (the command was stopped, the lease released)\n"
 		   "  A command may exit with any of these itself: --status-file tells which it was.\n"
-		   "status: 0, or 1 when -l KEY names no lease; release: 0 released, 1 not held;\n"
-		   "both 81 on --timeout.  history: 0.  watch: runs until SIGINT or SIGTERM, then 0;\n"
+		   "Exit status of group run: 128+N after signal N; 64, 69, 70, 76, 77, 78 as run (69 also:\n"
+		   "the server refused the heartbeat, e.g. an unknown group or a member id of another role).\n"
+		   "status: 0, or 1 when -l KEY names no lease or --group G no group; release: 0 released,\n"
+		   "1 not held; both 81 on --timeout.  history: 0.  watch: runs until SIGINT or SIGTERM, then 0;\n"
 		   "69 when the connection is lost.\n");
 }
 
@@ -1292,6 +1329,8 @@ typedef struct options
 	const char *dsn;
 	const char *lease;
 	const char *owner;
+	const char *group;			/* --group: group run, status */
+	const char *member;			/* --member: group run */
 	int64_t		ttl,
 				renew,
 				retry,
@@ -1416,6 +1455,12 @@ set_option(options *o, int c)
 		case 23:
 			o->poll = duration_arg("poll", optarg);
 			break;
+		case 25:
+			o->group = optarg;
+			break;
+		case 26:
+			o->member = optarg;
+			break;
 		case 24:
 			if (strlen(optarg) > 4000)
 				usage_error("--metadata is longer than 4000 bytes");
@@ -1478,6 +1523,8 @@ parse_options(int argc, char **argv, options *o)
 		{"since", required_argument, NULL, 22},
 		{"poll", required_argument, NULL, 23},
 		{"metadata", required_argument, NULL, 24},
+		{"group", required_argument, NULL, 25},
+		{"member", required_argument, NULL, 26},
 		{"version", no_argument, NULL, 'V'},
 		{"verbose", no_argument, NULL, 'v'},
 		{"help", no_argument, NULL, 'h'},
@@ -1512,6 +1559,8 @@ parse_options(int argc, char **argv, options *o)
 		usage_error("lease key is not valid UTF-8");
 	if (o->owner != NULL && !le_valid_utf8(o->owner))
 		usage_error("owner id is not valid UTF-8");
+	if (o->member != NULL && !le_valid_utf8(o->member))
+		usage_error("member id is not valid UTF-8");
 }
 
 /*
@@ -1776,6 +1825,10 @@ check_dsn(const char *dsn)
 	PQconninfoFree(opts);
 }
 
+/* Expression turning a timestamptz into ISO 8601 UTC text, as log lines have it. */
+#define LE_ISO_UTC(x) "pg_catalog.to_char(pg_catalog.timezone('UTC', " x "), " \
+	"'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
+
 /* Width of column c of a status table: its header or its widest value. */
 static int
 col_width(PGresult *r, int c, const char *header)
@@ -1786,6 +1839,171 @@ col_width(PGresult *r, int c, const char *header)
 		if (PQgetlength(r, i, c) > w)
 			w = PQgetlength(r, i, c);
 	return w;
+}
+
+/* A text value of row i, column c for a table: escaped, "-" when NULL. */
+static const char *
+cell(PGresult *r, int i, int c, char *buf, size_t len)
+{
+	text_buf(buf, len, PQgetisnull(r, i, c) ? "-" : PQgetvalue(r, i, c));
+	return buf;
+}
+
+/* A value of row i, column c as JSON: a string, or null. */
+static void
+json_cell(PGresult *r, int i, int c)
+{
+	if (PQgetisnull(r, i, c))
+		fputs("null", stdout);
+	else
+		json_str(stdout, PQgetvalue(r, i, c));
+}
+
+/* A JSON number of row i, column c, or null. */
+static void
+json_num(PGresult *r, int i, int c)
+{
+	fputs(PQgetisnull(r, i, c) ? "null" : PQgetvalue(r, i, c), stdout);
+}
+
+/*
+ * pg_leader status --group G: the group, its members (id, role, membership
+ * token, heartbeat age, expiry, partitions held and pending) from
+ * le_group_members, and its partitions as the server assigns them now
+ * (le_group_assignment: state, holder, target, token, expiry).
+ */
+static int
+cmd_group_status(const options *o)
+{
+	char		schema_q[600];
+	char		sql[2400];
+	const char *params[1] = {o->group};
+	PGconn	   *conn;
+	PGresult   *g,
+			   *mr,
+			   *pr;
+	int64_t		deadline = le_monotonic_ms() + o->timeout;
+	char		b[6][1024];
+	char		view[700];
+	const char *vparams[1] = {view};
+
+	check_dsn(o->dsn);
+	conn = connect_or_exit(o, schema_q, sizeof(schema_q));
+	snprintf(view, sizeof(view), "%s.le_groups", schema_q);
+	g = exec_or_exit(conn, "group query", "SELECT pg_catalog.to_regclass($1) IS NOT NULL", 1, vparams,
+					 deadline, o->timeout);
+	if (strcmp(PQgetvalue(g, 0, 0), "t") != 0)
+	{
+		PQclear(g);
+		PQfinish(conn);
+		fatal(EXIT_NO_EXTENSION, "the server's leader_election has no partition groups (they came with "
+			  "extension 1.1: ALTER EXTENSION leader_election UPDATE)");
+	}
+	PQclear(g);
+	snprintf(sql, sizeof(sql),
+			 "SELECT partitions, max_moves, owner_role FROM %s.le_groups"
+			 " WHERE group_name OPERATOR(pg_catalog.=) $1", schema_q);
+	g = exec_or_exit(conn, "group query", sql, 1, params, deadline, o->timeout);
+	if (PQntuples(g) != 1)
+	{
+		PQclear(g);
+		PQfinish(conn);
+		fprintf(stderr, "%s: no group named \"", progname);
+		text_str(stderr, o->group);
+		fputs("\"\n", stderr);
+		return 1;
+	}
+	snprintf(sql, sizeof(sql),
+			 "WITH a AS (SELECT * FROM %1$s.le_group_assignment($1))"
+			 " SELECT m.member_id, m.member_role, m.fencing_token,"
+			 /* a member that only just joined may have no heartbeat_at yet: its join */
+			 " pg_catalog.round(COALESCE(m.heartbeat_age_seconds, pg_catalog.date_part('epoch',"
+			 "  pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) m.joined_at))::pg_catalog.numeric, 1), "
+			 LE_ISO_UTC("m.expires_at") ", m.is_valid, m.partitions_held,"
+			 " (SELECT pg_catalog.string_agg(a.partition::pg_catalog.text, ',' ORDER BY a.partition)"
+			 "  FROM a WHERE a.holder OPERATOR(pg_catalog.=) m.member_id AND a.state OPERATOR(pg_catalog.<>) 'free'),"
+			 " (SELECT pg_catalog.count(*) FROM a WHERE a.target OPERATOR(pg_catalog.=) m.member_id"
+			 "  AND a.holder IS DISTINCT FROM m.member_id)"
+			 " FROM %1$s.le_group_members m WHERE m.group_name OPERATOR(pg_catalog.=) $1"
+			 " ORDER BY m.member_id", schema_q);
+	mr = exec_or_exit(conn, "members query", sql, 1, params, deadline, o->timeout);
+	snprintf(sql, sizeof(sql),
+			 "SELECT partition, state, holder, target, fencing_token, " LE_ISO_UTC("expires_at")
+			 " FROM %s.le_group_assignment($1) ORDER BY partition", schema_q);
+	pr = exec_or_exit(conn, "assignment query", sql, 1, params, deadline, o->timeout);
+	if (o->json)
+	{
+		printf("{\"group\":");
+		json_str(stdout, o->group);
+		printf(",\"partitions\":%s,\"max_moves\":%s,\"owner_role\":", PQgetvalue(g, 0, 0),
+			   PQgetvalue(g, 0, 1));
+		json_str(stdout, PQgetvalue(g, 0, 2));
+		printf(",\"members\":[");
+		for (int i = 0; i < PQntuples(mr); i++)
+		{
+			printf("%s{\"member_id\":", i ? "," : "");
+			json_cell(mr, i, 0);
+			printf(",\"member_role\":");
+			json_cell(mr, i, 1);
+			printf(",\"fencing_token\":");
+			json_num(mr, i, 2);
+			printf(",\"heartbeat_age_seconds\":");
+			json_num(mr, i, 3);
+			printf(",\"expires_at\":");
+			json_cell(mr, i, 4);
+			printf(",\"is_valid\":%s,\"partitions_held\":", strcmp(PQgetvalue(mr, i, 5), "t") == 0 ? "true" : "false");
+			json_num(mr, i, 6);
+			printf(",\"held\":[%s],\"pending\":%s}", PQgetisnull(mr, i, 7) ? "" : PQgetvalue(mr, i, 7),
+				   PQgetvalue(mr, i, 8));
+		}
+		printf("],\"assignment\":[");
+		for (int i = 0; i < PQntuples(pr); i++)
+		{
+			printf("%s{\"partition\":%s,\"state\":", i ? "," : "", PQgetvalue(pr, i, 0));
+			json_cell(pr, i, 1);
+			printf(",\"holder\":");
+			json_cell(pr, i, 2);
+			printf(",\"target\":");
+			json_cell(pr, i, 3);
+			printf(",\"fencing_token\":");
+			json_num(pr, i, 4);
+			printf(",\"expires_at\":");
+			json_cell(pr, i, 5);
+			printf("}");
+		}
+		printf("]}\n");
+	}
+	else
+	{
+		int			wm = col_width(mr, 0, "member"),
+					wr = col_width(mr, 1, "role"),
+					wt = col_width(mr, 2, "token"),
+					wh = col_width(pr, 2, "holder"),
+					wg = col_width(pr, 3, "target"),
+					wp = col_width(pr, 4, "token");
+
+		printf("group %s: %s partitions, max_moves %s, owner role %s\n\n", o->group,
+			   PQgetvalue(g, 0, 0), PQgetvalue(g, 0, 1), PQgetvalue(g, 0, 2));
+		printf("%-*s %-*s %*s %13s %-24s %-5s %4s %7s %s\n", wm, "member", wr, "role", wt, "token",
+			   "heartbeat_age", "expires_at", "valid", "held", "pending", "partitions");
+		for (int i = 0; i < PQntuples(mr); i++)
+			printf("%-*s %-*s %*s %12ss %-24s %-5s %4s %7s %s\n", wm, cell(mr, i, 0, b[0], sizeof(b[0])),
+				   wr, cell(mr, i, 1, b[1], sizeof(b[1])), wt, PQgetvalue(mr, i, 2),
+				   cell(mr, i, 3, b[2], sizeof(b[2])), cell(mr, i, 4, b[3], sizeof(b[3])),
+				   strcmp(PQgetvalue(mr, i, 5), "t") == 0 ? "yes" : "no", PQgetvalue(mr, i, 6),
+				   PQgetvalue(mr, i, 8), cell(mr, i, 7, b[4], sizeof(b[4])));
+		printf("\n%9s %-10s %-*s %-*s %*s %s\n", "partition", "state", wh, "holder", wg, "target",
+			   wp, "token", "expires_at");
+		for (int i = 0; i < PQntuples(pr); i++)
+			printf("%9s %-10s %-*s %-*s %*s %s\n", PQgetvalue(pr, i, 0), PQgetvalue(pr, i, 1),
+				   wh, cell(pr, i, 2, b[0], sizeof(b[0])), wg, cell(pr, i, 3, b[1], sizeof(b[1])),
+				   wp, cell(pr, i, 4, b[2], sizeof(b[2])), cell(pr, i, 5, b[3], sizeof(b[3])));
+	}
+	PQclear(g);
+	PQclear(mr);
+	PQclear(pr);
+	PQfinish(conn);
+	return 0;
 }
 
 /* pg_leader status: one row per lease, as a table or JSON. */
@@ -1800,14 +2018,16 @@ cmd_status(const options *o)
 	int			n;
 	int64_t		deadline = le_monotonic_ms() + o->timeout;
 
+	if (o->group != NULL && o->lease != NULL)
+		usage_error("status takes -l KEY or --group G, not both");
+	if (o->group != NULL)
+		return cmd_group_status(o);
 	check_dsn(o->dsn);
 	conn = connect_or_exit(o, schema_q, sizeof(schema_q));
 	snprintf(sql, sizeof(sql),
-			 "SELECT lease_key, holder, fencing_token, "
-			 "pg_catalog.to_char(pg_catalog.timezone('UTC', expires_at), 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), "
+			 "SELECT lease_key, holder, fencing_token, " LE_ISO_UTC("expires_at") ", "
 			 "is_valid, pg_catalog.round(seconds_remaining::pg_catalog.numeric, 1), transitions, "
-			 "holder_role, "
-			 "pg_catalog.to_char(pg_catalog.timezone('UTC', acquired_at), 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), "
+			 "holder_role, " LE_ISO_UTC("acquired_at") ", "
 			 /* the metadata column of 1.1, NULL under 1.0 */
 			 "CASE WHEN (pg_catalog.to_jsonb(l) OPERATOR(pg_catalog.->>) 'metadata') IS NOT NULL "
 			 "THEN (pg_catalog.to_jsonb(l) OPERATOR(pg_catalog.->) 'metadata')::pg_catalog.text END "
@@ -1960,37 +2180,62 @@ cmd_history_watch(const options *o, bool watch)
 	return watch ? lh_watch(&h) : lh_history(&h);
 }
 
-/* Environment variables we set for the command (replacing inherited ones). */
+/*
+ * Environment variables we set for the command (replacing inherited ones);
+ * the last two only for group run.
+ */
 static const char *const child_vars[] = {
-	"LE_LEASE_KEY=", "LE_FENCING_TOKEN=", "LE_OWNER_ID=", "LE_EXPIRES_AT=", "LE_DSN="
+	"LE_LEASE_KEY=", "LE_FENCING_TOKEN=", "LE_OWNER_ID=", "LE_EXPIRES_AT=", "LE_DSN=",
+	"LE_PARTITION=", "LE_GROUP="
 };
 #define N_CHILD_VARS (sizeof(child_vars) / sizeof(child_vars[0]))
 
+/* What the command's LE_ variables say. */
+typedef struct cmd_vars
+{
+	const char *key;			/* LE_LEASE_KEY */
+	int64_t		token;			/* LE_FENCING_TOKEN */
+	const char *owner;			/* LE_OWNER_ID: owner or member id */
+	const char *expires;		/* LE_EXPIRES_AT */
+	int			partition;		/* LE_PARTITION, -1: none (run) */
+	const char *group;			/* LE_GROUP, with partition */
+} cmd_vars;
+
+/* How many of child_vars a command with v gets. */
+static size_t
+n_own_vars(const cmd_vars *v)
+{
+	return v->partition >= 0 ? N_CHILD_VARS : N_CHILD_VARS - 2;
+}
+
 /* Free an environment built by child_env (its own strings are the last ones). */
 static void
-free_child_env(char **env)
+free_child_env(char **env, const cmd_vars *v)
 {
 	size_t		n = 0;
+	size_t		own = n_own_vars(v);
 
 	if (env == NULL)
 		return;
 	while (env[n])
 		n++;
-	for (size_t i = n >= N_CHILD_VARS ? n - N_CHILD_VARS : 0; i < n; i++)
+	for (size_t i = n >= own ? n - own : 0; i < n; i++)
 		free(env[i]);
 	free(env);
 }
 
 /*
- * Environment of the command: ours without the LE_ variables we set, plus
- * LE_LEASE_KEY, LE_FENCING_TOKEN, LE_OWNER_ID, LE_EXPIRES_AT and LE_DSN.
- * Built before fork (nothing is allocated after it).  NULL when out of memory.
+ * Environment of the command: ours without any of child_vars, plus
+ * LE_LEASE_KEY, LE_FENCING_TOKEN, LE_OWNER_ID, LE_EXPIRES_AT and LE_DSN
+ * (and LE_PARTITION and LE_GROUP for a partition).  Built before fork
+ * (nothing is allocated after it).  NULL when out of memory.
  */
 static char **
-child_env(const le_lease_info *l, const char *dsn)
+child_env(const cmd_vars *v, const char *dsn)
 {
 	size_t		n = 0,
 				k = 0;
+	size_t		own = n_own_vars(v);
 	char	  **env;
 	char	   *mine[N_CHILD_VARS] = {NULL};
 
@@ -1999,21 +2244,25 @@ child_env(const le_lease_info *l, const char *dsn)
 	env = calloc(n + N_CHILD_VARS + 1, sizeof(char *));
 	if (env == NULL)
 		return NULL;
-	if (asprintf(&mine[0], "LE_LEASE_KEY=%s", l->lease_key) < 0)
+	if (asprintf(&mine[0], "LE_LEASE_KEY=%s", v->key) < 0)
 		mine[0] = NULL;
-	if (asprintf(&mine[1], "LE_FENCING_TOKEN=%" PRId64, l->fencing_token) < 0)
+	if (asprintf(&mine[1], "LE_FENCING_TOKEN=%" PRId64, v->token) < 0)
 		mine[1] = NULL;
-	if (asprintf(&mine[2], "LE_OWNER_ID=%s", l->owner_id) < 0)
+	if (asprintf(&mine[2], "LE_OWNER_ID=%s", v->owner) < 0)
 		mine[2] = NULL;
-	if (asprintf(&mine[3], "LE_EXPIRES_AT=%s", l->expires_at) < 0)
+	if (asprintf(&mine[3], "LE_EXPIRES_AT=%s", v->expires) < 0)
 		mine[3] = NULL;
 	if (asprintf(&mine[4], "LE_DSN=%s", dsn) < 0)
 		mine[4] = NULL;
-	for (size_t j = 0; j < N_CHILD_VARS; j++)
+	if (own == N_CHILD_VARS && asprintf(&mine[5], "LE_PARTITION=%d", v->partition) < 0)
+		mine[5] = NULL;
+	if (own == N_CHILD_VARS && asprintf(&mine[6], "LE_GROUP=%s", v->group) < 0)
+		mine[6] = NULL;
+	for (size_t j = 0; j < own; j++)
 	{
 		if (mine[j] == NULL)
 		{
-			for (size_t i = 0; i < N_CHILD_VARS; i++)
+			for (size_t i = 0; i < own; i++)
 				free(mine[i]);
 			free(env);
 			return NULL;
@@ -2029,7 +2278,7 @@ child_env(const le_lease_info *l, const char *dsn)
 		if (!ours)
 			env[k++] = environ[i];
 	}
-	for (size_t j = 0; j < N_CHILD_VARS; j++)
+	for (size_t j = 0; j < own; j++)
 		env[k++] = mine[j];
 	env[k] = NULL;
 	return env;
@@ -2235,21 +2484,22 @@ dsn_multi_host(const char *dsn)
  * missing (78), a standby when the connection string names one host (76).
  */
 static int
-permanent_status(const le_status *st, bool multi_host, char *why, size_t len)
+permanent_status(le_result last_error, const char *last_message, bool multi_host, char *why,
+				 size_t len)
 {
-	switch (st->last_error)
+	switch (last_error)
 	{
 		case LE_ERR_PERMISSION:
-			snprintf(why, len, "permission denied: %s", st->last_message);
+			snprintf(why, len, "permission denied: %s", last_message);
 			return EXIT_NO_PERMISSION;
 		case LE_ERR_NO_EXTENSION:
-			snprintf(why, len, "%s", st->last_message);
+			snprintf(why, len, "%s", last_message);
 			return EXIT_NO_EXTENSION;
 		case LE_ERR_READ_ONLY:
 			if (multi_host)
 				return 0;
 			snprintf(why, len, "the server is a standby and the connection string names no other host: %s",
-					 st->last_message);
+					 last_message);
 			return EXIT_STANDBY;
 		default:
 			return 0;
@@ -2266,6 +2516,347 @@ typedef enum stop_kind
 	STOP_GUARD					/* the supervisor died */
 } stop_kind;
 
+/*
+ * One supervised command and where its supervision stands: run has one,
+ * group run one per partition.  Only the main thread touches it.
+ */
+typedef struct command
+{
+	char		key[256];		/* its lease key, for log lines */
+	sv_run		run;			/* the supervisor of the command */
+	heartbeat	hb;
+	bool		running;
+	int64_t		token;
+	int64_t		kill_deadline;	/* SIGKILL of the group at the latest */
+	int64_t		started_at;
+	stop_kind	stopping;
+	bool		sigkill_sent;
+	bool		we_killed;
+	int64_t		kill_at;
+} command;
+
+/*
+ * Decide whether the running command must be stopped, most urgent reason
+ * first; none once it has exited on its own (before any deadline signal),
+ * unless the supervisor died without reporting that end: then nobody else
+ * stops what is left of the group (its death killed the command, whose
+ * zombie may be reaped in the same poll).  ours: the lease (or partition)
+ * is still held with the command's token; deadline: its local deadline
+ * (INT64_MAX: unknown, a new period began); ended: the stop reason when it
+ * is no longer ours.  A new stop sends SIGTERM (and SIGCONT) to the group
+ * and sets the time of its SIGKILL; renewals move the kill deadline on
+ * first.
+ */
+static void
+cmd_check_stop(command *c, const options *o, bool ours, int64_t deadline, const char *ended,
+			   int64_t now)
+{
+	sv_run	   *run = &c->run;
+	const char *reason = NULL;
+	stop_kind	kind = STOP_NONE;
+
+	/* Renewals move the kill deadline on, here and in the supervisor. */
+	if (ours && c->stopping == STOP_NONE && deadline - KILL_SLACK_MS > c->kill_deadline)
+	{
+		c->kill_deadline = deadline - KILL_SLACK_MS;
+		sv_set_deadline(run, c->kill_deadline);
+	}
+	if (c->stopping == STOP_NONE && run->command_exited && !c->we_killed &&
+		!run->deadline_term && !run->deadline_kill &&
+		!(run->sup_exited && !run->sup_reported_end))
+		;
+	else if (!ours)
+	{
+		kind = STOP_LOST;
+		reason = deadline != INT64_MAX && now >= deadline ? "deadline_passed" : ended;
+	}
+	else if (now >= c->kill_deadline - o->grace || run->deadline_term || run->deadline_kill)
+	{
+		kind = STOP_LOST;
+		reason = "deadline_near";
+	}
+	else if (got_signal)
+	{
+		kind = STOP_SHUTDOWN;
+		reason = "shutdown";
+	}
+	else if (run->sup_exited && !run->sup_reported_end && !c->we_killed)
+	{
+		kind = STOP_GUARD;
+		reason = "guard_lost";
+	}
+	else if (run->stopped_sig)
+	{
+		kind = STOP_UNHEALTHY;
+		reason = "command_stopped";
+	}
+	else if (sv_sup_frozen(run, now) && sv_command_stopped(run))
+	{
+		/* supervisor and command stopped (kill -STOP -- -PGID): nothing works */
+		kind = STOP_UNHEALTHY;
+		reason = "group_stopped";
+	}
+	else if (o->max_runtime > 0 && now - c->started_at >= o->max_runtime)
+	{
+		kind = STOP_UNHEALTHY;
+		reason = "max_runtime";
+	}
+	else if (heartbeat_missed(o, &c->hb, now))
+	{
+		kind = STOP_UNHEALTHY;
+		reason = "heartbeat_timeout";
+	}
+	if (kind == STOP_NONE || c->stopping != STOP_NONE)
+		return;
+
+	c->stopping = kind;
+	c->kill_at = now + o->grace;
+	if (c->kill_at > c->kill_deadline)
+		c->kill_at = c->kill_deadline;
+	if (kind == STOP_GUARD || strcmp(reason, "group_stopped") == 0)
+		c->kill_at = now;
+	if (run->group_gone)
+		log_key_event(c->key, "stopping_command", c->token, NULL, reason,
+					  "the supervisor had already stopped the command at its deadline");
+	else if (strcmp(reason, "group_stopped") == 0 && run->command <= 0)
+		log_key_event(c->key, "stopping_command", c->token, NULL, reason,
+					  "the supervisor stopped before it started the command; SIGKILL to process group %d",
+					  (int) run->group);
+	else if (strcmp(reason, "group_stopped") == 0)
+		log_key_event(c->key, "stopping_command", c->token, NULL, reason,
+					  "the command (pid %d) and its supervisor are stopped; SIGKILL to process group %d",
+					  (int) run->command, (int) run->group);
+	else if (kind == STOP_UNHEALTHY && run->stopped_sig)
+		log_key_event(c->key, "stopping_command", c->token, NULL, reason,
+					  "the command was stopped by signal %d; SIGTERM to process group %d, SIGKILL in %" PRId64 "ms",
+					  run->stopped_sig, (int) run->group, c->kill_at - now);
+	else
+		log_key_event(c->key, "stopping_command", c->token, NULL, reason,
+					  "SIGTERM to process group %d, SIGKILL in %" PRId64 "ms",
+					  (int) run->group, c->kill_at - now);
+	/* a stopped group is not resumed: it gets its SIGKILL below */
+	if (strcmp(reason, "group_stopped") != 0)
+	{
+		sv_signal(run, SIGTERM);
+		sv_signal(run, SIGCONT);
+	}
+}
+
+/* SIGKILL the group when it is due. */
+static void
+cmd_check_kill(command *c, int64_t now)
+{
+	sv_run	   *run = &c->run;
+
+	/*
+	 * The command ended but its supervisor did not report it (it is
+	 * stopped, so the command is its unreaped zombie; or it is silent for
+	 * UNREPORTED_END_MS): do its job, kill the rest of the group, and reap
+	 * the command ourselves.
+	 */
+	if (!c->sigkill_sent && !run->group_gone && run->cmd_dead && !run->command_exited &&
+		!run->sup_reported_end &&
+		(run->sup_stopped || now - run->cmd_dead_at >= UNREPORTED_END_MS))
+	{
+		log_key_event(c->key, "killing_command", c->token, NULL, NULL,
+					  "the command (pid %d) ended and its supervisor %s; SIGKILL to process group %d",
+					  (int) run->command,
+					  run->sup_stopped ? "is stopped" : "did not report it", (int) run->group);
+		sv_signal(run, SIGKILL);
+		c->sigkill_sent = true;
+		c->we_killed = true;
+		sv_poll(run);
+	}
+	/* Grace over, kill deadline reached, or a second signal. */
+	if (!c->sigkill_sent && !run->group_gone &&
+		((c->stopping != STOP_NONE && now >= c->kill_at) || now >= c->kill_deadline ||
+		 signal_count >= 2))
+	{
+		log_key_event(c->key, "killing_command", c->token, NULL, NULL, "%s; SIGKILL to process group %d",
+					  signal_count >= 2 ? "second signal" :
+					  now >= c->kill_deadline ? "kill deadline reached" : "grace period over",
+					  (int) run->group);
+		sv_signal(run, SIGKILL);
+		c->sigkill_sent = true;
+		c->we_killed = true;
+		if (c->stopping == STOP_NONE)
+			c->stopping = STOP_LOST;
+		sv_poll(run);
+	}
+}
+
+/* Poll the supervisor, decide about a stop and a SIGKILL (see cmd_check_stop). */
+static void
+cmd_supervise(command *c, const options *o, bool ours, int64_t deadline, const char *ended,
+			  int64_t now)
+{
+	sv_poll(&c->run);
+	cmd_check_stop(c, o, ours, deadline, ended, now);
+	cmd_check_kill(c, now);
+}
+
+/*
+ * The whole group of the command is gone: close its supervision, give the
+ * terminal back (tty_fd >= 0), log its end.  Returns its exit status (126
+ * or 127 when it could not be run, 137 when only SIGKILL was seen).  Only
+ * now may its lease be released.
+ */
+static int
+cmd_reaped(command *c, const options *o, int tty_fd, const pid_t *live_groups, int n_live)
+{
+	sv_run	   *run = &c->run;
+	int			cs;
+
+	if (run->exec_failed)
+	{
+		log_key_event(c->key, "error", c->token, NULL, NULL, "could not run \"%s\": %s",
+					  o->command[0], strerror(run->exec_errno));
+		cs = run->exec_errno == ENOENT ? 127 : 126;
+	}
+	else if (run->command_exited)
+		cs = child_status(run->command_wstatus);
+	else
+		cs = 128 + SIGKILL;
+	if (tty_fd >= 0)
+		tcsetpgrp(tty_fd, getpgrp());
+	sv_finish(run);
+	sv_reap_strays(live_groups, n_live);
+	c->running = false;
+	log_key_event(c->key, "command_exited", c->token, NULL, NULL, "status %d", cs);
+	return cs;
+}
+
+/*
+ * Start the command under its supervisor, with the environment of v and
+ * the kill deadline of local deadline deadline_ms.  0 when it runs, else
+ * the exit status why not (127, 126, 70), logged.
+ */
+static int
+cmd_start(command *c, const options *o, const cmd_vars *v, int64_t deadline_ms, int tty_fd)
+{
+	char	   *path;
+	char	  **env;
+
+	snprintf(c->key, sizeof(c->key), "%s", v->key);
+	path = resolve_command(o->command[0]);
+	if (path == NULL)
+	{
+		int			save = errno;
+
+		log_key_event(c->key, "error", v->token, NULL, NULL, "could not run \"%s\": %s",
+					  o->command[0], save == ENOENT ? "command not found" : strerror(save));
+		return save == ENOENT ? 127 : 126;
+	}
+	env = child_env(v, o->dsn);
+	if (env == NULL)
+	{
+		free(path);
+		log_key_event(c->key, "error", v->token, NULL, NULL, "out of memory");
+		return EXIT_INTERNAL;
+	}
+	c->kill_deadline = deadline_ms - KILL_SLACK_MS;
+	if (!sv_start(&c->run, path, o->command, env, c->kill_deadline, o->grace, tty_fd))
+	{
+		int			save = errno;
+
+		free(path);
+		free_child_env(env, v);
+		log_key_event(c->key, "error", v->token, NULL, NULL,
+					  "could not start the supervisor of the command (%s); not running the command without it",
+					  strerror(save));
+		return EXIT_INTERNAL;
+	}
+	free(path);
+	free_child_env(env, v);
+	c->running = true;
+	c->token = v->token;
+	c->stopping = STOP_NONE;
+	c->sigkill_sent = false;
+	c->we_killed = false;
+	c->started_at = le_monotonic_ms();
+	/* the file as it is now is the baseline: beats are changes of it */
+	memset(&c->hb, 0, sizeof(c->hb));
+	if (o->heartbeat_file)
+		(void) heartbeat_changed(o, &c->hb);
+	c->hb.last_beat = c->started_at;
+	if (c->run.command > 0)
+		log_key_event(c->key, "command_started", v->token, v->expires, NULL,
+					  "pid %d, process group %d: %s", (int) c->run.command, (int) c->run.group,
+					  o->command[0]);
+	else
+		log_key_event(c->key, "command_started", v->token, v->expires, NULL,
+					  "pid not reported yet, process group %d: %s", (int) c->run.group,
+					  o->command[0]);
+	return 0;
+}
+
+/*
+ * How long the main loop may sleep for this running command (at most
+ * 100 ms: liveness checks and belt and braces for reaping), and the
+ * descriptors that wake it (added to p, their number returned in *np).
+ */
+static int64_t
+cmd_wait(command *c, const options *o, int64_t now, struct pollfd *p, int *np)
+{
+	sv_run	   *run = &c->run;
+	int64_t		due = c->stopping == STOP_NONE ? c->kill_deadline - o->grace :
+		c->sigkill_sent ? now + 100 : c->kill_at;
+	int64_t		timeout;
+
+	if (due > c->kill_deadline)
+		due = c->kill_deadline;
+	timeout = due - now;
+	if (timeout > 100)
+		timeout = 100;
+	/* after the supervisor's exit its pipe only says EOF: do not spin on it */
+	if (run->from_sup >= 0 && !run->sup_exited)
+	{
+		p[*np].fd = run->from_sup;
+		p[*np].events = POLLIN;
+		(*np)++;
+	}
+	/* the command's end, even when its supervisor cannot report it */
+	if (run->cmd_pidfd >= 0 && !run->cmd_dead)
+	{
+		p[*np].fd = run->cmd_pidfd;
+		p[*np].events = POLLIN;
+		(*np)++;
+	}
+	return timeout;
+}
+
+/* Sleep on the wake pipe and fds (np of them, wake pipe first) for timeout ms. */
+static void
+main_sleep(struct pollfd *p, int np, int64_t timeout)
+{
+	if (timeout < 0)
+		timeout = 0;
+	p[0].fd = wake_pipe[0];
+	p[0].events = POLLIN;
+	if (poll(p, np, (int) timeout) > 0 && (p[0].revents & POLLIN))
+	{
+		char		buf[64];
+
+		while (read(wake_pipe[0], buf, sizeof(buf)) > 0)
+			;
+	}
+}
+
+/* SIGKILL a command still running and wait (at most 5 s) until its group is gone. */
+static void
+cmd_kill_now(command *c)
+{
+	if (!c->running)
+		return;
+	sv_signal(&c->run, SIGKILL);
+	for (int i = 0; i < 500 && !c->run.group_gone; i++)
+	{
+		sv_poll(&c->run);
+		if (!c->run.group_gone)
+			poll(NULL, 0, 10);
+	}
+}
+
 /* The state of pg_leader run, shared by its steps. */
 typedef struct run_state
 {
@@ -2273,23 +2864,49 @@ typedef struct run_state
 	le_elector *e;
 	bool		multi_host;
 	int			tty_fd;
-	sv_run		run;			/* the supervisor of the command */
-	heartbeat	hb;
-	bool		running;
-	uint64_t	child_period;
-	int64_t		child_token;
-	int64_t		kill_deadline;	/* SIGKILL of the group at the latest */
-	int64_t		started_at;
-	stop_kind	stopping;
-	bool		sigkill_sent;
-	bool		we_killed;
-	int64_t		kill_at;
+	command		cmd;			/* the command and its supervision */
+	uint64_t	child_period;	/* the leadership period it runs in */
 	uint64_t	last_period;
 	int			exit_status;
 	bool		command_done;
 	int64_t		wait_since;
 	uint64_t	attempts_mark;	/* acquire attempts answered when the last command ended */
 } run_state;
+
+/*
+ * The timing of run and group run as the library takes it (le_config,
+ * le_group_config): a renewal (heartbeat) is of use only before the
+ * SIGTERM point, so attempts are sized to it (renew_by).
+ */
+static void
+library_timing(const options *o, int64_t *ttl, int64_t *renew, int64_t *renew_by, int64_t *retry,
+			   int *jitter, int64_t *margin, int64_t *connect, int64_t *statement)
+{
+	*ttl = o->ttl;
+	*renew = o->renew;
+	*renew_by = KILL_SLACK_MS + o->grace;
+	*retry = o->retry;
+	*jitter = o->jitter;
+	*margin = o->margin;
+	*connect = o->connect_timeout;
+	*statement = o->statement_timeout;
+}
+
+/*
+ * The elector or group member could not start (rc, message err): log it,
+ * and return the exit status (78 no extension, 69 connection, 64 options
+ * the server refused, 70 else).
+ */
+static int
+start_failed(le_result rc, const char *err)
+{
+	log_event("error", 0, NULL, NULL, "%s", err);
+	log_plain_error(err);
+	log_flush(LOG_EXIT_FLUSH_MS);
+	return rc == LE_ERR_NO_EXTENSION ? EXIT_NO_EXTENSION :
+		rc == LE_ERR_CONNECT ? EXIT_CONNECT :
+		rc == LE_ERR_CONFIG ? EXIT_USAGE : EXIT_INTERNAL;
+}
 
 /* Check the options of run and create its elector; a bad one exits with 2. */
 static void
@@ -2311,17 +2928,11 @@ run_create_elector(run_state *rs)
 	cfg.conninfo = o->dsn;
 	cfg.lease_key = o->lease;
 	cfg.owner_id = o->owner;
-	cfg.ttl_ms = o->ttl;
 	cfg.metadata = o->metadata;
 	cfg.single_try = o->no_wait;	/* --no-wait: one attempt's answer, no server wait */
-	cfg.renew_ms = o->renew;
-	cfg.retry_ms = o->retry;
-	cfg.retry_jitter_pct = o->jitter;
-	cfg.safety_margin_ms = o->margin;
-	cfg.connect_timeout_ms = o->connect_timeout;
-	cfg.statement_timeout_ms = o->statement_timeout;
-	/* a renewal is of use only before the SIGTERM point: attempts are sized to it */
-	cfg.renew_by_ms = KILL_SLACK_MS + o->grace;
+	library_timing(o, &cfg.ttl_ms, &cfg.renew_ms, &cfg.renew_by_ms, &cfg.retry_ms,
+				   &cfg.retry_jitter_pct, &cfg.safety_margin_ms, &cfg.connect_timeout_ms,
+				   &cfg.statement_timeout_ms);
 	/* a period that ends by itself is released by us, once the group is gone */
 	cfg.defer_release = true;
 	cfg.on_started = cb_started;
@@ -2385,14 +2996,9 @@ run_start_elector(run_state *rs)
 	rc = le_elector_start(rs->e, err, sizeof(err));
 	if (rc != LE_OK)
 	{
-		log_event("error", 0, NULL, NULL, "%s", err);
-		log_plain_error(err);
-		log_flush(LOG_EXIT_FLUSH_MS);
-		le_elector_destroy(rs->e);
 		/* LE_ERR_CONFIG: what the server refused of the options (--metadata) */
-		return rc == LE_ERR_NO_EXTENSION ? EXIT_NO_EXTENSION :
-			rc == LE_ERR_CONNECT ? EXIT_CONNECT :
-			rc == LE_ERR_CONFIG ? EXIT_USAGE : EXIT_INTERNAL;
+		le_elector_destroy(rs->e);
+		return start_failed(rc, err);
 	}
 	log_event("campaigning", 0, NULL, NULL, "ttl %" PRId64 "ms, grace %" PRId64 "ms, renew %" PRId64 "ms",
 			  o->ttl, o->grace, o->renew);
@@ -2452,154 +3058,6 @@ run_wait_first_attempt(run_state *rs)
 }
 
 /*
- * Decide whether the running command must be stopped, most urgent reason
- * first; none once it has exited on its own (before any deadline signal),
- * unless the supervisor died without reporting that end: then nobody else
- * stops what is left of the group (its death killed the command, whose
- * zombie may be reaped in the same poll).  A new stop sends SIGTERM (and SIGCONT) to the group and sets the time
- * of its SIGKILL; renewals move the kill deadline on first.
- */
-static void
-run_check_stop(run_state *rs, bool leading, const le_lease_info *info, int64_t now)
-{
-	options    *o = rs->o;
-	sv_run	   *run = &rs->run;
-	const char *reason = NULL;
-	stop_kind	kind = STOP_NONE;
-
-	/* Renewals move the kill deadline on, here and in the supervisor. */
-	if (leading && info->period == rs->child_period && rs->stopping == STOP_NONE &&
-		info->deadline_ms - KILL_SLACK_MS > rs->kill_deadline)
-	{
-		rs->kill_deadline = info->deadline_ms - KILL_SLACK_MS;
-		sv_set_deadline(run, rs->kill_deadline);
-	}
-	if (rs->stopping == STOP_NONE && run->command_exited && !rs->we_killed &&
-		!run->deadline_term && !run->deadline_kill &&
-		!(run->sup_exited && !run->sup_reported_end))
-		;
-	else if (!leading || info->period != rs->child_period)
-	{
-		kind = STOP_LOST;
-		reason = info->period == rs->child_period && now >= info->deadline_ms ?
-			"deadline_passed" : "leadership_ended";
-	}
-	else if (now >= rs->kill_deadline - o->grace || run->deadline_term || run->deadline_kill)
-	{
-		kind = STOP_LOST;
-		reason = "deadline_near";
-	}
-	else if (got_signal)
-	{
-		kind = STOP_SHUTDOWN;
-		reason = "shutdown";
-	}
-	else if (run->sup_exited && !run->sup_reported_end && !rs->we_killed)
-	{
-		kind = STOP_GUARD;
-		reason = "guard_lost";
-	}
-	else if (run->stopped_sig)
-	{
-		kind = STOP_UNHEALTHY;
-		reason = "command_stopped";
-	}
-	else if (sv_sup_frozen(run, now) && sv_command_stopped(run))
-	{
-		/* supervisor and command stopped (kill -STOP -- -PGID): nothing works */
-		kind = STOP_UNHEALTHY;
-		reason = "group_stopped";
-	}
-	else if (o->max_runtime > 0 && now - rs->started_at >= o->max_runtime)
-	{
-		kind = STOP_UNHEALTHY;
-		reason = "max_runtime";
-	}
-	else if (heartbeat_missed(o, &rs->hb, now))
-	{
-		kind = STOP_UNHEALTHY;
-		reason = "heartbeat_timeout";
-	}
-	if (kind == STOP_NONE || rs->stopping != STOP_NONE)
-		return;
-
-	rs->stopping = kind;
-	rs->kill_at = now + o->grace;
-	if (rs->kill_at > rs->kill_deadline)
-		rs->kill_at = rs->kill_deadline;
-	if (kind == STOP_GUARD || strcmp(reason, "group_stopped") == 0)
-		rs->kill_at = now;
-	if (run->group_gone)
-		log_event("stopping_command", rs->child_token, NULL, reason,
-				  "the supervisor had already stopped the command at its deadline");
-	else if (strcmp(reason, "group_stopped") == 0 && run->command <= 0)
-		log_event("stopping_command", rs->child_token, NULL, reason,
-				  "the supervisor stopped before it started the command; SIGKILL to process group %d",
-				  (int) run->group);
-	else if (strcmp(reason, "group_stopped") == 0)
-		log_event("stopping_command", rs->child_token, NULL, reason,
-				  "the command (pid %d) and its supervisor are stopped; SIGKILL to process group %d",
-				  (int) run->command, (int) run->group);
-	else if (kind == STOP_UNHEALTHY && run->stopped_sig)
-		log_event("stopping_command", rs->child_token, NULL, reason,
-				  "the command was stopped by signal %d; SIGTERM to process group %d, SIGKILL in %" PRId64 "ms",
-				  run->stopped_sig, (int) run->group, rs->kill_at - now);
-	else
-		log_event("stopping_command", rs->child_token, NULL, reason,
-				  "SIGTERM to process group %d, SIGKILL in %" PRId64 "ms",
-				  (int) run->group, rs->kill_at - now);
-	/* a stopped group is not resumed: it gets its SIGKILL below */
-	if (strcmp(reason, "group_stopped") != 0)
-	{
-		sv_signal(run, SIGTERM);
-		sv_signal(run, SIGCONT);
-	}
-}
-
-/* SIGKILL the group when it is due. */
-static void
-run_check_kill(run_state *rs, int64_t now)
-{
-	sv_run	   *run = &rs->run;
-
-	/*
-	 * The command ended but its supervisor did not report it (it is
-	 * stopped, so the command is its unreaped zombie; or it is silent for
-	 * UNREPORTED_END_MS): do its job, kill the rest of the group, and reap
-	 * the command ourselves.
-	 */
-	if (!rs->sigkill_sent && !run->group_gone && run->cmd_dead && !run->command_exited &&
-		!run->sup_reported_end &&
-		(run->sup_stopped || now - run->cmd_dead_at >= UNREPORTED_END_MS))
-	{
-		log_event("killing_command", rs->child_token, NULL, NULL,
-				  "the command (pid %d) ended and its supervisor %s; SIGKILL to process group %d",
-				  (int) run->command,
-				  run->sup_stopped ? "is stopped" : "did not report it", (int) run->group);
-		sv_signal(run, SIGKILL);
-		rs->sigkill_sent = true;
-		rs->we_killed = true;
-		sv_poll(run);
-	}
-	/* Grace over, kill deadline reached, or a second signal. */
-	if (!rs->sigkill_sent && !run->group_gone &&
-		((rs->stopping != STOP_NONE && now >= rs->kill_at) || now >= rs->kill_deadline ||
-		 signal_count >= 2))
-	{
-		log_event("killing_command", rs->child_token, NULL, NULL, "%s; SIGKILL to process group %d",
-				  signal_count >= 2 ? "second signal" :
-				  now >= rs->kill_deadline ? "kill deadline reached" : "grace period over",
-				  (int) run->group);
-		sv_signal(run, SIGKILL);
-		rs->sigkill_sent = true;
-		rs->we_killed = true;
-		if (rs->stopping == STOP_NONE)
-			rs->stopping = STOP_LOST;
-		sv_poll(run);
-	}
-}
-
-/*
  * The whole group of the command is gone: only now may the lease be
  * released.  True when run ends (exit_status set), false to go on
  * campaigning (--loop).
@@ -2608,47 +3066,31 @@ static bool
 run_command_ended(run_state *rs)
 {
 	options    *o = rs->o;
-	sv_run	   *run = &rs->run;
 	le_lease_info info;
 	le_status	st;
-	int			cs;
+	int			cs = cmd_reaped(&rs->cmd, o, rs->tty_fd, NULL, 0);
 
-	if (run->exec_failed)
-	{
-		log_event("error", rs->child_token, NULL, NULL, "could not run \"%s\": %s",
-				  o->command[0], strerror(run->exec_errno));
-		cs = run->exec_errno == ENOENT ? 127 : 126;
-	}
-	else if (run->command_exited)
-		cs = child_status(run->command_wstatus);
-	else
-		cs = 128 + SIGKILL;
-	if (rs->tty_fd >= 0)
-		tcsetpgrp(rs->tty_fd, getpgrp());
-	sv_finish(run);
-	rs->running = false;
 	le_elector_status(rs->e, &st);
 	rs->attempts_mark = st.attempts;
-	log_event("command_exited", rs->child_token, NULL, NULL, "status %d", cs);
-	if (run->exec_failed && rs->stopping == STOP_NONE)
+	if (rs->cmd.run.exec_failed && rs->cmd.stopping == STOP_NONE)
 	{
 		rs->exit_status = cs;
 		return true;
 	}
 	if (got_signal)
 		;						/* handled by the loop */
-	else if (rs->stopping == STOP_GUARD)
+	else if (rs->cmd.stopping == STOP_GUARD)
 	{
-		log_event("error", rs->child_token, NULL, NULL,
+		log_event("error", rs->cmd.token, NULL, NULL,
 				  "the supervisor of the command died; refusing to run without it");
 		rs->exit_status = EXIT_GUARD_LOST;
 		return true;
 	}
-	else if (rs->stopping == STOP_LOST || rs->stopping == STOP_UNHEALTHY)
+	else if (rs->cmd.stopping == STOP_LOST || rs->cmd.stopping == STOP_UNHEALTHY)
 	{
 		if (!o->loop)
 		{
-			rs->exit_status = rs->stopping == STOP_LOST ? EXIT_LOST : EXIT_UNHEALTHY;
+			rs->exit_status = rs->cmd.stopping == STOP_LOST ? EXIT_LOST : EXIT_UNHEALTHY;
 			return true;
 		}
 		if (le_elector_is_leader(rs->e, &info) && info.period == rs->child_period)
@@ -2663,7 +3105,7 @@ run_command_ended(run_state *rs)
 	}
 	else
 		le_elector_resign(rs->e);
-	rs->stopping = STOP_NONE;
+	rs->cmd.stopping = STOP_NONE;
 	rs->wait_since = le_monotonic_ms();
 	return false;
 }
@@ -2682,7 +3124,7 @@ run_permanent_error(run_state *rs)
 	le_elector_status(rs->e, &st);
 	/* only an acquire's error: a renewal's was acted on by its period's end */
 	ps = st.attempts > rs->attempts_mark ?
-		permanent_status(&st, rs->multi_host, why, sizeof(why)) : 0;
+		permanent_status(st.last_error, st.last_message, rs->multi_host, why, sizeof(why)) : 0;
 	if (ps == 0)
 		return false;
 	log_event("not_acquired", 0, NULL, NULL, "%s", why);
@@ -2697,65 +3139,18 @@ run_permanent_error(run_state *rs)
 static bool
 run_start_command(run_state *rs, const le_lease_info *info)
 {
-	options    *o = rs->o;
-	char	   *path;
-	char	  **env;
+	cmd_vars	v = {info->lease_key, info->fencing_token, info->owner_id, info->expires_at, -1, NULL};
+	int			st;
 
 	rs->last_period = info->period;
-	path = resolve_command(o->command[0]);
-	if (path == NULL)
+	st = cmd_start(&rs->cmd, rs->o, &v, info->deadline_ms, rs->tty_fd);
+	if (st != 0)
 	{
-		int			save = errno;
-
-		log_event("error", info->fencing_token, NULL, NULL, "could not run \"%s\": %s",
-				  o->command[0], save == ENOENT ? "command not found" : strerror(save));
-		rs->exit_status = save == ENOENT ? 127 : 126;
-		rs->command_done = true;
+		rs->exit_status = st;
+		rs->command_done = st == 126 || st == 127;
 		return false;
 	}
-	env = child_env(info, o->dsn);
-	if (env == NULL)
-	{
-		free(path);
-		log_event("error", info->fencing_token, NULL, NULL, "out of memory");
-		rs->exit_status = EXIT_INTERNAL;
-		return false;
-	}
-	rs->kill_deadline = info->deadline_ms - KILL_SLACK_MS;
-	if (!sv_start(&rs->run, path, o->command, env, rs->kill_deadline, o->grace, rs->tty_fd))
-	{
-		int			save = errno;
-
-		free(path);
-		free_child_env(env);
-		log_event("error", info->fencing_token, NULL, NULL,
-				  "could not start the supervisor of the command (%s); not running the command without it",
-				  strerror(save));
-		rs->exit_status = EXIT_INTERNAL;
-		return false;
-	}
-	free(path);
-	free_child_env(env);
-	rs->running = true;
 	rs->child_period = info->period;
-	rs->child_token = info->fencing_token;
-	rs->stopping = STOP_NONE;
-	rs->sigkill_sent = false;
-	rs->we_killed = false;
-	rs->started_at = le_monotonic_ms();
-	/* the file as it is now is the baseline: beats are changes of it */
-	memset(&rs->hb, 0, sizeof(rs->hb));
-	if (o->heartbeat_file)
-		(void) heartbeat_changed(o, &rs->hb);
-	rs->hb.last_beat = rs->started_at;
-	if (rs->run.command > 0)
-		log_event("command_started", info->fencing_token, info->expires_at, NULL,
-				  "pid %d, process group %d: %s", (int) rs->run.command, (int) rs->run.group,
-				  o->command[0]);
-	else
-		log_event("command_started", info->fencing_token, info->expires_at, NULL,
-				  "pid not reported yet, process group %d: %s", (int) rs->run.group,
-				  o->command[0]);
 	return true;
 }
 
@@ -2764,49 +3159,15 @@ static void
 run_sleep(run_state *rs, int64_t now)
 {
 	options    *o = rs->o;
-	sv_run	   *run = &rs->run;
 	int64_t		timeout = 1000;
 	struct pollfd p[3];
 	int			np = 1;
 
-	if (rs->running)
-	{
-		int64_t		due = rs->stopping == STOP_NONE ? rs->kill_deadline - o->grace :
-			rs->sigkill_sent ? now + 100 : rs->kill_at;
-
-		if (due > rs->kill_deadline)
-			due = rs->kill_deadline;
-		timeout = due - now;
-		if (timeout > 100)
-			timeout = 100;		/* liveness checks and belt and braces for reaping */
-		/* after the supervisor's exit its pipe only says EOF: do not spin on it */
-		if (run->from_sup >= 0 && !run->sup_exited)
-		{
-			p[np].fd = run->from_sup;
-			p[np].events = POLLIN;
-			np++;
-		}
-		/* the command's end, even when its supervisor cannot report it */
-		if (run->cmd_pidfd >= 0 && !run->cmd_dead)
-		{
-			p[np].fd = run->cmd_pidfd;
-			p[np].events = POLLIN;
-			np++;
-		}
-	}
+	if (rs->cmd.running)
+		timeout = cmd_wait(&rs->cmd, o, now, p, &np);
 	else if (o->wait_timeout > 0 && rs->wait_since + o->wait_timeout - now < timeout)
 		timeout = rs->wait_since + o->wait_timeout - now;
-	if (timeout < 0)
-		timeout = 0;
-	p[0].fd = wake_pipe[0];
-	p[0].events = POLLIN;
-	if (poll(p, np, (int) timeout) > 0 && (p[0].revents & POLLIN))
-	{
-		char		buf[64];
-
-		while (read(wake_pipe[0], buf, sizeof(buf)) > 0)
-			;
-	}
+	main_sleep(p, np, timeout);
 }
 
 /*
@@ -2830,34 +3191,35 @@ run_supervise_loop(run_state *rs)
 		 * (renew_failed, deadline_passed) may be released now, and the
 		 * elector may campaign again.
 		 */
-		if (!rs->running)
+		if (!rs->cmd.running)
 			le_elector_release_period(rs->e);
-		if (rs->running)
+		if (rs->cmd.running)
 		{
-			sv_poll(&rs->run);
-			run_check_stop(rs, leading, &info, now);
-			run_check_kill(rs, now);
-			if (rs->run.group_gone)
+			bool		same = info.period == rs->child_period;
+
+			cmd_supervise(&rs->cmd, o, leading && same, same ? info.deadline_ms : INT64_MAX,
+						  "leadership_ended", now);
+			if (rs->cmd.run.group_gone)
 			{
 				if (run_command_ended(rs))
 					break;
 				continue;
 			}
 		}
-		if (!rs->running && got_signal)
+		if (!rs->cmd.running && got_signal)
 		{
 			rs->exit_status = 128 + got_signal;
 			break;
 		}
-		if (!rs->running && !leading && run_permanent_error(rs))
+		if (!rs->cmd.running && !leading && run_permanent_error(rs))
 			break;
-		if (!rs->running && leading && info.period != rs->last_period)
+		if (!rs->cmd.running && leading && info.period != rs->last_period)
 		{
 			if (!run_start_command(rs, &info))
 				break;
 			continue;
 		}
-		if (!rs->running && !leading && o->wait_timeout > 0 &&
+		if (!rs->cmd.running && !leading && o->wait_timeout > 0 &&
 			now - rs->wait_since >= o->wait_timeout)
 		{
 			log_event("not_acquired", 0, NULL, NULL, "no leadership within --wait-timeout %" PRId64 "ms",
@@ -2879,17 +3241,8 @@ run_finish(run_state *rs)
 {
 	le_status	st;
 
-	if (rs->running)
-	{
-		/* leaving with a command (out of memory and the like): kill it first */
-		sv_signal(&rs->run, SIGKILL);
-		for (int i = 0; i < 500 && !rs->run.group_gone; i++)
-		{
-			sv_poll(&rs->run);
-			if (!rs->run.group_gone)
-				poll(NULL, 0, 10);
-		}
-	}
+	/* leaving with a command (out of memory and the like): kill it first */
+	cmd_kill_now(&rs->cmd);
 	if (rs->tty_fd >= 0)
 		close(rs->tty_fd);
 	if (rs->command_done && le_elector_is_leader(rs->e, NULL))
@@ -2931,10 +3284,463 @@ cmd_run(options *o)
 			return status;
 	}
 	set_kept_fds();
-	rs.run.to_sup = rs.run.from_sup = rs.run.cmd_pidfd = -1;
+	rs.cmd.run.to_sup = rs.cmd.run.from_sup = rs.cmd.run.cmd_pidfd = -1;
 	rs.wait_since = le_monotonic_ms();
 	run_supervise_loop(&rs);
 	return run_finish(&rs);
+}
+
+/*
+ * pg_leader group run: one command per partition the member owns.  Each
+ * instance is a command of its own (struct command, supervised as run's
+ * one); the member (le_group.c) runs with defer_release, so a revoked
+ * partition is handed back only once its instance's whole group is gone.
+ */
+
+/* Longest pause before an instance that exited on its own is started again. */
+#define RESTART_CAP_MS		30000
+
+/* An instance that ran this long starts its next restart from the shortest pause. */
+#define RESTART_RESET_MS	30000
+
+/* The instance of one partition. */
+typedef struct instance
+{
+	command		cmd;
+	int64_t		token;			/* the token it runs (or last ran) with; 0: none */
+	int64_t		deadline;		/* that token's local deadline, as last seen */
+	int			restarts;		/* ends on its own in a row under that token */
+	int64_t		restart_at;		/* not started again before this */
+} instance;
+
+/* The state of pg_leader group run, shared by its steps. */
+typedef struct group_state
+{
+	options    *o;
+	le_group_member *m;
+	bool		multi_host;
+	char		member_key[LE_PARTITION_KEY_LEN + 128];	/* log_key of the member's own lines */
+	instance   *inst;			/* indexed by partition */
+	int			n_inst;
+	le_partition_info *snap;	/* le_group_member_partitions */
+	int			n_snap;
+	int			snap_cap;
+	struct pollfd *pfd;
+	int			pfd_cap;
+	int			exit_status;
+	uint64_t	heartbeats_mark;	/* heartbeats answered when we last looked at errors */
+} group_state;
+
+/* Member callback: a partition was assigned to us. */
+static void
+cb_assigned(void *arg, const le_partition_info *p)
+{
+	(void) arg;
+	log_key_event(p->lease_key, "assigned", p->fencing_token, p->expires_at, NULL,
+				  "partition %d", p->partition);
+	wake_main();
+}
+
+/* Member callback: a partition was revoked (the instance is being stopped). */
+static void
+cb_revoked(void *arg, const le_partition_info *p, le_stop_reason reason, const char *detail)
+{
+	(void) arg;
+	log_key_event(p->lease_key, "revoked", p->fencing_token, p->expires_at,
+				  le_stop_reason_name(reason), "partition %d%s%s", p->partition,
+				  detail ? ": " : "", detail ? detail : "");
+	wake_main();
+}
+
+/* Check the options of group run and create its member; bad usage exits 64. */
+static void
+group_create_member(group_state *gs)
+{
+	options    *o = gs->o;
+	le_group_config cfg;
+	char		err[1024];
+
+	if (o->group == NULL)
+		usage_error("group run needs --group G");
+	if (o->lease != NULL || o->owner != NULL)
+		usage_error("group run takes --group and --member, not -l or --owner");
+	if (o->no_wait || o->loop || o->wait_timeout > 0 || o->metadata != NULL || o->heartbeat_file != NULL)
+		usage_error("--no-wait, --loop, --wait-timeout, --metadata and --heartbeat-file are for run");
+	if (o->command[0] == NULL)
+		usage_error("group run needs a command after --");
+	check_dsn(o->dsn);
+	check_timing(o);
+	gs->multi_host = dsn_multi_host(o->dsn);
+
+	le_group_config_init(&cfg);
+	cfg.conninfo = o->dsn;
+	cfg.group_name = o->group;
+	cfg.member_id = o->member;
+	library_timing(o, &cfg.ttl_ms, &cfg.heartbeat_ms, &cfg.renew_by_ms, &cfg.retry_ms,
+				   &cfg.retry_jitter_pct, &cfg.safety_margin_ms, &cfg.connect_timeout_ms,
+				   &cfg.statement_timeout_ms);
+	/* a revoked partition is handed back by us, once its instance's group is gone */
+	cfg.defer_release = true;
+	cfg.on_assigned = cb_assigned;
+	cfg.on_revoked = cb_revoked;
+	cfg.on_notice = cb_notice;
+	gs->m = le_group_member_create(&cfg, err, sizeof(err));
+	if (gs->m == NULL)
+		usage_error("%s", err);
+	snprintf(gs->member_key, sizeof(gs->member_key), "le:group:%s:member:%s", o->group,
+			 le_group_member_id(gs->m));
+	log_key = gs->member_key;
+	snprintf(log_owner, sizeof(log_owner), "%s", le_group_member_id(gs->m));
+}
+
+/* The instance of partition, the array grown as needed; NULL when out of memory. */
+static instance *
+group_instance(group_state *gs, int partition)
+{
+	if (partition >= gs->n_inst)
+	{
+		int			n = partition + 1 > 2 * gs->n_inst ? partition + 1 : 2 * gs->n_inst;
+		instance   *grown = realloc(gs->inst, n * sizeof(instance));
+
+		if (grown == NULL)
+			return NULL;
+		memset(grown + gs->n_inst, 0, (n - gs->n_inst) * sizeof(instance));
+		for (int i = gs->n_inst; i < n; i++)
+			grown[i].cmd.run.to_sup = grown[i].cmd.run.from_sup = grown[i].cmd.run.cmd_pidfd = -1;
+		gs->inst = grown;
+		gs->n_inst = n;
+	}
+	return &gs->inst[partition];
+}
+
+/* Read the member's partitions into gs->snap; false when out of memory. */
+static bool
+group_snapshot(group_state *gs)
+{
+	for (;;)
+	{
+		int			n = le_group_member_partitions(gs->m, gs->snap, gs->snap_cap);
+		le_partition_info *grown;
+
+		if (n <= gs->snap_cap)
+		{
+			gs->n_snap = n;
+			return true;
+		}
+		grown = realloc(gs->snap, n * sizeof(le_partition_info));
+		if (grown == NULL)
+			return false;
+		gs->snap = grown;
+		gs->snap_cap = n;
+	}
+}
+
+/* The snapshot's entry of partition under token, or NULL. */
+static const le_partition_info *
+group_find(const group_state *gs, int partition, int64_t token)
+{
+	for (int i = 0; i < gs->n_snap; i++)
+		if (gs->snap[i].partition == partition && gs->snap[i].fencing_token == token)
+			return &gs->snap[i];
+	return NULL;
+}
+
+/*
+ * Start the instance of an owned partition when none runs, unless we are
+ * shutting down, a restart is not due yet, or the time left before its
+ * SIGTERM point is gone already.  False when it cannot be started at all
+ * (command not found or not runnable, out of memory: exit_status set).
+ */
+static bool
+group_start_instance(group_state *gs, const le_partition_info *p, int64_t now)
+{
+	options    *o = gs->o;
+	instance   *in = group_instance(gs, p->partition);
+	cmd_vars	v = {p->lease_key, p->fencing_token, le_group_member_id(gs->m), p->expires_at,
+	p->partition, o->group};
+	int			st;
+
+	if (in == NULL)
+	{
+		log_event("error", 0, NULL, NULL, "out of memory");
+		gs->exit_status = EXIT_INTERNAL;
+		return false;
+	}
+	if (in->cmd.running)
+		return true;			/* an instance of an older token is still being stopped */
+	if (in->token != p->fencing_token)
+	{
+		in->token = p->fencing_token;
+		in->restarts = 0;
+		in->restart_at = 0;
+	}
+	in->deadline = p->deadline_ms;
+	if (got_signal || now < in->restart_at || now >= p->deadline_ms - KILL_SLACK_MS - o->grace)
+		return true;
+	st = cmd_start(&in->cmd, o, &v, p->deadline_ms, -1);
+	if (st != 0)
+	{
+		gs->exit_status = st;
+		return false;
+	}
+	return true;
+}
+
+/* Process groups of the running instances other than skip, into live; their number. */
+static int
+group_live(group_state *gs, const instance *skip, pid_t *live)
+{
+	int			n = 0;
+
+	for (int i = 0; i < gs->n_inst; i++)
+		if (gs->inst[i].cmd.running && &gs->inst[i] != skip)
+			live[n++] = gs->inst[i].cmd.run.group;
+	return n;
+}
+
+/*
+ * The whole group of an instance is gone.  Still owned under its token
+ * and not stopped for the partition's end: it exited on its own (or
+ * failed a check), and starts again after a pause that doubles with every
+ * such end in a row (from --retry up to RESTART_CAP_MS).  Otherwise its
+ * partition is handed back for release.
+ */
+static void
+group_instance_ended(group_state *gs, instance *in, int partition, bool owned, int64_t now)
+{
+	options    *o = gs->o;
+	pid_t	   *live = malloc((gs->n_inst > 0 ? gs->n_inst : 1) * sizeof(pid_t));
+	int			n_live = live ? group_live(gs, in, live) : 0;
+	stop_kind	why = in->cmd.stopping;
+
+	/* without the list (out of memory), reap no strays: a live group's member could be one */
+	(void) cmd_reaped(&in->cmd, o, -1, live, live ? n_live : -1);
+	free(live);
+	if (owned && !got_signal && why != STOP_LOST && why != STOP_SHUTDOWN)
+	{
+		int64_t		pause = o->retry;
+
+		if (now - in->cmd.started_at >= RESTART_RESET_MS)
+			in->restarts = 0;
+		for (int i = 0; i < in->restarts && pause < RESTART_CAP_MS; i++)
+			pause *= 2;
+		if (pause > RESTART_CAP_MS)
+			pause = RESTART_CAP_MS;
+		in->restarts++;
+		in->restart_at = now + pause;
+		log_key_event(in->cmd.key, "restarting", in->cmd.token, NULL, NULL,
+					  "partition %d is still ours: the command starts again in %" PRId64 "ms",
+					  partition, pause);
+		return;
+	}
+	if (le_group_member_release(gs->m, partition, in->cmd.token))
+		log_key_event(in->cmd.key, "releasing", in->cmd.token, NULL, NULL,
+					  "partition %d: its command is gone", partition);
+}
+
+/* Supervise every running instance (stop, SIGKILL, reap); see cmd_check_stop. */
+static void
+group_supervise_instances(group_state *gs, int64_t now)
+{
+	for (int i = 0; i < gs->n_inst; i++)
+	{
+		instance   *in = &gs->inst[i];
+		const le_partition_info *p;
+		bool		owned;
+
+		if (!in->cmd.running)
+			continue;
+		p = group_find(gs, i, in->cmd.token);
+		owned = p != NULL && p->owned;
+		if (p != NULL)
+			in->deadline = p->deadline_ms;
+		cmd_supervise(&in->cmd, gs->o, owned, in->deadline, "revoked", now);
+		if (in->cmd.run.group_gone)
+			group_instance_ended(gs, in, i, owned, now);
+	}
+}
+
+/* Revoked partitions without a running instance: hand them back for release. */
+static void
+group_hand_back(group_state *gs)
+{
+	for (int i = 0; i < gs->n_snap; i++)
+	{
+		const le_partition_info *p = &gs->snap[i];
+		instance   *in = p->partition < gs->n_inst ? &gs->inst[p->partition] : NULL;
+
+		if (p->owned || (in != NULL && in->cmd.running && in->cmd.token == p->fencing_token))
+			continue;
+		if (le_group_member_release(gs->m, p->partition, p->fencing_token))
+			log_key_event(p->lease_key, "releasing", p->fencing_token, NULL, NULL,
+						  "partition %d: no command runs for it", p->partition);
+	}
+}
+
+/*
+ * No instance running and the last heartbeat failed with an error that
+ * waiting cannot fix (permission denied, no extension or no groups in it,
+ * a standby, an unknown group, a member id held by another role): true
+ * with exit_status set.
+ */
+static bool
+group_permanent_error(group_state *gs)
+{
+	le_group_status st;
+	char		why[1024];
+	int			ps;
+
+	le_group_member_status(gs->m, &st);
+	if (st.heartbeats == gs->heartbeats_mark || st.owned > 0)
+		return false;
+	gs->heartbeats_mark = st.heartbeats;
+	ps = permanent_status(st.last_error, st.last_message, gs->multi_host, why, sizeof(why));
+	if (ps == EXIT_NO_EXTENSION && strcmp(st.last_sqlstate, "42883") == 0)
+		snprintf(why, sizeof(why), "the server's leader_election has no partition groups "
+				 "(le_group_heartbeat is missing: they came with extension 1.1, ALTER EXTENSION leader_election UPDATE)");
+	if (ps == 0 && st.last_permanent)
+	{
+		ps = EXIT_CONNECT;
+		snprintf(why, sizeof(why), "le_group_heartbeat failed (SQLSTATE %s): %s", st.last_sqlstate,
+				 st.last_message);
+	}
+	if (ps == 0)
+		return false;
+	log_event("not_joined", 0, NULL, NULL, "%s", why);
+	gs->exit_status = ps;
+	return true;
+}
+
+/* Sleep until something happens: a signal, a callback, a supervisor's news, a restart due. */
+static void
+group_sleep(group_state *gs, int64_t now)
+{
+	int			np = 1;
+	int64_t		timeout = 1000;
+	int			need = 1;
+
+	for (int i = 0; i < gs->n_inst; i++)
+		need += gs->inst[i].cmd.running ? 2 : 0;
+	if (need > gs->pfd_cap)
+	{
+		struct pollfd *grown = realloc(gs->pfd, need * sizeof(struct pollfd));
+
+		if (grown == NULL)
+			need = 1;			/* sleep on the wake pipe only, and briefly */
+		else
+		{
+			gs->pfd = grown;
+			gs->pfd_cap = need;
+		}
+	}
+	for (int i = 0; i < gs->n_inst; i++)
+	{
+		instance   *in = &gs->inst[i];
+		int64_t		t = timeout;
+
+		if (in->cmd.running)
+			t = need > 1 ? cmd_wait(&in->cmd, gs->o, now, gs->pfd, &np) : 20;
+		else if (in->restart_at > now)
+			t = in->restart_at - now;
+		if (t < timeout)
+			timeout = t;
+	}
+	if (gs->pfd == NULL)
+	{
+		struct pollfd one[1];
+
+		main_sleep(one, 1, timeout);
+		return;
+	}
+	main_sleep(gs->pfd, np, timeout);
+}
+
+/* Is any instance running? */
+static bool
+group_any_running(const group_state *gs)
+{
+	for (int i = 0; i < gs->n_inst; i++)
+		if (gs->inst[i].cmd.running)
+			return true;
+	return false;
+}
+
+/*
+ * The main loop of group run: start an instance for every owned
+ * partition, stop those whose partition is revoked, hand those back once
+ * their group is gone; after SIGTERM/SIGINT/SIGHUP, stop every instance
+ * and end.
+ */
+static void
+group_supervise_loop(group_state *gs)
+{
+	for (;;)
+	{
+		int64_t		now = le_monotonic_ms();
+
+		if (!group_snapshot(gs))
+		{
+			log_event("error", 0, NULL, NULL, "out of memory");
+			gs->exit_status = EXIT_INTERNAL;
+			return;
+		}
+		group_supervise_instances(gs, now);
+		for (int i = 0; i < gs->n_snap; i++)
+			if (gs->snap[i].owned && !group_start_instance(gs, &gs->snap[i], now))
+				return;
+		group_hand_back(gs);
+		if (!group_any_running(gs))
+		{
+			if (got_signal)
+			{
+				gs->exit_status = 128 + got_signal;
+				return;
+			}
+			if (group_permanent_error(gs))
+				return;
+		}
+		group_sleep(gs, le_monotonic_ms());
+	}
+}
+
+/*
+ * pg_leader group run: join group G as a member and run one command per
+ * partition it owns, each under a supervisor that kills its group before
+ * the partition's lease can expire; leave the group at the end.
+ */
+static int
+cmd_group_run(options *o)
+{
+	group_state gs;
+	char		err[1024];
+	le_result	rc;
+
+	memset(&gs, 0, sizeof(gs));
+	gs.o = o;
+	gs.exit_status = -1;
+	group_create_member(&gs);
+	run_setup_signals();
+	rc = le_group_member_start(gs.m, err, sizeof(err));
+	if (rc != LE_OK)
+	{
+		le_group_member_destroy(gs.m);
+		return start_failed(rc, err);
+	}
+	log_event("joining", 0, NULL, NULL, "group %s, ttl %" PRId64 "ms, grace %" PRId64 "ms, heartbeat %" PRId64 "ms",
+			  o->group, o->ttl, o->grace, o->renew);
+	set_kept_fds();
+	group_supervise_loop(&gs);
+	for (int i = 0; i < gs.n_inst; i++)
+		cmd_kill_now(&gs.inst[i].cmd);
+	/* every command is gone: leave, which releases every partition at once */
+	le_group_member_stop(gs.m);
+	le_group_member_destroy(gs.m);
+	free(gs.inst);
+	free(gs.snap);
+	free(gs.pfd);
+	log_event("exit", 0, NULL, NULL, "status %d", gs.exit_status);
+	log_flush(LOG_EXIT_FLUSH_MS);
+	return gs.exit_status;
 }
 
 /*
@@ -3000,7 +3806,7 @@ main(int argc, char **argv)
 			open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY) < 0)
 			return EXIT_INTERNAL;
 	if (argc < 2)
-		usage_error("missing command (run, status, release, history or watch)");
+		usage_error("missing command (run, group run, status, release, history or watch)");
 	cmd = argv[1];
 	if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0)
 	{
@@ -3011,6 +3817,17 @@ main(int argc, char **argv)
 	{
 		printf("%s (leader_election) %s\n", progname, PG_LEADER_VERSION);
 		return 0;
+	}
+	if (strcmp(cmd, "group") == 0)
+	{
+		int			rc;
+
+		if (argc < 3 || strcmp(argv[2], "run") != 0)
+			usage_error("group needs a subcommand: group run --group G [OPTION]... -- COMMAND [ARG]...");
+		parse_options(argc - 2, argv + 2, &o);
+		rc = cmd_group_run(&o);
+		write_status_file(rc);
+		return rc;
 	}
 	parse_options(argc - 1, argv + 1, &o);
 	if (strcmp(cmd, "run") == 0)
@@ -3031,6 +3848,6 @@ main(int argc, char **argv)
 		return cmd_release(&o);
 	if (strcmp(cmd, "history") == 0 || strcmp(cmd, "watch") == 0)
 		return cmd_history_watch(&o, strcmp(cmd, "watch") == 0);
-	usage_error("unknown command \"%s\" (run, status, release, history or watch)", cmd);
+	usage_error("unknown command \"%s\" (run, group run, status, release, history or watch)", cmd);
 	return EXIT_USAGE;
 }

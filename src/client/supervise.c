@@ -555,6 +555,32 @@ read_reports(sv_run *r)
 }
 
 /*
+ * State, parent and process group of pid from /proc/PID/stat; false when
+ * it cannot be read (gone).
+ */
+static bool
+proc_stat(pid_t pid, char *state, long *ppid, long *pgrp)
+{
+	char		path[64];
+	char		buf[512];
+	char	   *p;
+	int			fd;
+	ssize_t		n;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int) pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	p = strrchr(buf, ')');
+	return p != NULL && sscanf(p + 1, " %c %ld %ld", state, ppid, pgrp) == 3;
+}
+
+/*
  * A child of pid (the first found in /proc), or 0.  Only for a supervisor
  * that is stopped, so its children cannot change under us.
  */
@@ -569,27 +595,13 @@ child_of(pid_t pid)
 		return 0;
 	while (found == 0 && (de = readdir(d)) != NULL)
 	{
-		char		path[300];
-		char		buf[512];
-		char	   *p;
 		char		state;
-		long		ppid;
-		int			fd;
-		ssize_t		n;
+		long		ppid,
+					pgrp;
 
 		if (de->d_name[0] < '1' || de->d_name[0] > '9')
 			continue;
-		snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0)
-			continue;
-		n = read(fd, buf, sizeof(buf) - 1);
-		close(fd);
-		if (n <= 0)
-			continue;
-		buf[n] = '\0';
-		p = strrchr(buf, ')');
-		if (p != NULL && sscanf(p + 1, " %c %ld", &state, &ppid) == 2 && ppid == (long) pid)
+		if (proc_stat((pid_t) atol(de->d_name), &state, &ppid, &pgrp) && ppid == (long) pid)
 			found = (pid_t) atol(de->d_name);
 	}
 	closedir(d);
@@ -699,35 +711,18 @@ sv_sup_frozen(const sv_run *r, int64_t now)
 bool
 sv_command_stopped(const sv_run *r)
 {
-	char		path[64];
-	char		buf[512];
-	char	   *p;
 	char		state;
 	long		ppid,
 				pgrp;
-	int			fd;
-	ssize_t		n;
 
 	if (r->command <= 0)
 		return r->no_command;	/* stopped before its fork: nothing can ever run */
-	if (r->command_exited)
-		return false;
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int) r->command);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return false;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return false;
-	buf[n] = '\0';
-	p = strrchr(buf, ')');
-	if (p == NULL || sscanf(p + 1, " %c %ld %ld", &state, &ppid, &pgrp) != 3)
+	if (r->command_exited || !proc_stat(r->command, &state, &ppid, &pgrp))
 		return false;
 	return (state == 'T' || state == 't') && pgrp == (long) r->group;
 }
 
-/* Close the pipes and reap strays (processes that left the group). */
+/* Close the pipes of a run whose group is gone. */
 void
 sv_finish(sv_run *r)
 {
@@ -738,8 +733,46 @@ sv_finish(sv_run *r)
 	if (r->cmd_pidfd >= 0)
 		close(r->cmd_pidfd);
 	r->to_sup = r->from_sup = r->cmd_pidfd = -1;
-	while (waitpid(-1, NULL, WNOHANG) > 0)
-		;
+}
+
+/* Reap strays: zombie children of ours outside every live group (see supervise.h). */
+void
+sv_reap_strays(const pid_t *live, int n_live)
+{
+	DIR		   *d;
+	struct dirent *de;
+	pid_t		self = getpid();
+
+	if (n_live < 0)
+		return;
+	if (n_live == 0)
+	{
+		while (waitpid(-1, NULL, WNOHANG) > 0)
+			;
+		return;
+	}
+	if ((d = opendir("/proc")) == NULL)
+		return;
+	while ((de = readdir(d)) != NULL)
+	{
+		char		state;
+		long		ppid,
+					pgrp;
+		pid_t		pid;
+		bool		in_live = false;
+
+		if (de->d_name[0] < '1' || de->d_name[0] > '9')
+			continue;
+		pid = (pid_t) atol(de->d_name);
+		if (!proc_stat(pid, &state, &ppid, &pgrp) || ppid != (long) self || state != 'Z')
+			continue;
+		for (int i = 0; i < n_live && !in_live; i++)
+			in_live = pgrp == (long) live[i];
+		/* a member of a live group is reaped by that group's sv_poll */
+		if (!in_live)
+			(void) waitpid(pid, NULL, WNOHANG);
+	}
+	closedir(d);
 }
 
 /* Start the command with sig ignored, as it was when pg_leader started. */

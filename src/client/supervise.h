@@ -103,6 +103,14 @@ extern bool sv_command_stopped(const sv_run *r);
 /* Close the pipes of a run whose group is gone. */
 extern void sv_finish(sv_run *r);
 
+/*
+ * Reap strays (processes that left a command's group and were orphaned to
+ * us): every zombie child of ours outside the n_live process groups in
+ * live, which their own sv_poll reaps (n_live 0: every zombie child; < 0:
+ * none).
+ */
+extern void sv_reap_strays(const pid_t *live, int n_live);
+
 /* Make this process a subreaper, so that orphans of the command are ours to reap. */
 extern void sv_become_subreaper(void);
 

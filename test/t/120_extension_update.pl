@@ -163,6 +163,42 @@ is($node->safe_psql('grants_1_0', q{
 	"t\n\n10.0.0.5:8081", 'after the update, the campaign role calls the new le_acquire and le_set_metadata');
 $node->safe_psql('grants_1_0', 'DROP EXTENSION leader_election; DROP ROLE regress_le_campaigner, regress_le_delegate, regress_le_sub');
 
+# Partition groups came in 1.1.  Under 1.0 (new library) keys starting
+# with le:group: are plain keys like any other; after the update they keep
+# working with their tokens, no new plain key may take the prefix, and a
+# group whose keys a plain lease took is refused (42710); other groups work
+# next to them.
+$node->safe_psql('postgres', 'CREATE DATABASE groups_1_0');
+$node->safe_psql('groups_1_0', "CREATE EXTENSION leader_election VERSION '1.0'");
+my $plain = $node->safe_psql('groups_1_0',
+	"SELECT fencing_token FROM le_acquire('le:group:up:0', 'old', '1 hour')");
+like($plain, qr/^\d+$/, 'under 1.0 a key starting with le:group: is a plain key');
+my $other = $node->safe_psql('groups_1_0',
+	"SELECT fencing_token FROM le_acquire('plain-held', 'o', '1 hour')");
+$node->safe_psql('groups_1_0', 'ALTER EXTENSION leader_election UPDATE');
+ok(defined $node->safe_psql('groups_1_0', "SELECT le_renew('le:group:up:0', 'old', $plain, '1 hour')"),
+	'after the update the 1.0 lease le:group:up:0 renews with its token');
+ok(defined $node->safe_psql('groups_1_0', "SELECT le_renew('plain-held', 'o', $other, '1 hour')"),
+	'and so does an ordinary lease');
+my ($rc, $out, $err) = $node->psql('groups_1_0', "SELECT le_group_create('up', 2)",
+	extra_params => ['-v', 'VERBOSITY=verbose']);
+like($err, qr/42710/, 'a group whose partition key a 1.0 lease took is refused (42710)');
+($rc, $out, $err) = $node->psql('groups_1_0', "SELECT le_acquire('le:group:new:0', 'o', '1 minute')",
+	extra_params => ['-v', 'VERBOSITY=verbose']);
+like($err, qr/22023/, 'a new plain key with the group prefix is refused (22023)');
+is($node->safe_psql('groups_1_0', q{
+	SELECT le_group_create('up2', 3);
+	SELECT count(*) FILTER (WHERE state = 'owned' AND new_period)
+	  FROM le_group_heartbeat('up2', 'm1', '1 hour');
+	SELECT count(*) FROM le_lease WHERE group_id IS NOT NULL;
+	SELECT count(*) FROM le_lease WHERE group_id IS NULL}),
+	"t\n3\n4\n2", 'after the update a new group works beside the 1.0 leases');
+is($node->safe_psql('groups_1_0', qq{
+	SELECT le_release('le:group:up:0', 'old', $plain);
+	SELECT fencing_token > $plain FROM le_acquire('le:group:up:0', 'new', '1 hour')}),
+	"t\nt", 'the 1.0 lease of such a key is released and taken again with a higher token');
+$node->safe_psql('groups_1_0', 'DROP EXTENSION leader_election');
+
 done_testing();
 
 # The lines only in the fresh install (-) and only in the updated one (+).

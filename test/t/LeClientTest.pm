@@ -20,7 +20,9 @@ use LeNode;
 
 our @EXPORT = qw(start_node pg_leader_bin pg_leader_cmd start_candidate stop_all wait_for write_job
   read_events lease_state history_rows log_has alive reap log_events
-  check_no_overlap spans pgid_of build_probe);
+  check_no_overlap spans pgid_of build_probe
+  start_group_member group_node group_job group_instances group_holders group_rows_outside_periods
+  group_overlaps);
 
 my @started;    # every wrapper we started, killed at the end
 
@@ -65,11 +67,26 @@ sub default_signals
 sub start_candidate
 {
 	my (%a) = @_;
-	my $log = "$a{dir}/$a{name}.log";
-	my @cmd = (
-		pg_leader_bin(), 'run', '-d', $a{dsn}, '-l', $a{key},
-		'--owner', $a{name}, @{ $a{opts} // [] },
-		'--', @{ $a{command} });
+	return start_pg_leader($a{dir}, $a{name}, 'run', '-d', $a{dsn}, '-l', $a{key},
+		'--owner', $a{name}, @{ $a{opts} // [] }, '--', @{ $a{command} });
+}
+
+# Start "pg_leader group run" for member $a{name} of group $a{group}, as
+# start_candidate starts run.
+sub start_group_member
+{
+	my (%a) = @_;
+	return start_pg_leader($a{dir}, $a{name}, 'group', 'run', '-d', $a{dsn}, '--group', $a{group},
+		'--member', $a{name}, @{ $a{opts} // [] }, '--', @{ $a{command} });
+}
+
+# pg_leader with these arguments in a process group of its own, stdout and
+# stderr appended to $dir/$name.log, with default signal dispositions.
+sub start_pg_leader
+{
+	my ($dir, $name, @args) = @_;
+	my $log = "$dir/$name.log";
+	my @cmd = (pg_leader_bin(), @args);
 	my $pid = fork();
 	die "fork: $!" unless defined $pid;
 	if ($pid == 0)
@@ -83,7 +100,7 @@ sub start_candidate
 		exec('env', '--default-signal', @cmd) or die "exec: $!";
 	}
 	setpgid($pid, $pid);
-	my $c = { pid => $pid, log => $log, name => $a{name} };
+	my $c = { pid => $pid, log => $log, name => $name };
 	push @started, $c;
 	return $c;
 }
@@ -296,8 +313,147 @@ sub check_no_overlap
 	return @problems;
 }
 
-# Build test/c/le_probe.c into $exe against the client library; returns
-# (ok, compiler messages).  Without $sanitize it links the library of this
+# A started node (see start_node) with group $group of $n partitions and
+# the table work that group_job writes; returns (node, dsn, dir).
+sub group_node
+{
+	my ($name, $group, $n) = @_;
+	my ($node, $dsn, $dir) = start_node($name);
+	$node->safe_psql('postgres',
+		'CREATE TABLE work (part integer, token bigint, member text, written_at timestamptz DEFAULT clock_timestamp())');
+	$node->safe_psql('postgres', "SELECT le_group_create('$group', $n)");
+	return ($node, $dsn, $dir);
+}
+
+# A job for "pg_leader group run": logs "start" and (on SIGTERM, unless
+# $opt{ignore_term}) "stop" lines to $events as "KIND PARTITION TOKEN
+# MEMBER PID TIME", and writes a fenced row (le_fence_check of its
+# partition's key and token, then an INSERT into table work) every 100 ms
+# on one psql session of its own (fed through a FIFO, so that the loop
+# runs in the job's own shell).  With ignore_term, psql ignores SIGTERM
+# too (inherited).  It exits 3 on its own when the file
+# $dir/exit.PARTITION exists (removed first).
+sub group_job
+{
+	my ($dir, $events, %opt) = @_;
+	my $path = "$dir/group_job.sh";
+	my $term = $opt{ignore_term}
+	  ? "trap '' TERM"
+	  : "trap 'trap \"\" TERM; line stop; exit 0' TERM";
+	open(my $fh, '>', $path) or die;
+	print $fh <<"EOF";
+#!/bin/sh
+ev='$events'
+line() { echo "\$1 \$LE_PARTITION \$LE_FENCING_TOKEN \$LE_OWNER_ID \$\$ \$(date +%s.%N)" >> "\$ev"; }
+line start
+$term
+fifo='$dir/fifo.'\$\$
+mkfifo "\$fifo"
+psql -X -q -o /dev/null "\$LE_DSN" < "\$fifo" 2>> '$dir/group_job.err' &
+exec 3> "\$fifo"
+rm -f "\$fifo"
+while :; do
+	if [ -e '$dir/exit.'\$LE_PARTITION ]; then rm -f '$dir/exit.'\$LE_PARTITION; line exit; exit 3; fi
+	echo "BEGIN; SELECT le_fence_check('\$LE_LEASE_KEY', \$LE_FENCING_TOKEN);" >&3
+	echo "INSERT INTO work VALUES (\$LE_PARTITION, \$LE_FENCING_TOKEN, '\$LE_OWNER_ID'); COMMIT;" >&3
+	sleep 0.1
+done
+EOF
+	close($fh);
+	chmod 0755, $path;
+	return $path;
+}
+
+# Live instances of a group job: partition => [[token, member, pid, start]...]
+# for every instance that logged its start, has not logged its end, and runs.
+sub group_instances
+{
+	my ($events) = @_;
+	my %by_pid;
+	return {} unless -e $events;
+	open(my $fh, '<', $events) or die;
+	while (<$fh>)
+	{
+		my @f = split ' ';
+		next unless @f == 6;
+		my ($kind, $part, $tok, $member, $pid, $t) = @f;
+		if ($kind eq 'start') { $by_pid{$pid} = [ $part, $tok, $member, $pid, $t ]; }
+		else { delete $by_pid{$pid}; }
+	}
+	close($fh);
+	my %live;
+	for my $i (values %by_pid)
+	{
+		push @{ $live{ $i->[0] } }, [ @$i[ 1 .. 4 ] ] if alive($i->[3]);
+	}
+	return \%live;
+}
+
+# The server's view of group $group: partition => "holder|token" of the
+# partitions validly held.
+sub group_holders
+{
+	my ($node, $group) = @_;
+	my %h;
+	for (split /\n/, $node->safe_psql('postgres',
+		"SELECT partition, holder, fencing_token FROM le_group_partitions WHERE group_name = '$group' AND is_valid"))
+	{
+		my ($p, $holder, $tok) = split /\|/;
+		$h{$p} = "$holder|$tok";
+	}
+	return \%h;
+}
+
+# Rows of table work (part, token, member, written_at) that were not
+# written inside their token's ownership period of partition "part"
+# (le_lease_history; an open period ends at its expiry), as text lines.
+sub group_rows_outside_periods
+{
+	my ($node, $group) = @_;
+	return grep { $_ ne '' } split /\n/, $node->safe_psql('postgres', qq{
+		SELECT w.part, w.token, w.member, w.written_at FROM work w
+		 WHERE NOT EXISTS (
+		   SELECT 1 FROM le_lease_history h
+		    WHERE h.lease_key = 'le:group:$group:' || w.part AND h.fencing_token = w.token
+		      AND w.written_at >= h.acquired_at
+		      AND w.written_at < coalesce(h.ended_at,
+		            (SELECT l.expires_at FROM le_leases l
+		              WHERE l.lease_key = h.lease_key AND l.fencing_token = h.fencing_token),
+		            'infinity'))
+		 ORDER BY w.written_at});
+}
+
+# Per partition, instances that ran at the same time (from the events of a
+# job that logs every end): a list of problems, empty when none overlapped
+# and tokens never went back.
+sub group_overlaps
+{
+	my ($events) = @_;
+	my (%open, %last, @problems);
+	open(my $fh, '<', $events) or die;
+	while (<$fh>)
+	{
+		my ($kind, $part, $tok, $member, $pid) = split ' ';
+		if ($kind eq 'start')
+		{
+			push @problems, "partition $part: $member/$tok started while $open{$part} runs"
+			  if $open{$part};
+			push @problems, "partition $part: token $tok below $last{$part}"
+			  if $last{$part} && $tok < $last{$part};
+			$open{$part} = "$member/$tok/$pid";
+			$last{$part} = $tok;
+		}
+		elsif ($open{$part} && $open{$part} eq "$member/$tok/$pid")
+		{
+			delete $open{$part};
+		}
+	}
+	close($fh);
+	return @problems;
+}
+
+# Build test/c/le_probe.c (or test/c/$source) into $exe against the client
+# library; returns (ok, compiler messages).  Without $sanitize it links the library of this
 # build tree (src/client); with a -fsanitize= list (e.g.
 # "address,undefined", "thread") it builds a copy of the library with
 # src/client/Makefile's SANITIZE= (the flags test/sanitize.sh uses too) in
@@ -305,7 +461,7 @@ sub check_no_overlap
 # the probe with the same list.
 sub build_probe
 {
-	my ($exe, $sanitize) = @_;
+	my ($exe, $sanitize, $source) = @_;
 	my $top = $ENV{TESTDIR} // '.';
 	my $cdir = "$top/src/client";
 	my $inc = `pg_config --includedir`;
@@ -331,7 +487,7 @@ sub build_probe
 	my ($o, $e) = ('', '');
 	my $ok = IPC::Run::run(
 		[ 'cc', '-Wall', '-Wextra', '-Werror', '-pthread', @san, "-I$cdir", "-I$inc",
-		  "$FindBin::RealBin/../c/le_probe.c", "$cdir/libleader_election_client.a",
+		  "$FindBin::RealBin/../c/" . ($source // 'le_probe.c'), "$cdir/libleader_election_client.a",
 		  "-L$libdir", '-lpq', '-o', $exe ],
 		'>', \$o, '2>', \$e);
 	return ($ok, $e);

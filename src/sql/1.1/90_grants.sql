@@ -4,7 +4,8 @@
 -- the pieces that create them.  The campaign use gains le_set_metadata
 -- (20_metadata.sql also grants it to the roles that could call le_acquire
 -- under 1.0); the monitor use gains the metrics of 30_metrics.sql, which
--- roles granted it before get by calling le_grant(role, 'monitor') again.
+-- roles granted it before get by calling le_grant(role, 'monitor') again;
+-- the group use is new (the partition groups of 40_groups.sql).
 -- ---------------------------------------------------------------------------
 
 -- Grant or revoke (grant = false) what use needs; returns the statements run.
@@ -24,7 +25,7 @@ DECLARE
     ext_nsp_name text := (SELECT pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_namespace AS n
                            WHERE n.oid OPERATOR(pg_catalog.=) ext_nsp);
     role_name name;
-    uses text[] := ARRAY['campaign', 'fence', 'schedule', 'work', 'monitor', 'protect'];
+    uses text[] := ARRAY['campaign', 'fence', 'schedule', 'work', 'monitor', 'protect', 'group'];
     stmt text;
     obj record;
 BEGIN
@@ -34,7 +35,7 @@ BEGIN
     IF NOT use OPERATOR(pg_catalog.=) ANY (uses) THEN
         RAISE EXCEPTION 'unknown use "%"', _le_show(use)
             USING ERRCODE = '22023',
-                  HINT = 'Use one of campaign, fence, schedule, work, monitor, protect.';
+                  HINT = 'Use one of campaign, fence, schedule, work, monitor, protect, group.';
     END IF;
     role_name := (SELECT a.rolname FROM pg_catalog.pg_roles AS a
                    WHERE a.oid OPERATOR(pg_catalog.=) role::pg_catalog.oid);
@@ -77,7 +78,13 @@ BEGIN
         ('protect',  'function', 'le_protect'),
         ('protect',  'function', 'le_unprotect'),
         ('protect',  'function', 'le_fence'),
-        ('protect',  'function', 'le_fence_advance_trigger'))
+        ('protect',  'function', 'le_fence_advance_trigger'),
+        ('group',    'function', 'le_group_create'),
+        ('group',    'function', 'le_group_heartbeat'),
+        ('group',    'function', 'le_group_leave'),
+        ('group',    'function', 'le_group_assignment'),
+        ('group',    'function', 'le_release'),
+        ('group',    'function', 'le_fence_check'))
         -- regprocedure and regclass print a visible name unqualified.
         SELECT 'FUNCTION ' AS kind, p.oid::pg_catalog.regprocedure::pg_catalog.text AS target,
                'EXECUTE' AS privilege
@@ -113,4 +120,4 @@ $$;
 COMMENT ON FUNCTION @extschema@._le_grant_use(regrole, text, boolean) IS
     'internal, not API: the work of le_grant() and le_revoke()';
 COMMENT ON FUNCTION @extschema@.le_grant(regrole, text) IS
-    'administrators only: grant role what one use of the extension needs and return the GRANT statements run; use is campaign (le_acquire, le_renew, le_release, le_watch, le_unwatch, le_set_metadata), fence (le_fence_check, le_fence_advance), schedule (le_schedule_job, le_fence_check), work (le_claim_jobs, le_complete_job, le_fail_job, view le_jobs), monitor (views le_jobs, le_lease_metrics and le_fence_refusals, le_fence_refusals_counted) or protect (le_protect, le_unprotect and the trigger functions); runs as the caller';
+    'administrators only: grant role what one use of the extension needs and return the GRANT statements run; use is campaign (le_acquire, le_renew, le_release, le_watch, le_unwatch, le_set_metadata), fence (le_fence_check, le_fence_advance), schedule (le_schedule_job, le_fence_check), work (le_claim_jobs, le_complete_job, le_fail_job, view le_jobs), monitor (views le_jobs, le_lease_metrics and le_fence_refusals, le_fence_refusals_counted), protect (le_protect, le_unprotect and the trigger functions) or group (le_group_create, le_group_heartbeat, le_group_leave, le_group_assignment, le_release, le_fence_check); runs as the caller';

@@ -1,0 +1,553 @@
+/*-------------------------------------------------------------------------
+ *
+ * group.c
+ *		The SQL-callable calls of partition groups: le_group_create,
+ *		le_group_heartbeat, le_group_leave and le_group_assignment.
+ *
+ * A group's partitions and memberships are ordinary rows of le_lease
+ * (keys "le:group:G:P" and "le:group:G:member:M"), taken, renewed and
+ * released through lease.c's one-row paths inside one frame of
+ * lease_store.c, so every guarantee of a lease holds per partition.  A
+ * heartbeat reads all of the group's rows once (le_rows_group_scan),
+ * computes the assignment from that read (group_assign.c), and then works
+ * on the caller's partitions in ascending order, never waiting for a fence
+ * lock once it holds its membership row.  src/README.md ("Partition
+ * groups") describes the design and its locks.
+ *
+ * Invariant (G15 in doc/lease-guarantees.md): a partition is validly held
+ * by at most one member (id and role) at any moment, each new holding
+ * period has a new, higher token, and only a member whose membership is
+ * valid is given or renewed partitions, each to the membership's expiry.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "leader_election.h"
+
+PG_FUNCTION_INFO_V1(le_group_create);
+PG_FUNCTION_INFO_V1(le_group_heartbeat);
+PG_FUNCTION_INFO_V1(le_group_leave);
+PG_FUNCTION_INFO_V1(le_group_assignment);
+
+/*
+ * A group as one call read it: its le_group row, its lease rows, the live
+ * members (valid memberships, in member id order), who holds each partition
+ * validly, and the assignment computed from that.
+ */
+typedef struct GroupView
+{
+	LeaseGroup	group;
+	LeaseGroupRows rows;
+	int32		nlive;
+	LeaseRow  **live;			/* membership rows of the live members */
+	int32	   *holder;			/* per partition: index in live, or LE_ASSIGN_*_HOLDER */
+	LeaseAssignment assign;
+} GroupView;
+
+/* The key of a member's membership row. */
+static char *
+le_group_member_key(const char *name, const char *member)
+{
+	return psprintf(LE_GROUP_KEY_PREFIX "%s:member:%s", name, member);
+}
+
+/* The key of a group's partition p. */
+static char *
+le_group_partition_key(const LeaseGroup *group, int32 p)
+{
+	return psprintf(LE_GROUP_KEY_PREFIX "%s:%d", group->group_name, p);
+}
+
+/* Read the group name into *group, or raise 42704. */
+static void
+le_group_lookup(LeaseStoreState *st, const char *name, LeaseGroup *group)
+{
+	if (!le_rows_group_find(st, name, group))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("partition group \"%s\" does not exist", name),
+				 errhint("Create it with le_group_create.")));
+}
+
+/* Members of a group must be members of its owner role (42501). */
+static void
+le_group_check_role(const LeaseStoreState *st, const LeaseGroup *group)
+{
+	Oid			owner = get_role_oid(group->owner_role, true);
+
+	if (!is_member_of_role(st->caller, owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("role \"%s\" may not be a member of partition group \"%s\"", st->caller_name,
+						group->group_name),
+				 errdetail("Members of a group must be members of its owner role \"%s\".",
+						   group->owner_role),
+				 errhint("GRANT \"%s\" TO the member's role.", group->owner_role)));
+}
+
+/* qsort order of live members: member id (the holder), bytewise. */
+static int
+le_group_member_cmp(const void *a, const void *b)
+{
+	const LeaseRow *x = *(const LeaseRow *const *) a;
+	const LeaseRow *y = *(const LeaseRow *const *) b;
+
+	return strcmp(x->holder, y->holder);
+}
+
+/*
+ * The index in gv->live of the live member whose id and role hold part, or
+ * LE_ASSIGN_OTHER_HOLDER when none does (binary search by member id).
+ */
+static int32
+le_group_live_index(const GroupView *gv, const LeaseGroupPart *part)
+{
+	int32		lo = 0;
+	int32		hi = gv->nlive - 1;
+
+	while (lo <= hi)
+	{
+		int32		mid = lo + (hi - lo) / 2;
+		int			c = strcmp(part->holder, gv->live[mid]->holder);
+
+		if (c == 0)
+			return strcmp(part->holder_role, gv->live[mid]->holder_role) == 0 ?
+				mid : LE_ASSIGN_OTHER_HOLDER;
+		if (c < 0)
+			hi = mid - 1;
+		else
+			lo = mid + 1;
+	}
+	return LE_ASSIGN_OTHER_HOLDER;
+}
+
+/*
+ * Read the group's rows and compute its assignment as of now (one reading
+ * of the server clock judges every row).
+ */
+static void
+le_group_view(LeaseStoreState *st, GroupView *gv)
+{
+	TimestampTz now;
+	int32		p;
+	int			i;
+
+	le_rows_group_scan(st, &gv->group, &gv->rows);
+	now = GetCurrentTimestamp();
+	gv->live = palloc(sizeof(LeaseRow *) * Max(gv->rows.nmembers, 1));
+	gv->nlive = 0;
+	for (i = 0; i < gv->rows.nmembers; i++)
+		if (le_store_lease_valid(&gv->rows.members[i], now))
+			gv->live[gv->nlive++] = &gv->rows.members[i];
+	qsort(gv->live, gv->nlive, sizeof(LeaseRow *), le_group_member_cmp);
+	gv->holder = palloc(sizeof(int32) * gv->group.partitions);
+	for (p = 0; p < gv->group.partitions; p++)
+	{
+		const LeaseGroupPart *part = &gv->rows.partitions[p];
+
+		if (part->lease_id == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("partition %d of group \"%s\" has no lease row", p, gv->group.group_name),
+					 errhint("A superuser deleted it; restore le_lease from a backup.")));
+		gv->holder[p] = part->holder != NULL && part->expires_at > now ?
+			le_group_live_index(gv, part) : LE_ASSIGN_FREE_HOLDER;
+	}
+	le_group_assign_compute(gv->group.partitions, gv->group.max_moves, gv->nlive, gv->holder,
+							&gv->assign);
+}
+
+/*
+ * le_group_create(group_name, partitions, max_moves) -> true when created,
+ * false when the group exists with these partitions and max_moves; 42710
+ * when it exists with others, or a plain lease (made before 1.1) has one of
+ * its keys.  The caller becomes its owner role.  Writes the le_group row and
+ * the free rows of its partitions (token 0).
+ *
+ * Locks: RowExclusiveLock on le_group and le_lease to the end of the
+ * transaction; a concurrent creation of the same name is waited for (the
+ * name's unique index) and then compared.
+ */
+Datum
+le_group_create(PG_FUNCTION_ARGS)
+{
+	char	   *name = le_check_group_name(fcinfo, 0);
+	int32		partitions;
+	int32		max_moves;
+	LeaseStoreState st;
+	LeaseGroup	group;
+	LeaseRow	row;
+	bool		created = false;
+	int32		p;
+
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("partitions must not be NULL")));
+	partitions = PG_GETARG_INT32(1);
+	if (partitions < 1 || partitions > LE_MAX_PARTITIONS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("partitions must be between 1 and %d, got %d", LE_MAX_PARTITIONS, partitions)));
+	max_moves = PG_ARGISNULL(2) ? Max(1, (partitions + 7) / 8) : PG_GETARG_INT32(2);
+	if (max_moves < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_moves must be at least 1, got %d", max_moves)));
+	le_check_writable("create");
+
+	le_store_begin(&st, fcinfo->flinfo->fn_oid, NULL);
+	if (!le_rows_group_find(&st, name, &group))
+	{
+		int64		group_id = le_rows_group_insert(&st, name, partitions, max_moves);
+
+		if (group_id != 0)
+		{
+			created = true;
+			group.group_id = group_id;
+			group.group_name = name;
+			group.partitions = partitions;
+			group.max_moves = max_moves;
+			group.owner_role = st.caller_name;
+		}
+		else if (!le_rows_group_find(&st, name, &group))	/* a concurrent call made it */
+			elog(ERROR, "leader_election: group \"%s\" vanished", name);
+	}
+	if (!created)
+	{
+		if (group.partitions != partitions || group.max_moves != max_moves)
+			ereport(ERROR,
+					(errcode(ERRCODE_DUPLICATE_OBJECT),
+					 errmsg("partition group \"%s\" exists with other settings", name),
+					 errdetail("It has %d partitions and max_moves %d.", group.partitions,
+							   group.max_moves),
+					 errhint("The number of partitions of a group never changes; create a new group.")));
+		le_store_end(&st);
+		PG_RETURN_BOOL(false);
+	}
+
+	/* Keys that plain leases took before 1.1 reserved them. */
+	for (p = 0; p < partitions; p++)
+	{
+		char	   *key = psprintf(LE_GROUP_KEY_PREFIX "%s:%d", name, p);
+
+		if (le_rows_peek(&st, key, &row))
+			ereport(ERROR,
+					(errcode(ERRCODE_DUPLICATE_OBJECT),
+					 errmsg("lease \"%s\" exists already as a plain lease", key),
+					 errdetail("It was taken before version 1.1 reserved the keys of partition groups."),
+					 errhint("Use another group name.")));
+		pfree(key);
+	}
+	le_rows_group_partitions_insert(&st, &group);
+	le_store_end(&st);
+	PG_RETURN_BOOL(true);
+}
+
+/* Refuse a group call in a REPEATABLE READ or SERIALIZABLE transaction. */
+static void
+le_group_check_isolation(const char *call)
+{
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("%s cannot run in a REPEATABLE READ or SERIALIZABLE transaction", call),
+				 errdetail("It decides on the latest committed rows of the group, not on a snapshot."),
+				 errhint("Call it in a READ COMMITTED transaction of its own.")));
+}
+
+/* One row of le_group_heartbeat's result; partition < 0: the membership's. */
+static void
+le_group_emit(ReturnSetInfo *rsinfo, int32 partition, const char *key, int64 token,
+			  TimestampTz expires_at, const char *state, bool new_period)
+{
+	Datum		values[6];
+	bool		nulls[6] = {false, false, false, false, false, false};
+
+	values[0] = Int32GetDatum(partition);
+	nulls[0] = partition < 0;
+	values[1] = CStringGetTextDatum(key);
+	values[2] = Int64GetDatum(token);
+	nulls[2] = token == 0;
+	values[3] = TimestampTzGetDatum(expires_at);
+	nulls[3] = expires_at == 0;
+	values[4] = CStringGetTextDatum(state);
+	values[5] = BoolGetDatum(new_period);
+	nulls[5] = strcmp(state, "pending") == 0;
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+}
+
+/*
+ * Take or renew the caller's membership of a group for ttl (the acquire of
+ * its lease row, which waits for the row's fence lock if it must); true when
+ * it is a new membership.  55006 when another role holds the member id
+ * validly.
+ */
+static bool
+le_group_join(LeaseStoreState *st, const LeaseGroup *group, const char *key, char *member,
+			  int64 ttl, LeaseRow *out)
+{
+	LeaseAcquireRequest req;
+	LeaseAcquireResult r;
+
+	memset(&req, 0, sizeof(req));
+	req.key = key;
+	req.owner = member;
+	req.ttl = ttl;
+	req.count_renewal = true;
+	req.group_id = group->group_id;
+	req.group_partition = -1;
+	r = le_lease_acquire_row(st, &req, out);
+	if (r == LE_ACQUIRE_REFUSED && le_store_lease_valid(out, GetCurrentTimestamp()))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg("member \"%s\" of partition group \"%s\" is held by role \"%s\"",
+						le_check_show(member), group->group_name, out->holder_role),
+				 errdetail("Its membership is valid until %s.", timestamptz_to_str(out->expires_at)),
+				 errhint("Each member id belongs to one role at a time; choose another member id.")));
+	if (r != LE_ACQUIRE_GRANTED && r != LE_ACQUIRE_EXTENDED)
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("membership \"%s\" is busy", le_check_show(key)),
+				 errdetail("A fenced writer is committing under its lease."),
+				 errhint("Retry the heartbeat.")));
+	return r == LE_ACQUIRE_GRANTED;
+}
+
+/*
+ * The heartbeat's work on partition p for live member me (index in
+ * gv->live), whose membership now lasts to expires_at: report a partition
+ * it must give up (revoke: not renewed), renew one it keeps and claim a free
+ * one assigned to it (both to exactly expires_at, trying the fence lock,
+ * never waiting for it), report one it waits for (pending).  Others'
+ * partitions are left alone.  *locked is set when a row was locked.
+ */
+static void
+le_group_heartbeat_partition(LeaseStoreState *st, GroupView *gv, int32 p, int32 me,
+							 char *member, TimestampTz expires_at, ReturnSetInfo *rsinfo,
+							 bool *locked)
+{
+	const LeaseGroupPart *part = &gv->rows.partitions[p];
+	LeaseAssignState state = gv->assign.state[p];
+	char	   *key;
+	LeaseAcquireRequest req;
+	LeaseAcquireResult r;
+	LeaseRow	out;
+
+	if (me < 0 || (gv->assign.target[p] != me && gv->holder[p] != me))
+		return;
+	key = le_group_partition_key(&gv->group, p);
+	if (state == LE_ASSIGN_REVOKE && gv->holder[p] == me)
+	{
+		le_group_emit(rsinfo, p, key, part->fencing_token, part->expires_at, "revoke", false);
+		return;
+	}
+	if (gv->assign.target[p] != me)
+		return;
+	if (state != LE_ASSIGN_OWNED && state != LE_ASSIGN_FREE)
+	{
+		le_group_emit(rsinfo, p, key, 0, 0, "pending", false);
+		return;
+	}
+	if (GetCurrentTimestamp() >= expires_at)
+	{
+		/* the membership lapsed meanwhile (a tiny ttl): nothing to give */
+		le_group_emit(rsinfo, p, key, 0, 0, "pending", false);
+		return;
+	}
+
+	le_store_next_row(st, key);
+	(void) le_rows_group_adopt(st, part, &out);
+	memset(&req, 0, sizeof(req));
+	req.key = key;
+	req.owner = member;
+	req.expires_at = expires_at;
+	req.fence_try = true;
+	req.count_renewal = true;
+	req.group_id = gv->group.group_id;
+	req.group_partition = p;
+	r = le_lease_acquire_row(st, &req, &out);
+	if (st->locked)
+		*locked = true;
+	if (r == LE_ACQUIRE_GRANTED || r == LE_ACQUIRE_EXTENDED)
+		le_group_emit(rsinfo, p, key, out.fencing_token, out.expires_at, "owned",
+					  r == LE_ACQUIRE_GRANTED);
+	else
+		le_group_emit(rsinfo, p, key, 0, 0, "pending", false);
+}
+
+/*
+ * le_group_heartbeat(group_name, member_id, ttl) -> the caller's membership
+ * (state 'member') and then its partitions in ascending order: 'owned'
+ * (held, renewed or granted to the membership's new expiry), 'revoke'
+ * (still held, not renewed: release it), 'pending' (assigned, held by
+ * another member that gives it up first).  See GroupView and
+ * group_assign.c for the assignment.
+ *
+ * Locks: the membership row (and its fence lock, waited for, when the
+ * membership is new), then the rows of the partitions renewed or claimed,
+ * ascending, each claim's fence lock only tried; all to the end of the
+ * transaction, under a holder deadline of the membership's ttl.
+ */
+Datum
+le_group_heartbeat(PG_FUNCTION_ARGS)
+{
+	char	   *name = le_check_group_name(fcinfo, 0);
+	char	   *member = le_check_member(fcinfo, 1);
+	int64		ttl = le_check_ttl(fcinfo, 2);
+	char	   *key = le_group_member_key(name, member);
+	ReturnSetInfo *rsinfo;
+	LeaseStoreState st;
+	GroupView	gv;
+	LeaseRow	mrow;
+	bool		joined;
+	bool		locked = true;	/* the membership row */
+	int32		me = -1;
+	int32		p;
+	int			i;
+
+	le_check_writable("take");
+	le_group_check_isolation("le_group_heartbeat");
+	InitMaterializedSRF(fcinfo, 0);
+	rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
+	le_group_lookup(&st, name, &gv.group);
+	le_group_check_role(&st, &gv.group);
+	joined = le_group_join(&st, &gv.group, key, member, ttl, &mrow);
+	le_group_emit(rsinfo, -1, key, mrow.fencing_token, mrow.expires_at, "member", joined);
+
+	le_store_next_row(&st, key);
+	le_group_view(&st, &gv);
+	for (i = 0; i < gv.nlive; i++)
+		if (gv.live[i]->lease_id == mrow.lease_id)
+			me = i;
+	for (p = 0; p < gv.group.partitions; p++)
+		le_group_heartbeat_partition(&st, &gv, p, me, member, mrow.expires_at, rsinfo, &locked);
+
+	/* One deadline covers every row locked: they all last to the same expiry. */
+	st.lease_key = key;
+	st.locked = locked;
+	st.idle_bound_us = Max(mrow.expires_at - GetCurrentTimestamp(), 1);
+	le_store_end(&st);
+	return (Datum) 0;
+}
+
+/*
+ * le_group_leave(group_name, member_id) -> the number of partitions
+ * released: frees every partition the caller (member id and role) holds,
+ * valid or lapsed, and its membership, in this transaction.  55006 when
+ * another role holds the member id validly.
+ *
+ * Locks: as le_release, for the membership first and then each partition
+ * in ascending order (the heartbeat's order: a heartbeat of the same member
+ * in another session cannot deadlock with it).
+ */
+Datum
+le_group_leave(PG_FUNCTION_ARGS)
+{
+	char	   *name = le_check_group_name(fcinfo, 0);
+	char	   *member = le_check_member(fcinfo, 1);
+	char	   *key = le_group_member_key(name, member);
+	LeaseStoreState st;
+	LeaseGroup	group;
+	LeaseGroupRows rows;
+	int32		released = 0;
+	int32		p;
+	int			i;
+
+	le_check_writable("release");
+	le_group_check_isolation("le_group_leave");
+	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
+	le_group_lookup(&st, name, &group);
+	le_group_check_role(&st, &group);
+	le_rows_group_scan(&st, &group, &rows);
+	for (i = 0; i < rows.nmembers; i++)
+	{
+		LeaseRow   *m = &rows.members[i];
+
+		if (strcmp(m->lease_key, key) != 0 || m->holder == NULL)
+			continue;
+		if (strcmp(m->holder_role, st.caller_name) != 0 &&
+			le_store_lease_valid(m, GetCurrentTimestamp()))
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_IN_USE),
+					 errmsg("member \"%s\" of partition group \"%s\" is held by role \"%s\"",
+							le_check_show(member), name, m->holder_role)));
+		if (strcmp(m->holder, member) == 0)
+			(void) le_lease_free_row(&st, key, member, m->fencing_token, "released");
+	}
+	for (p = 0; p < rows.npartitions; p++)
+	{
+		const LeaseGroupPart *part = &rows.partitions[p];
+		char	   *pkey;
+
+		if (part->holder == NULL || strcmp(part->holder, member) != 0 ||
+			strcmp(part->holder_role, st.caller_name) != 0)
+			continue;
+		pkey = le_group_partition_key(&group, p);
+		le_store_next_row(&st, pkey);
+		if (le_lease_free_row(&st, pkey, member, part->fencing_token, "released"))
+			released++;
+	}
+	le_store_end(&st);
+	PG_RETURN_INT32(released);
+}
+
+/*
+ * le_group_assignment(group_name) -> one row per partition: its lease as
+ * read now, the member it is assigned to and its state ('owned': held
+ * validly by its target; 'moving': held validly by a member that gives it
+ * up, or by a former member until it lapses; 'free': not validly held, its
+ * target claims it at its next heartbeat; 'unassigned': no live member).
+ * Reads only; readable by everyone, like le_leases.
+ *
+ * Locks: AccessShareLock on le_group and le_lease while it reads.
+ */
+Datum
+le_group_assignment(PG_FUNCTION_ARGS)
+{
+	char	   *name = le_check_group_name(fcinfo, 0);
+	static const char *const names[] = {"unassigned", "owned", "moving", "free", "moving"};
+	ReturnSetInfo *rsinfo;
+	LeaseStoreState st;
+	GroupView	gv;
+	int32		p;
+
+	InitMaterializedSRF(fcinfo, 0);
+	rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	le_store_begin(&st, fcinfo->flinfo->fn_oid, NULL);
+	le_group_lookup(&st, name, &gv.group);
+	le_group_view(&st, &gv);
+	for (p = 0; p < gv.group.partitions; p++)
+	{
+		const LeaseGroupPart *part = &gv.rows.partitions[p];
+		int32		t = gv.assign.target[p];
+		Datum		values[7];
+		bool		nulls[7] = {false, false, false, false, false, false, false};
+
+		values[0] = Int32GetDatum(p);
+		values[1] = CStringGetTextDatum(le_group_partition_key(&gv.group, p));
+		nulls[2] = part->holder == NULL;
+		if (part->holder != NULL)
+			values[2] = CStringGetTextDatum(part->holder);
+		values[3] = Int64GetDatum(part->fencing_token);
+		values[4] = TimestampTzGetDatum(part->expires_at);
+		nulls[4] = part->expires_at == 0;
+		nulls[5] = t < 0;
+		if (t >= 0)
+			values[5] = CStringGetTextDatum(gv.live[t]->holder);
+		values[6] = CStringGetTextDatum(names[gv.assign.state[p]]);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	le_store_end(&st);
+	return (Datum) 0;
+}

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# The cost of le_group_heartbeat (doc/performance.md, "Partition groups"):
+#   one    1 member owning P partitions (P = 1, 64, 1024), heartbeating as
+#          fast as one client can for SECS seconds: latency p50 and p99, and
+#          server CPU time per heartbeat;
+#   many   MEMBERS members of a group of 1024 partitions (converged: 64 each
+#          for 16 members), each heartbeating once a second on average
+#          (pgbench -R, Poisson arrivals) for SECS seconds: latency p50 and
+#          p99 (without pgbench's schedule lag) and server CPU in cores.
+# Server CPU is the user and system time of the postmaster and all its
+# children (exited backends included, through the postmaster's cutime),
+# over the run's wall time.  Heartbeats commit durably (a WAL flush each),
+# as always; SETTING adds a server setting (e.g. "fsync = off" to see the
+# CPU path alone).  No timing assertion: it prints the figures.  Knobs:
+# SECS (20), MEMBERS (16), SETTING, LE_BENCH_PORT.
+#
+#   test/bench/groups.sh           # as root or as postgres, after make install
+set -euo pipefail
+here=$(cd "$(dirname "$0")/../.." && pwd)
+. "$here/test/lib/prereq.sh"
+. "$here/test/lib/cluster.sh"
+
+SECS=${SECS:-20}
+MEMBERS=${MEMBERS:-16}
+
+echo "reproduce: PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config} SECS=$SECS MEMBERS=$MEMBERS" \
+    "SETTING=\"${SETTING:-}\" test/bench/groups.sh"
+echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)," \
+    "commit $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+
+le_bench_cluster "max_connections = $(( MEMBERS + 20 ))" ${SETTING:+"$SETTING"}
+le_bench_psql -c "CREATE EXTENSION leader_election" >/dev/null
+[ "$(id -u)" -eq 0 ] && chown postgres: "$dir"
+
+# Members heartbeat in rounds, releasing what they are asked to give up,
+# until a round changes nothing (as clients do, only faster).
+le_bench_psql >/dev/null <<'SQL'
+CREATE FUNCTION bench_converge(g text, members text[]) RETURNS int
+LANGUAGE plpgsql AS $$
+DECLARE
+    rounds int := 0;
+    busy boolean;
+    m text;
+    r record;
+BEGIN
+    LOOP
+        rounds := rounds + 1;
+        busy := false;
+        FOREACH m IN ARRAY members LOOP
+            FOR r IN SELECT * FROM le_group_heartbeat(g, m, '1 hour') LOOP
+                IF r.state = 'revoke' THEN
+                    PERFORM le_release(r.lease_key, m, r.fencing_token);
+                    busy := true;
+                ELSIF r.state = 'pending' OR (r.state = 'owned' AND r.new_period) THEN
+                    busy := true;
+                END IF;
+            END LOOP;
+        END LOOP;
+        EXIT WHEN NOT busy OR rounds >= 1000;
+    END LOOP;
+    RETURN rounds;
+END $$;
+SQL
+
+# The server's CPU time so far, in clock ticks: the postmaster's own and
+# its reaped children's, and that of its children alive now.
+server_ticks() {
+    local pm total=0 pid
+    pm=$(head -1 "$dir/data/postmaster.pid")
+    total=$(awk '{ print $14 + $15 + $16 + $17 }' "/proc/$pm/stat")
+    for pid in $(pgrep -P "$pm"); do
+        total=$(( total + $(awk '{ print $14 + $15 }' "/proc/$pid/stat" 2>/dev/null || echo 0) ))
+    done
+    echo "$total"
+}
+
+# run LABEL CLIENTS SCRIPT [PGBENCH_ARG...]: run the script, print latency
+# percentiles (ms, schedule lag taken out) and server CPU.
+run() {
+    local label=$1 clients=$2 script=$3 t0 t1 c0 c1 n
+    shift 3
+    rm -f "$dir"/pgbench_log.*
+    sleep 0.5
+    c0=$(server_ticks)
+    t0=$(date +%s.%N)
+    (cd "$dir" && le_as_pg "$PG_BINDIR/pgbench" -n -h "$dir" -p "$port" -U postgres -c "$clients" -j "$clients" \
+        -T "$SECS" -l "$@" -f "$script" postgres >/dev/null 2>"$dir/pgbench.err") ||
+        { cat "$dir/pgbench.err" >&2; exit 1; }
+    t1=$(date +%s.%N)
+    sleep 0.5           # the postmaster reaps the exited backends
+    c1=$(server_ticks)
+    n=$(cat "$dir"/pgbench_log.* | wc -l)
+    cat "$dir"/pgbench_log.* | awk '{ print ($3 - ($7 == "" ? 0 : $7)) / 1000 }' | sort -g |
+        awk -v n="$n" -v label="$label" -v ticks=$(( c1 - c0 )) -v hz="$(getconf CLK_TCK)" \
+            -v wall="$(echo "$t1 - $t0 - 0.5" | bc -l)" '
+            { a[NR] = $1 }
+            END {
+                cpu = ticks / hz
+                printf "%-28s %7d heartbeats  p50 %7.3f ms  p99 %7.3f ms  max %7.3f ms  server CPU %.3f ms/heartbeat, %.3f cores\n",
+                    label, n, a[int(n * 0.50) + 1], a[int(n * 0.99) + 1], a[n], 1000 * cpu / n, cpu / wall
+            }'
+}
+
+for p in 1 64 1024; do
+    le_bench_psql -c "SELECT le_group_create('one$p', $p)" -c "SELECT bench_converge('one$p', ARRAY['m'])" >/dev/null
+    echo "SELECT count(*) FROM le_group_heartbeat('one$p', 'm', '1 minute');" >"$dir/one$p.pgb"
+    [ "$(id -u)" -eq 0 ] && chown postgres: "$dir/one$p.pgb"
+    run "one member, $p partitions" 1 "$dir/one$p.pgb"
+done
+
+members=$(seq -s, -f "'m%g'" 1 "$MEMBERS")
+le_bench_psql -c "SELECT le_group_create('many', 1024)" \
+    -c "SELECT bench_converge('many', ARRAY[$members]) AS rounds" >/dev/null
+le_bench_psql -At -c "SELECT 'converged: ' || count(*) || ' members, ' || min(partitions_held) || ' to '
+                             || max(partitions_held) || ' partitions each'
+                        FROM le_group_members WHERE group_name = 'many' AND is_valid"
+# pgbench numbers its clients from 0: member m(client_id + 1).
+echo "SELECT count(*) FROM le_group_heartbeat('many', 'm' || (:client_id + 1), '15 seconds');" >"$dir/many.pgb"
+[ "$(id -u)" -eq 0 ] && chown postgres: "$dir/many.pgb"
+run "1024 partitions x $MEMBERS members" "$MEMBERS" "$dir/many.pgb" -R "$MEMBERS"
+le_bench_psql -At -c "SELECT 'after: ' || count(*) FILTER (WHERE state = 'owned') || ' owned, '
+                             || count(*) FILTER (WHERE state <> 'owned') || ' not'
+                        FROM le_group_assignment('many')"
