@@ -144,15 +144,22 @@ $node->safe_psql('grants_1_0', q{
 	GRANT EXECUTE ON FUNCTION le_acquire(text, text, interval) TO PUBLIC;
 	SET ROLE regress_le_delegate;
 	GRANT EXECUTE ON FUNCTION le_acquire(text, text, interval) TO regress_le_sub;
+	RESET ROLE;
+	GRANT EXECUTE ON FUNCTION le_protect(regclass, text, name, text) TO regress_le_delegate WITH GRANT OPTION;
+	SET ROLE regress_le_delegate;
+	GRANT EXECUTE ON FUNCTION le_protect(regclass, text, name, text) TO regress_le_sub;
 });
-my $acl_sql = q{SELECT pg_catalog.string_agg(pg_catalog.format('%s>%s:%s', a.grantor::regrole,
+my $acl_sql = q{SELECT pg_catalog.string_agg(pg_catalog.format('%s %s>%s:%s', p.proname, a.grantor::regrole,
 		CASE a.grantee WHEN 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END, a.is_grantable), ',' ORDER BY 1)
-	FROM pg_proc AS p, aclexplode(p.proacl) AS a WHERE p.proname = 'le_acquire'};
+	FROM pg_proc AS p, aclexplode(p.proacl) AS a WHERE p.proname IN ('le_acquire', 'le_protect')};
 my $acl_before = $node->safe_psql('grants_1_0', $acl_sql);
 $node->safe_psql('grants_1_0', 'ALTER EXTENSION leader_election UPDATE');
 is($node->safe_psql('grants_1_0', $acl_sql), $acl_before,
-	'the update keeps every grant on le_acquire with its grantor, PUBLIC\'s too');
-like($acl_before, qr/regress_le_delegate>regress_le_sub:f/, 'a grant by a delegate is among them');
+	'the update keeps every grant on le_acquire and le_protect with its grantor, PUBLIC\'s too');
+like($acl_before, qr/le_acquire regress_le_delegate>regress_le_sub:f/, 'a grant by a delegate is among them');
+like($acl_before, qr/le_protect regress_le_delegate>regress_le_sub:f/, 'on le_protect too');
+is($node->safe_psql('grants_1_0', q{SELECT count(*) FROM pg_proc WHERE proname = '_le_copy_execute_grants'}),
+	'0', 'the update leaves none of its helpers behind');
 is($node->safe_psql('grants_1_0', q{
 	SET ROLE regress_le_campaigner;
 	SELECT acquired FROM le_acquire('acl-check', 'o', '1 hour', wait => '1 second',

@@ -7,11 +7,9 @@
 -- number of arguments).
 --
 -- The EXECUTE privileges roles (and PUBLIC) had on the 1.0 function (from
--- le_grant's protect use, or a GRANT of their own) are given on the new one,
--- each by its grantor, before the old one is dropped, as 10_wait.sql does
--- for le_acquire.  The DO block finds both functions by name and number of
--- arguments among the extension's schema's functions (the schema by OID,
--- from pg_extension), never by a quoted schema name.
+-- le_grant's protect use, or a GRANT of their own) are given on the new
+-- one, each by its grantor (_le_copy_execute_grants, 05_copy_grants.sql),
+-- before the old one is dropped.
 -- ---------------------------------------------------------------------------
 
 CREATE FUNCTION @extschema@.le_protect(
@@ -29,49 +27,7 @@ COMMENT ON FUNCTION @extschema@.le_protect(regclass, text, name, text, text, nam
     'attach the fence to a table (triggers le_fence and le_fence_truncate, replacing earlier ones); the token column must be bigint; with lease_key: mode ''lease'' checks the lease''s token, ''strict'' also the writer''s role, ''advance'' uses le_fence_advance() on the resource named lease_key; with group_name and partition_column (smallint, integer or bigint) instead: each row is checked against the lease of the partition of the group it names, le:group:<group_name>:<partition> (modes ''lease'' and ''strict''); runs as the caller';
 REVOKE ALL ON FUNCTION @extschema@.le_protect(regclass, text, name, text, text, name) FROM PUBLIC;
 
-DO $$
-DECLARE
-    nsp oid := (SELECT e.extnamespace FROM pg_catalog.pg_extension AS e
-                 WHERE e.extname OPERATOR(pg_catalog.=) 'leader_election');
-    old_fn oid;
-    new_fn oid;
-    acl record;
-    me name := current_user;
-BEGIN
-    SELECT p.oid INTO old_fn FROM pg_catalog.pg_proc AS p
-     WHERE p.proname OPERATOR(pg_catalog.=) 'le_protect' AND p.pronamespace OPERATOR(pg_catalog.=) nsp
-       AND p.pronargs OPERATOR(pg_catalog.=) 4;
-    SELECT p.oid INTO new_fn FROM pg_catalog.pg_proc AS p
-     WHERE p.proname OPERATOR(pg_catalog.=) 'le_protect' AND p.pronamespace OPERATOR(pg_catalog.=) nsp
-       AND p.pronargs OPERATOR(pg_catalog.=) 6;
-    -- Each grant is made again by its grantor (the owner's first, so that
-    -- a role given the grant option can pass it on), PUBLIC's too.
-    FOR acl IN
-        SELECT a.grantee, a.grantor, a.is_grantable, a.grantor OPERATOR(pg_catalog.=) p.proowner AS by_owner
-          FROM pg_catalog.pg_proc AS p, pg_catalog.aclexplode(p.proacl) AS a
-         WHERE p.oid OPERATOR(pg_catalog.=) old_fn
-           AND a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
-           AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
-         ORDER BY 4 DESC
-    LOOP
-        IF NOT acl.by_owner THEN
-            EXECUTE pg_catalog.format('SET LOCAL ROLE %I',
-                                      (SELECT r.rolname FROM pg_catalog.pg_roles AS r
-                                        WHERE r.oid OPERATOR(pg_catalog.=) acl.grantor));
-        END IF;
-        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s%s',
-                                  new_fn::pg_catalog.regprocedure,
-                                  CASE WHEN acl.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
-                                       ELSE pg_catalog.quote_ident(
-                                                (SELECT r.rolname FROM pg_catalog.pg_roles AS r
-                                                  WHERE r.oid OPERATOR(pg_catalog.=) acl.grantee)) END,
-                                  CASE WHEN acl.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
-        IF NOT acl.by_owner THEN
-            EXECUTE pg_catalog.format('SET LOCAL ROLE %I', me);
-        END IF;
-    END LOOP;
-END
-$$;
+SELECT @extschema@._le_copy_execute_grants('le_protect', 4, 6);
 
 DROP FUNCTION @extschema@.le_protect(regclass, text, name, text);
 
