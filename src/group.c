@@ -81,16 +81,19 @@ le_group_lookup(LeaseStoreState *st, const char *name, LeaseGroup *group)
 static void
 le_group_check_role(const LeaseStoreState *st, const LeaseGroup *group)
 {
-	Oid			owner = get_role_oid(group->owner_role, true);
+	const char *owner;
 
-	if (!is_member_of_role(st->caller, owner))
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("role \"%s\" may not be a member of partition group \"%s\"", st->caller_name,
-						group->group_name),
-				 errdetail("Members of a group must be members of its owner role \"%s\".",
-						   group->owner_role),
-				 errhint("GRANT \"%s\" TO the member's role.", group->owner_role)));
+	if (is_member_of_role(st->caller, group->owner_role))
+		return;
+	owner = GetUserNameFromId(group->owner_role, true);
+	if (owner == NULL)
+		owner = psprintf("%u", group->owner_role);	/* the role was dropped */
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("role \"%s\" may not be a member of partition group \"%s\"", st->caller_name,
+					group->group_name),
+			 errdetail("Members of a group must be members of its owner role \"%s\".", owner),
+			 errhint("GRANT \"%s\" TO the member's role.", owner)));
 }
 
 /* qsort order of live members: member id (the holder), bytewise. */
@@ -216,7 +219,7 @@ le_group_create(PG_FUNCTION_ARGS)
 			group.group_name = name;
 			group.partitions = partitions;
 			group.max_moves = max_moves;
-			group.owner_role = st.caller_name;
+			group.owner_role = st.caller;
 		}
 		else if (!le_rows_group_find(&st, name, &group))	/* a concurrent call made it */
 			elog(ERROR, "leader_election: group \"%s\" vanished", name);
@@ -322,6 +325,64 @@ le_group_join(LeaseStoreState *st, const LeaseGroup *group, const char *key, cha
 	return r == LE_ACQUIRE_GRANTED;
 }
 
+/* le_rows_lock's check for a revoked partition: still the version it was. */
+static bool
+le_group_still_held(const LeaseRow *row, void *arg)
+{
+	const LeaseGroupPart *part = arg;
+
+	return row->holder != NULL && row->fencing_token == part->fencing_token &&
+		strcmp(row->holder, part->holder) == 0 &&
+		strcmp(row->holder_role, part->holder_role) == 0 &&
+		le_store_lease_valid(row, GetCurrentTimestamp());
+}
+
+/*
+ * Partition p, validly held by the heartbeating member, goes to another
+ * member: report it 'revoke', not renewed.  It never outlives the
+ * membership: when it would last past the membership's new expiry (the
+ * member heartbeats with a shorter ttl than when it was last renewed), it
+ * is cut to that expiry, so a member that stops heartbeating holds nothing
+ * once its membership lapsed.  Never extended, never granted anew: when it
+ * changed meanwhile (released by the member in another session, or
+ * lapsed), it is only reported pending.
+ *
+ * Locks: the partition's row, when it is cut, to the end of the
+ * transaction; no fence lock (the holder and token stay).
+ */
+static void
+le_group_revoke_partition(LeaseStoreState *st, GroupView *gv, int32 p, char *key,
+						  TimestampTz expires_at, ReturnSetInfo *rsinfo, bool *locked)
+{
+	const LeaseGroupPart *part = &gv->rows.partitions[p];
+	LeaseRow	row;
+
+	if (part->expires_at <= expires_at)
+	{
+		le_group_emit(rsinfo, p, key, part->fencing_token, part->expires_at, "revoke", false);
+		return;
+	}
+	le_store_next_row(st, key);
+	(void) le_rows_group_adopt(st, part, &row);
+	for (;;)
+	{
+		bool		held = le_rows_lock(st, key, &row, le_group_still_held, (void *) part);
+
+		if (st->locked)
+			*locked = true;
+		if (!held || !le_group_still_held(&row, (void *) part))
+		{
+			le_group_emit(rsinfo, p, key, 0, 0, "pending", false);
+			return;
+		}
+		if (row.expires_at > expires_at)
+			row.expires_at = expires_at;
+		if (le_rows_write(st, &row))
+			break;
+	}
+	le_group_emit(rsinfo, p, key, row.fencing_token, row.expires_at, "revoke", false);
+}
+
 /*
  * The heartbeat's work on partition p for live member me (index in
  * gv->live), whose membership now lasts to expires_at: report a partition
@@ -333,7 +394,7 @@ le_group_join(LeaseStoreState *st, const LeaseGroup *group, const char *key, cha
 static void
 le_group_heartbeat_partition(LeaseStoreState *st, GroupView *gv, int32 p, int32 me,
 							 char *member, TimestampTz expires_at, ReturnSetInfo *rsinfo,
-							 bool *locked)
+							 bool *locked, int *claims)
 {
 	const LeaseGroupPart *part = &gv->rows.partitions[p];
 	LeaseAssignState state = gv->assign.state[p];
@@ -347,13 +408,19 @@ le_group_heartbeat_partition(LeaseStoreState *st, GroupView *gv, int32 p, int32 
 	key = le_group_partition_key(&gv->group, p);
 	if (state == LE_ASSIGN_REVOKE && gv->holder[p] == me)
 	{
-		le_group_emit(rsinfo, p, key, part->fencing_token, part->expires_at, "revoke", false);
+		le_group_revoke_partition(st, gv, p, key, expires_at, rsinfo, locked);
 		return;
 	}
 	if (gv->assign.target[p] != me)
 		return;
 	if (state != LE_ASSIGN_OWNED && state != LE_ASSIGN_FREE)
 	{
+		le_group_emit(rsinfo, p, key, 0, 0, "pending", false);
+		return;
+	}
+	if (state == LE_ASSIGN_FREE && ++(*claims) > LE_GROUP_MAX_CHANGES)
+	{
+		/* over this heartbeat's claims: the next heartbeat takes it */
 		le_group_emit(rsinfo, p, key, 0, 0, "pending", false);
 		return;
 	}
@@ -413,6 +480,7 @@ le_group_heartbeat(PG_FUNCTION_ARGS)
 	int32		me = -1;
 	int32		p;
 	int			i;
+	int			claims = 0;
 
 	le_check_writable("take");
 	le_group_check_isolation("le_group_heartbeat");
@@ -431,7 +499,8 @@ le_group_heartbeat(PG_FUNCTION_ARGS)
 		if (gv.live[i]->lease_id == mrow.lease_id)
 			me = i;
 	for (p = 0; p < gv.group.partitions; p++)
-		le_group_heartbeat_partition(&st, &gv, p, me, member, mrow.expires_at, rsinfo, &locked);
+		le_group_heartbeat_partition(&st, &gv, p, me, member, mrow.expires_at, rsinfo, &locked,
+									 &claims);
 
 	/* One deadline covers every row locked: they all last to the same expiry. */
 	st.lease_key = key;
@@ -461,6 +530,7 @@ le_group_leave(PG_FUNCTION_ARGS)
 	LeaseGroup	group;
 	LeaseGroupRows rows;
 	int32		released = 0;
+	int32		tried = 0;
 	int32		p;
 	int			i;
 
@@ -493,6 +563,8 @@ le_group_leave(PG_FUNCTION_ARGS)
 		if (part->holder == NULL || strcmp(part->holder, member) != 0 ||
 			strcmp(part->holder_role, st.caller_name) != 0)
 			continue;
+		if (++tried > LE_GROUP_MAX_CHANGES)
+			break;				/* the next call releases the rest */
 		pkey = le_group_partition_key(&group, p);
 		le_store_next_row(&st, pkey);
 		if (le_lease_free_row(&st, pkey, member, part->fencing_token, "released"))

@@ -42,6 +42,12 @@
 #define LE_MAX_GROUP_NAME_LEN	63
 #define LE_MAX_MEMBER_LEN		120
 #define LE_MAX_PARTITIONS		16384
+/*
+ * Partitions one heartbeat grants, or one le_group_leave releases, at most:
+ * each such change holds the partition's fence lock to the commit, and the
+ * default lock table holds about 6,400 locks for all sessions.
+ */
+#define LE_GROUP_MAX_CHANGES	1024
 
 /*
  * Keys of partition groups (group.c): partition p of group g is
@@ -206,7 +212,7 @@ typedef struct LeaseGroup
 	int64		group_id;
 	char	   *group_name;
 	int32		partitions;
-	char	   *owner_role;
+	Oid			owner_role;		/* by OID: renaming the role changes nothing */
 	int32		max_moves;
 	TimestampTz created_at;
 } LeaseGroup;

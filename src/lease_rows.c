@@ -134,7 +134,7 @@ static const Oid le_history_types[Natts_le_history] = {
 	TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID
 };
 static const Oid le_group_types[Natts_le_group] = {
-	INT8OID, TEXTOID, INT4OID, NAMEOID, INT4OID, TIMESTAMPTZOID
+	INT8OID, TEXTOID, INT4OID, REGROLEOID, INT4OID, TIMESTAMPTZOID
 };
 
 /* The error for a relation of ours that is missing (dropped). */
@@ -2250,8 +2250,7 @@ le_rows_group_find(LeaseStoreState *st, const char *name, LeaseGroup *group)
 		group->group_id = DatumGetInt64(slot->tts_values[Anum_le_group_group_id - 1]);
 		group->group_name = TextDatumGetCString(slot->tts_values[Anum_le_group_group_name - 1]);
 		group->partitions = DatumGetInt32(slot->tts_values[Anum_le_group_partitions - 1]);
-		group->owner_role =
-			pstrdup(NameStr(*DatumGetName(slot->tts_values[Anum_le_group_owner_role - 1])));
+		group->owner_role = DatumGetObjectId(slot->tts_values[Anum_le_group_owner_role - 1]);
 		group->max_moves = DatumGetInt32(slot->tts_values[Anum_le_group_max_moves - 1]);
 		group->created_at = DatumGetTimestampTz(slot->tts_values[Anum_le_group_created_at - 1]);
 		MemoryContextSwitchTo(old);
@@ -2291,7 +2290,7 @@ le_rows_group_insert(LeaseStoreState *st, const char *name, int32 partitions, in
 	values[Anum_le_group_group_id - 1] = Int64GetDatum(group_id);
 	values[Anum_le_group_group_name - 1] = CStringGetTextDatum(name);
 	values[Anum_le_group_partitions - 1] = Int32GetDatum(partitions);
-	values[Anum_le_group_owner_role - 1] = le_rows_name_datum(st->caller_name, &nulls[0]);
+	values[Anum_le_group_owner_role - 1] = ObjectIdGetDatum(st->caller);
 	values[Anum_le_group_max_moves - 1] = Int32GetDatum(max_moves);
 	values[Anum_le_group_created_at - 1] = TimestampTzGetDatum(GetCurrentTimestamp());
 	nulls[0] = false;

@@ -726,21 +726,39 @@ release_once(hbconn *hc, const char *key, int64_t token)
 	return settled;
 }
 
-/* le_group_leave: release every partition and the membership, in one transaction. */
+/*
+ * le_group_leave: release the membership and every partition.  The server
+ * releases at most 1,024 partitions per call (each holds a fence lock to the
+ * commit): call again until a call released none.
+ */
 static void
 leave_once(hbconn *hc)
 {
 	le_group_member *m = hc->m;
 	const char *values[2] = {m->group, m->member_id};
-	bool		gone;
-	PGresult   *r = lease_call(hc, m->sql_leave, 2, values, &gone);
+	long		total = 0;
+	int			calls;
 
-	if (r != NULL && PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
-		group_notice(m, "left group \"%s\": %s partitions released", m->group, PQgetvalue(r, 0, 0));
-	else
-		group_notice(m, "le_group_leave failed (the partitions expire with the membership): %s",
-					 hc->msg);
-	PQclear(r);
+	for (calls = 0; calls < LE_MAX_PARTITIONS / 1024 + 1; calls++)
+	{
+		bool		gone;
+		PGresult   *r = lease_call(hc, m->sql_leave, 2, values, &gone);
+		long		n;
+
+		if (r == NULL || PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
+		{
+			group_notice(m, "le_group_leave failed (the partitions expire with the membership): %s",
+						 hc->msg);
+			PQclear(r);
+			return;
+		}
+		n = strtol(PQgetvalue(r, 0, 0), NULL, 10);
+		PQclear(r);
+		total += n;
+		if (n == 0)
+			break;
+	}
+	group_notice(m, "left group \"%s\": %ld partitions released", m->group, total);
 }
 
 /*

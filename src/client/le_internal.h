@@ -31,6 +31,7 @@
 
 #define LE_MAX_KEY_LEN		200
 #define LE_MAX_OWNER_LEN	200
+#define LE_MAX_PARTITIONS	16384	/* of a group, as the server allows */
 #define LE_CHANNEL			"leader_election"
 #define LE_WAIT_SLICE_MS	100		/* longest single condvar/poll wait */
 #define LE_QUEUE_LEN		128		/* callback events waiting for the dispatcher */

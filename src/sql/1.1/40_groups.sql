@@ -16,7 +16,7 @@ CREATE TABLE @extschema@.le_group (
     group_id    bigint      NOT NULL DEFAULT pg_catalog.nextval('le_group_id_seq'::pg_catalog.regclass),
     group_name  text        NOT NULL,
     partitions  integer     NOT NULL,
-    owner_role  name        NOT NULL,
+    owner_role  regrole     NOT NULL,
     max_moves   integer     NOT NULL,
     created_at  timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
     CONSTRAINT le_group_pkey PRIMARY KEY (group_id),
@@ -33,7 +33,7 @@ COMMENT ON COLUMN @extschema@.le_group.group_name IS
 COMMENT ON COLUMN @extschema@.le_group.partitions IS
     'number of partitions (1 to 16384), fixed at creation';
 COMMENT ON COLUMN @extschema@.le_group.owner_role IS
-    'role that created the group; its members must be members of this role';
+    'role that created the group (by OID: renaming it changes nothing); its members must be members of this role';
 COMMENT ON COLUMN @extschema@.le_group.max_moves IS
     'at most this many of a member''s partitions are marked revoke at once while the group rebalances';
 COMMENT ON COLUMN @extschema@.le_group.created_at IS 'when the group was created';
@@ -111,7 +111,7 @@ GRANT EXECUTE ON FUNCTION @extschema@.le_group_assignment(text) TO PUBLIC;
 CREATE VIEW @extschema@.le_groups AS
 SELECT g.group_name,
        g.partitions,
-       g.owner_role,
+       g.owner_role::pg_catalog.text::pg_catalog.name AS owner_role,
        g.max_moves,
        g.created_at,
        (SELECT pg_catalog.count(*) FROM @extschema@.le_lease AS l
