@@ -12,7 +12,10 @@
 # over the run's wall time.  Heartbeats commit durably (a WAL flush each),
 # as always; SETTING adds a server setting (e.g. "fsync = off" to see the
 # CPU path alone).  No timing assertion: it prints the figures.  Knobs:
-# SECS (20), MEMBERS (16), SETTING, LE_BENCH_PORT.
+# SECS (20), MEMBERS (16), SETTING, ROWS ("one many": which of the two
+# parts run), WARMUP (3: the seconds at the start of each row whose
+# latencies are not counted, while each new connection fills its caches;
+# the CPU counts every heartbeat), LE_BENCH_PORT.
 #
 #   test/bench/groups.sh           # as root or as postgres, after make install
 set -euo pipefail
@@ -22,9 +25,11 @@ here=$(cd "$(dirname "$0")/../.." && pwd)
 
 SECS=${SECS:-20}
 MEMBERS=${MEMBERS:-16}
+ROWS=${ROWS:-one many}
+WARMUP=${WARMUP:-3}
 
 echo "reproduce: PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config} SECS=$SECS MEMBERS=$MEMBERS" \
-    "SETTING=\"${SETTING:-}\" test/bench/groups.sh"
+    "SETTING=\"${SETTING:-}\" ROWS=\"$ROWS\" test/bench/groups.sh"
 echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)," \
     "commit $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 
@@ -32,11 +37,11 @@ le_bench_cluster "max_connections = $(( MEMBERS + 20 ))" ${SETTING:+"$SETTING"}
 le_bench_psql -c "CREATE EXTENSION leader_election" >/dev/null
 [ "$(id -u)" -eq 0 ] && chown postgres: "$dir"
 
-# Members heartbeat in rounds, releasing what they are asked to give up,
-# until a round changes nothing (as clients do, only faster).
+# Members heartbeat in rounds, each heartbeat its own transaction,
+# releasing what they are asked to give up, until a round changes nothing
+# (as clients do, only faster).
 le_bench_psql >/dev/null <<'SQL'
-CREATE FUNCTION bench_converge(g text, members text[]) RETURNS int
-LANGUAGE plpgsql AS $$
+CREATE PROCEDURE bench_converge(g text, members text[]) LANGUAGE plpgsql AS $$
 DECLARE
     rounds int := 0;
     busy boolean;
@@ -55,10 +60,10 @@ BEGIN
                     busy := true;
                 END IF;
             END LOOP;
+            COMMIT;
         END LOOP;
         EXIT WHEN NOT busy OR rounds >= 1000;
     END LOOP;
-    RETURN rounds;
 END $$;
 SQL
 
@@ -77,7 +82,7 @@ server_ticks() {
 # run LABEL CLIENTS SCRIPT [PGBENCH_ARG...]: run the script, print latency
 # percentiles (ms, schedule lag taken out) and server CPU.
 run() {
-    local label=$1 clients=$2 script=$3 t0 t1 c0 c1 n
+    local label=$1 clients=$2 script=$3 t0 t1 c0 c1 n start
     shift 3
     rm -f "$dir"/pgbench_log.*
     sleep 0.5
@@ -90,27 +95,31 @@ run() {
     sleep 0.5           # the postmaster reaps the exited backends
     c1=$(server_ticks)
     n=$(cat "$dir"/pgbench_log.* | wc -l)
-    cat "$dir"/pgbench_log.* | awk '{ print ($3 - ($7 == "" ? 0 : $7)) / 1000 }' | sort -g |
-        awk -v n="$n" -v label="$label" -v ticks=$(( c1 - c0 )) -v hz="$(getconf CLK_TCK)" \
+    start=$(cat "$dir"/pgbench_log.* | awk 'NR == 1 || $5 < m { m = $5 } END { print m }')
+    cat "$dir"/pgbench_log.* | awk -v from=$(( start + WARMUP )) '$5 >= from { print ($3 - ($7 == "" ? 0 : $7)) / 1000 }' |
+        sort -g |
+        awk -v all="$n" -v label="$label" -v ticks=$(( c1 - c0 )) -v hz="$(getconf CLK_TCK)" \
             -v wall="$(echo "$t1 - $t0 - 0.5" | bc -l)" '
             { a[NR] = $1 }
             END {
                 cpu = ticks / hz
+                n = NR
                 printf "%-28s %7d heartbeats  p50 %7.3f ms  p99 %7.3f ms  max %7.3f ms  server CPU %.3f ms/heartbeat, %.3f cores\n",
-                    label, n, a[int(n * 0.50) + 1], a[int(n * 0.99) + 1], a[n], 1000 * cpu / n, cpu / wall
+                    label, n, a[int(n * 0.50) + 1], a[int(n * 0.99) + 1], a[n], 1000 * cpu / all, cpu / wall
             }'
 }
 
-for p in 1 64 1024; do
-    le_bench_psql -c "SELECT le_group_create('one$p', $p)" -c "SELECT bench_converge('one$p', ARRAY['m'])" >/dev/null
+for p in $(case " $ROWS " in *" one "*) echo 1 64 1024 ;; esac); do
+    le_bench_psql -c "SELECT le_group_create('one$p', $p)" -c "CALL bench_converge('one$p', ARRAY['m'])" >/dev/null
     echo "SELECT count(*) FROM le_group_heartbeat('one$p', 'm', '1 minute');" >"$dir/one$p.pgb"
     [ "$(id -u)" -eq 0 ] && chown postgres: "$dir/one$p.pgb"
     run "one member, $p partitions" 1 "$dir/one$p.pgb"
 done
 
+case " $ROWS " in *" many "*) ;; *) exit 0 ;; esac
 members=$(seq -s, -f "'m%g'" 1 "$MEMBERS")
 le_bench_psql -c "SELECT le_group_create('many', 1024)" \
-    -c "SELECT bench_converge('many', ARRAY[$members]) AS rounds" >/dev/null
+    -c "CALL bench_converge('many', ARRAY[$members])" >/dev/null
 le_bench_psql -At -c "SELECT 'converged: ' || count(*) || ' members, ' || min(partitions_held) || ' to '
                              || max(partitions_held) || ' partitions each'
                         FROM le_group_members WHERE group_name = 'many' AND is_valid"
