@@ -2085,30 +2085,34 @@ le_rows_form_new_lease(LeaseStoreState *st, Relation rel, const char *key, int64
 }
 
 /*
- * Create the (free) row of a lease key unless it exists already: what
- * INSERT ... ON CONFLICT (lease_key) DO NOTHING does, by direct access (no
- * SQL, so no name is resolved as the extension owner).  The row is inserted
- * in a subtransaction; when a concurrent call created the key first, the
- * unique index makes ours wait for that transaction and then fail with
- * 23505 if it committed, and the subtransaction is rolled back: the key
- * exists, as wanted (at READ COMMITTED; 40001 at the stricter levels).
- * Any other error is raised again.  Rare: once per key.  A membership row
- * of a partition group gives its group (group_id, group_partition -1).
+ * Insert the tuple form() makes into relid, in a subtransaction, unless a
+ * unique index finds its key taken: true when inserted; false when a
+ * concurrent call inserted the same key first (the unique index made us
+ * wait for that transaction and then failed with 23505; the subtransaction
+ * is rolled back) or, at REPEATABLE READ and SERIALIZABLE, where the row
+ * made meanwhile is not in our snapshot, 40001 (the serialization failure
+ * INSERT ... ON CONFLICT raises there too, lease_serializable.spec).  Any
+ * other error is raised again.
+ *
+ * Locks: RowExclusiveLock on relid to the end of the transaction.
  */
-void
-le_rows_create(LeaseStoreState *st, const char *key, int64 group_id, int32 group_partition)
+typedef HeapTuple (*LeaseRowForm) (LeaseStoreState *st, Relation rel, void *arg);
+
+static bool
+le_rows_insert_once(LeaseStoreState *st, Oid relid, const Oid *types, int natts,
+					LeaseRowForm form, void *arg)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
+	volatile bool inserted = false;
 
 	PreventCommandIfReadOnly("INSERT");
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(cxt);
 	PG_TRY();
 	{
-		Relation	rel = le_rows_open(st->lease_relid, RowExclusiveLock,
-									   le_lease_types, Natts_le_lease);
-		HeapTuple	tup = le_rows_form_new_lease(st, rel, key, group_id, group_partition);
+		Relation	rel = le_rows_open(relid, RowExclusiveLock, types, natts);
+		HeapTuple	tup = form(st, rel, arg);
 
 		simple_heap_insert(rel, tup);
 		le_rows_index_tuple(rel, tup);
@@ -2116,6 +2120,7 @@ le_rows_create(LeaseStoreState *st, const char *key, int64 group_id, int32 group
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(cxt);
 		CurrentResourceOwner = owner;
+		inserted = true;
 	}
 	PG_CATCH();
 	{
@@ -2130,16 +2135,47 @@ le_rows_create(LeaseStoreState *st, const char *key, int64 group_id, int32 group
 		if (edata->sqlerrcode != ERRCODE_UNIQUE_VIOLATION)
 			ReThrowError(edata);
 		FreeErrorData(edata);
-
-		/*
-		 * At REPEATABLE READ and SERIALIZABLE the row created meanwhile is
-		 * not in our snapshot: the serialization failure that INSERT ... ON
-		 * CONFLICT raises there too (lease_serializable.spec).
-		 */
 		if (IsolationUsesXactSnapshot())
 			le_rows_serialization_failure();
 	}
 	PG_END_TRY();
+	return inserted;
+}
+
+/* What le_rows_insert_once inserts for le_rows_create: a free lease row. */
+typedef struct NewLease
+{
+	const char *key;
+	int64		group_id;
+	int32		group_partition;
+} NewLease;
+
+static HeapTuple
+le_rows_form_new_lease_cb(LeaseStoreState *st, Relation rel, void *arg)
+{
+	NewLease   *n = arg;
+
+	return le_rows_form_new_lease(st, rel, n->key, n->group_id, n->group_partition);
+}
+
+/*
+ * Create the (free) row of a lease key unless it exists already: what
+ * INSERT ... ON CONFLICT (lease_key) DO NOTHING does, by direct access (no
+ * SQL, so no name is resolved as the extension owner).  The row is inserted
+ * in a subtransaction; when a concurrent call created the key first, the
+ * unique index makes ours wait for that transaction and then fail with
+ * 23505 if it committed, and the subtransaction is rolled back: the key
+ * exists, as wanted (at READ COMMITTED; 40001 at the stricter levels).
+ * Any other error is raised again.  Rare: once per key.  A membership row
+ * of a partition group gives its group (group_id, group_partition -1).
+ */
+void
+le_rows_create(LeaseStoreState *st, const char *key, int64 group_id, int32 group_partition)
+{
+	NewLease	n = {key, group_id, group_partition};
+
+	(void) le_rows_insert_once(st, st->lease_relid, le_lease_types, Natts_le_lease,
+							   le_rows_form_new_lease_cb, &n);
 }
 
 /*
@@ -2265,6 +2301,21 @@ le_rows_group_find(LeaseStoreState *st, const char *name, LeaseGroup *group)
 	return found;
 }
 
+/* What le_rows_insert_once inserts for le_rows_group_insert. */
+typedef struct NewGroup
+{
+	Datum		values[Natts_le_group];
+	bool		nulls[Natts_le_group];
+} NewGroup;
+
+static HeapTuple
+le_rows_form_group_cb(LeaseStoreState *st, Relation rel, void *arg)
+{
+	NewGroup   *g = arg;
+
+	return heap_form_tuple(RelationGetDescr(rel), g->values, g->nulls);
+}
+
 /*
  * Insert the le_group row of a new group owned by the caller; returns its
  * id, or 0 when a concurrent call created a group of that name first (the
@@ -2276,58 +2327,22 @@ le_rows_group_find(LeaseStoreState *st, const char *name, LeaseGroup *group)
 int64
 le_rows_group_insert(LeaseStoreState *st, const char *name, int32 partitions, int32 max_moves)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	Oid			relid = le_rows_group_relid(st->nsp, LE_REL_GROUP);
-	Datum		values[Natts_le_group];
-	bool		nulls[Natts_le_group];
+	NewGroup	g;
 	int64		group_id;
-	volatile bool created = false;
 
 	PreventCommandIfReadOnly("INSERT");
 	group_id = nextval_internal(le_rows_group_relid(st->nsp, LE_REL_GROUP_SEQ), true);
-	memset(nulls, false, sizeof(nulls));
-	values[Anum_le_group_group_id - 1] = Int64GetDatum(group_id);
-	values[Anum_le_group_group_name - 1] = CStringGetTextDatum(name);
-	values[Anum_le_group_partitions - 1] = Int32GetDatum(partitions);
-	values[Anum_le_group_owner_role - 1] = ObjectIdGetDatum(st->caller);
-	values[Anum_le_group_max_moves - 1] = Int32GetDatum(max_moves);
-	values[Anum_le_group_created_at - 1] = TimestampTzGetDatum(GetCurrentTimestamp());
-	nulls[0] = false;
-
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		Relation	rel = le_rows_open(relid, RowExclusiveLock, le_group_types, Natts_le_group);
-		HeapTuple	tup = heap_form_tuple(RelationGetDescr(rel), values, nulls);
-
-		simple_heap_insert(rel, tup);
-		le_rows_index_tuple(rel, tup);
-		table_close(rel, NoLock);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-		created = true;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-		if (edata->sqlerrcode != ERRCODE_UNIQUE_VIOLATION)
-			ReThrowError(edata);
-		FreeErrorData(edata);
-		if (IsolationUsesXactSnapshot())
-			le_rows_serialization_failure();
-	}
-	PG_END_TRY();
-	return created ? group_id : 0;
+	memset(g.nulls, false, sizeof(g.nulls));
+	g.values[Anum_le_group_group_id - 1] = Int64GetDatum(group_id);
+	g.values[Anum_le_group_group_name - 1] = CStringGetTextDatum(name);
+	g.values[Anum_le_group_partitions - 1] = Int32GetDatum(partitions);
+	g.values[Anum_le_group_owner_role - 1] = ObjectIdGetDatum(st->caller);
+	g.values[Anum_le_group_max_moves - 1] = Int32GetDatum(max_moves);
+	g.values[Anum_le_group_created_at - 1] = TimestampTzGetDatum(GetCurrentTimestamp());
+	if (!le_rows_insert_once(st, le_rows_group_relid(st->nsp, LE_REL_GROUP), le_group_types,
+							 Natts_le_group, le_rows_form_group_cb, &g))
+		return 0;
+	return group_id;
 }
 
 /*
