@@ -996,23 +996,17 @@ le_fence_parse_mode(int nargs, char **args)
 }
 
 /*
- * Check that column of rel can name a row's partition: a plain smallint,
- * integer or bigint column.  Returns its number and type.  Shared by
- * le_protect() and the trigger, like le_fence_validate.
+ * The attribute of rel named column, which is to hold what (e.g. "token
+ * column"); NULL when there is none.  A generated column is refused
+ * (0A000): it is computed after BEFORE triggers, so the fence would judge a
+ * value that is not the one stored; hint says what to store instead.
  */
-static AttrNumber
-le_fence_validate_partition(Relation rel, const char *column, const char *token_column,
-							Oid *atttypid)
+static Form_pg_attribute
+le_fence_plain_column(Relation rel, const char *column, const char *what, const char *hint)
 {
 	TupleDesc	desc = RelationGetDescr(rel);
 	int			i;
 
-	if (strcmp(column, token_column) == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("partition column and token column of table \"%s\" are both \"%s\"",
-						RelationGetRelationName(rel), column),
-				 errhint("Name the column that holds the row's partition number and the one that holds the writer's token.")));
 	for (i = 0; i < desc->natts; i++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, i);
@@ -1022,10 +1016,36 @@ le_fence_validate_partition(Relation rel, const char *column, const char *token_
 		if (att->attgenerated != '\0')
 			ereport(ERROR,
 					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					 errmsg("partition column \"%s\" of table \"%s\" is a generated column",
-							column, RelationGetRelationName(rel)),
+					 errmsg("%s \"%s\" of table \"%s\" is a generated column",
+							what, column, RelationGetRelationName(rel)),
 					 errdetail("A generated column is computed after BEFORE triggers, so the fence would judge a value that is not the one stored."),
-					 errhint("Store the row's partition number in a plain integer column.")));
+					 errhint("%s", hint)));
+		return att;
+	}
+	return NULL;
+}
+
+/*
+ * Check that column of rel can name a row's partition: a plain smallint,
+ * integer or bigint column.  Returns its number and type.  Shared by
+ * le_protect() and the trigger, like le_fence_validate.
+ */
+static AttrNumber
+le_fence_validate_partition(Relation rel, const char *column, const char *token_column,
+							Oid *atttypid)
+{
+	Form_pg_attribute att;
+
+	if (strcmp(column, token_column) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("partition column and token column of table \"%s\" are both \"%s\"",
+						RelationGetRelationName(rel), column),
+				 errhint("Name the column that holds the row's partition number and the one that holds the writer's token.")));
+	att = le_fence_plain_column(rel, column, "partition column",
+								"Store the row's partition number in a plain integer column.");
+	if (att != NULL)
+	{
 		if (att->atttypid != INT2OID && att->atttypid != INT4OID && att->atttypid != INT8OID)
 			ereport(ERROR,
 					(errcode(ERRCODE_DATATYPE_MISMATCH),
@@ -1052,9 +1072,8 @@ le_fence_validate_partition(Relation rel, const char *column, const char *token_
 static AttrNumber
 le_fence_validate(Relation rel, const char *key, const char *column, Oid *atttypid)
 {
-	TupleDesc	desc = RelationGetDescr(rel);
 	size_t		keylen = key != NULL ? strlen(key) : 0;
-	int			i;
+	Form_pg_attribute att;
 
 	if (rel->rd_rel->relkind != RELKIND_RELATION &&
 		rel->rd_rel->relkind != RELKIND_PARTITIONED_TABLE)
@@ -1068,19 +1087,10 @@ le_fence_validate(Relation rel, const char *key, const char *column, Oid *atttyp
 				 errmsg("invalid lease key for the fence of table \"%s\"", RelationGetRelationName(rel)),
 				 errdetail("A lease key is 1 to %d bytes long.", LE_MAX_KEY_LEN)));
 
-	for (i = 0; i < desc->natts; i++)
+	att = le_fence_plain_column(rel, column, "token column",
+								"Store the writer's fencing token in a plain bigint column.");
+	if (att != NULL)
 	{
-		Form_pg_attribute att = TupleDescAttr(desc, i);
-
-		if (att->attisdropped || strcmp(NameStr(att->attname), column) != 0)
-			continue;
-		if (att->attgenerated != '\0')
-			ereport(ERROR,
-					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					 errmsg("token column \"%s\" of table \"%s\" is a generated column",
-							column, RelationGetRelationName(rel)),
-					 errdetail("A generated column is computed after BEFORE triggers, so the fence would judge a value that is not the one stored."),
-					 errhint("Store the writer's fencing token in a plain bigint column.")));
 		if (att->atttypid != INT8OID)
 			ereport(ERROR,
 					(errcode(ERRCODE_DATATYPE_MISMATCH),
