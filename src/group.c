@@ -49,6 +49,7 @@ typedef struct GroupView
 	int32		nlive;
 	LeaseRow  **live;			/* membership rows of the live members */
 	int32	   *holder;			/* per partition: index in live, or LE_ASSIGN_*_HOLDER */
+	TimestampTz now;			/* the instant that judged the rows */
 	LeaseAssignment assign;
 } GroupView;
 
@@ -145,6 +146,7 @@ le_group_view(LeaseStoreState *st, GroupView *gv)
 
 	le_rows_group_scan(st, &gv->group, &gv->rows);
 	now = GetCurrentTimestamp();
+	gv->now = now;
 	gv->live = palloc(sizeof(LeaseRow *) * Max(gv->rows.nmembers, 1));
 	gv->nlive = 0;
 	for (i = 0; i < gv->rows.nmembers; i++)
@@ -325,71 +327,42 @@ le_group_join(LeaseStoreState *st, const LeaseGroup *group, const char *key, cha
 	return r == LE_ACQUIRE_GRANTED;
 }
 
-/* le_rows_lock's check for a revoked partition: still the version it was. */
-static bool
-le_group_still_held(const LeaseRow *row, void *arg)
-{
-	const LeaseGroupPart *part = arg;
-
-	return row->holder != NULL && row->fencing_token == part->fencing_token &&
-		strcmp(row->holder, part->holder) == 0 &&
-		strcmp(row->holder_role, part->holder_role) == 0 &&
-		le_store_lease_valid(row, GetCurrentTimestamp());
-}
-
 /*
- * Partition p, validly held by the heartbeating member, goes to another
- * member: report it 'revoke', not renewed.  It never outlives the
- * membership: when it would last past the membership's new expiry (the
- * member heartbeats with a shorter ttl than when it was last renewed), it
- * is cut to that expiry, so a member that stops heartbeating holds nothing
- * once its membership lapsed.  Never extended, never granted anew: when it
- * changed meanwhile (released by the member in another session, or
- * lapsed), it is only reported pending.
- *
- * Locks: the partition's row, when it is cut, to the end of the
- * transaction; no fence lock (the holder and token stay).
+ * Partition p (row part), which the caller (member id and role) holds validly and
+ * this heartbeat does not renew: bring its expiry down to the membership's
+ * new one, expires_at, when it is later (never extend it), so that no
+ * partition outlives the membership it was given under, and report it for
+ * the caller to give up ('revoke').
  */
 static void
-le_group_revoke_partition(LeaseStoreState *st, GroupView *gv, int32 p, char *key,
-						  TimestampTz expires_at, ReturnSetInfo *rsinfo, bool *locked)
+le_group_heartbeat_give_up(LeaseStoreState *st, const LeaseGroupPart *part, int32 p,
+						   char *key, char *member, TimestampTz expires_at, ReturnSetInfo *rsinfo,
+						   bool *locked)
 {
-	const LeaseGroupPart *part = &gv->rows.partitions[p];
-	LeaseRow	row;
+	TimestampTz until = part->expires_at;
+	LeaseRow	out;
 
-	if (part->expires_at <= expires_at)
+	if (until > expires_at)
 	{
-		le_group_emit(rsinfo, p, key, part->fencing_token, part->expires_at, "revoke", false);
-		return;
-	}
-	le_store_next_row(st, key);
-	(void) le_rows_group_adopt(st, part, &row);
-	for (;;)
-	{
-		bool		held = le_rows_lock(st, key, &row, le_group_still_held, (void *) part);
-
+		le_store_next_row(st, key);
+		(void) le_rows_group_adopt(st, part, &out);
+		if (le_lease_cap_row(st, key, member, part->fencing_token, expires_at, &out))
+			until = out.expires_at;
 		if (st->locked)
 			*locked = true;
-		if (!held || !le_group_still_held(&row, (void *) part))
-		{
-			le_group_emit(rsinfo, p, key, 0, 0, "pending", false);
-			return;
-		}
-		if (row.expires_at > expires_at)
-			row.expires_at = expires_at;
-		if (le_rows_write(st, &row))
-			break;
 	}
-	le_group_emit(rsinfo, p, key, row.fencing_token, row.expires_at, "revoke", false);
+	le_group_emit(rsinfo, p, key, part->fencing_token, until, "revoke", false);
 }
 
 /*
- * The heartbeat's work on partition p for live member me (index in
- * gv->live), whose membership now lasts to expires_at: report a partition
- * it must give up (revoke: not renewed), renew one it keeps and claim a free
- * one assigned to it (both to exactly expires_at, trying the fence lock,
- * never waiting for it), report one it waits for (pending).  Others'
- * partitions are left alone.  *locked is set when a row was locked.
+ * The heartbeat's work on partition p for member me (index in gv->live;
+ * -1 when its membership lapsed before the group was read, a tiny ttl),
+ * whose membership now lasts to expires_at: renew a partition it keeps and
+ * claim a free one assigned to it (both to exactly expires_at, trying the
+ * fence lock, never waiting for it), give up any other partition it holds
+ * (revoke: not renewed, and never valid past expires_at), report one it
+ * waits for (pending).  Others' partitions are left alone.  *locked is set
+ * when a row was locked.
  */
 static void
 le_group_heartbeat_partition(LeaseStoreState *st, GroupView *gv, int32 p, int32 me,
@@ -398,35 +371,33 @@ le_group_heartbeat_partition(LeaseStoreState *st, GroupView *gv, int32 p, int32 
 {
 	const LeaseGroupPart *part = &gv->rows.partitions[p];
 	LeaseAssignState state = gv->assign.state[p];
+	bool		assigned = me >= 0 && gv->assign.target[p] == me;
+	bool		held;
 	char	   *key;
 	LeaseAcquireRequest req;
 	LeaseAcquireResult r;
 	LeaseRow	out;
 
-	if (me < 0 || (gv->assign.target[p] != me && gv->holder[p] != me))
+	/* Held validly by this member id and role (as the view read it). */
+	held = part->holder != NULL && part->expires_at > gv->now &&
+		strcmp(part->holder, member) == 0 && strcmp(part->holder_role, st->caller_name) == 0;
+	if (!assigned && !held)
 		return;
 	key = le_group_partition_key(&gv->group, p);
-	if (state == LE_ASSIGN_REVOKE && gv->holder[p] == me)
+	if (held && (!assigned || state == LE_ASSIGN_REVOKE || GetCurrentTimestamp() >= expires_at))
 	{
-		le_group_revoke_partition(st, gv, p, key, expires_at, rsinfo, locked);
+		le_group_heartbeat_give_up(st, part, p, key, member, expires_at, rsinfo, locked);
 		return;
 	}
-	if (gv->assign.target[p] != me)
-		return;
-	if (state != LE_ASSIGN_OWNED && state != LE_ASSIGN_FREE)
+	if ((state != LE_ASSIGN_OWNED && state != LE_ASSIGN_FREE) || GetCurrentTimestamp() >= expires_at)
 	{
+		/* held by another member, or the membership lapsed meanwhile */
 		le_group_emit(rsinfo, p, key, 0, 0, "pending", false);
 		return;
 	}
 	if (state == LE_ASSIGN_FREE && ++(*claims) > LE_GROUP_MAX_CHANGES)
 	{
 		/* over this heartbeat's claims: the next heartbeat takes it */
-		le_group_emit(rsinfo, p, key, 0, 0, "pending", false);
-		return;
-	}
-	if (GetCurrentTimestamp() >= expires_at)
-	{
-		/* the membership lapsed meanwhile (a tiny ttl): nothing to give */
 		le_group_emit(rsinfo, p, key, 0, 0, "pending", false);
 		return;
 	}

@@ -297,6 +297,8 @@ typedef struct LeaseAcquireRequest
 
 extern LeaseAcquireResult le_lease_acquire_row(LeaseStoreState *st, const LeaseAcquireRequest *req,
 											   LeaseRow *out);
+extern bool le_lease_cap_row(LeaseStoreState *st, const char *key, const char *owner,
+							 int64 token, TimestampTz expires_at, LeaseRow *out);
 extern bool le_lease_free_row(LeaseStoreState *st, const char *key, const char *owner,
 							  int64 token, const char *reason);
 

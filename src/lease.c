@@ -541,6 +541,64 @@ retry:
 	return granted ? LE_ACQUIRE_GRANTED : LE_ACQUIRE_EXTENDED;
 }
 
+/* What le_lease_cap_row shortens: the caller's valid lease, token, later. */
+typedef struct CapCheck
+{
+	const char *owner;
+	int64		token;
+	TimestampTz expires_at;
+	const LeaseStoreState *st;
+} CapCheck;
+
+/* Is the row the caller's valid lease with this token, expiring later? */
+static bool
+le_lease_cap_applies(const LeaseRow *row, void *arg)
+{
+	const CapCheck *cc = (const CapCheck *) arg;
+
+	return le_lease_is_ours(row, cc->owner, cc->st) && row->fencing_token == cc->token &&
+		row->expires_at > cc->expires_at && le_store_lease_valid(row, GetCurrentTimestamp());
+}
+
+/*
+ * Inside the frame st the caller began (and ends): bring the expiry of the
+ * lease key that owner and the caller's role validly hold with token down
+ * to expires_at when it is later (never later, never a new token); true
+ * when shortened, *out then the lease as written.  A partition a member
+ * gives up must not outlive its membership (le_group_heartbeat).
+ *
+ * Locks: none when the first read shows nothing to shorten; else the lease
+ * row to the end of the transaction, never the fence lock (the token does
+ * not change, and a fenced commit reads the expiry after the row lock).
+ */
+bool
+le_lease_cap_row(LeaseStoreState *st, const char *key, const char *owner, int64 token,
+				 TimestampTz expires_at, LeaseRow *out)
+{
+	LeaseRow	row;
+	CapCheck	cc;
+
+	cc.owner = owner;
+	cc.token = token;
+	cc.expires_at = expires_at;
+	cc.st = st;
+	memset(&row, 0, sizeof(row));
+retry:
+	if (!le_rows_lock(st, key, &row, le_lease_cap_applies, &cc))
+		return false;
+	if (!le_lease_cap_applies(&row, &cc))
+	{
+		le_lease_bound_refusal(st);
+		return false;
+	}
+	row.expires_at = expires_at;
+	if (!le_rows_write(st, &row))
+		goto retry;				/* the row changed since it was read */
+	le_durable_commit();
+	*out = row;
+	return true;
+}
+
 /*
  * One try of le_acquire: true when granted (*out is the caller's lease,
  * *new_period tells whether the token is new), false when refused (*out is
