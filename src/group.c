@@ -360,14 +360,17 @@ le_group_heartbeat_give_up(LeaseStoreState *st, const LeaseGroupPart *part, int3
  * whose membership now lasts to expires_at: renew a partition it keeps and
  * claim a free one assigned to it (both to exactly expires_at, trying the
  * fence lock, never waiting for it), give up any other partition it holds
- * (revoke: not renewed, and never valid past expires_at), report one it
- * waits for (pending).  Others' partitions are left alone.  *locked is set
+ * (revoke: not renewed, and never valid past expires_at), also every one
+ * it still holds from an earlier membership when this one is new (joined:
+ * after its membership was force released, or after a le_group_leave that
+ * left partitions for a later call), so that a new membership's partitions
+ * all come with new tokens; report one it waits for (pending).  Others' partitions are left alone.  *locked is set
  * when a row was locked.
  */
 static void
 le_group_heartbeat_partition(LeaseStoreState *st, GroupView *gv, int32 p, int32 me,
-							 char *member, TimestampTz expires_at, ReturnSetInfo *rsinfo,
-							 bool *locked, int *claims)
+							 bool joined, char *member, TimestampTz expires_at,
+							 ReturnSetInfo *rsinfo, bool *locked, int *claims)
 {
 	const LeaseGroupPart *part = &gv->rows.partitions[p];
 	LeaseAssignState state = gv->assign.state[p];
@@ -384,7 +387,8 @@ le_group_heartbeat_partition(LeaseStoreState *st, GroupView *gv, int32 p, int32 
 	if (!assigned && !held)
 		return;
 	key = le_group_partition_key(&gv->group, p);
-	if (held && (!assigned || state == LE_ASSIGN_REVOKE || GetCurrentTimestamp() >= expires_at))
+	if (held && (joined || !assigned || state == LE_ASSIGN_REVOKE ||
+				 GetCurrentTimestamp() >= expires_at))
 	{
 		le_group_heartbeat_give_up(st, part, p, key, member, expires_at, rsinfo, locked);
 		return;
@@ -470,8 +474,8 @@ le_group_heartbeat(PG_FUNCTION_ARGS)
 		if (gv.live[i]->lease_id == mrow.lease_id)
 			me = i;
 	for (p = 0; p < gv.group.partitions; p++)
-		le_group_heartbeat_partition(&st, &gv, p, me, member, mrow.expires_at, rsinfo, &locked,
-									 &claims);
+		le_group_heartbeat_partition(&st, &gv, p, me, joined, member, mrow.expires_at, rsinfo,
+									 &locked, &claims);
 
 	/* One deadline covers every row locked: they all last to the same expiry. */
 	st.lease_key = key;
@@ -485,7 +489,9 @@ le_group_heartbeat(PG_FUNCTION_ARGS)
  * le_group_leave(group_name, member_id) -> the number of partitions
  * released: frees every partition the caller (member id and role) holds,
  * valid or lapsed, and its membership, in this transaction.  55006 when
- * another role holds the member id validly.
+ * another role holds the member id validly.  The caller need not be a
+ * member of the group's owner role any more (removed from it, or the role
+ * dropped): it only gives up what it holds.
  *
  * Locks: as le_release, for the membership first and then each partition
  * in ascending order (the heartbeat's order: a heartbeat of the same member
@@ -509,7 +515,7 @@ le_group_leave(PG_FUNCTION_ARGS)
 	le_group_check_isolation("le_group_leave");
 	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
 	le_group_lookup(&st, name, &group);
-	le_group_check_role(&st, &group);
+	/* no owner role check: giving up what the caller holds needs none */
 	le_rows_group_scan(&st, &group, &rows);
 	for (i = 0; i < rows.nmembers; i++)
 	{
