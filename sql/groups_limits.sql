@@ -69,6 +69,16 @@ SET ROLE regress_le_lmem;
 SELECT state, count(*) FROM le_group_heartbeat('cap', 'b', '1 hour') GROUP BY 1 ORDER BY 1;
 SELECT le_group_leave('cap', 'b') AS released;
 RESET ROLE;
+-- A new role that takes the old name is not the owner.
+CREATE ROLE regress_le_lown;
+CREATE ROLE regress_le_limpostor IN ROLE regress_le_lown;
+SELECT count(*) > 0 AS granted FROM le_grant('regress_le_limpostor', 'group');
+SET ROLE regress_le_limpostor;
+SELECT count(*) FROM le_group_heartbeat('cap', 'i', '1 hour');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+SELECT count(*) > 0 AS revoked FROM le_revoke('regress_le_limpostor', 'group');
+DROP ROLE regress_le_limpostor, regress_le_lown;
 ALTER ROLE regress_le_lown2 RENAME TO regress_le_lown;
 
 SELECT le_revoke(r::regrole, 'group') IS NOT NULL AS revoked
