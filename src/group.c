@@ -60,11 +60,25 @@ le_group_member_key(const char *name, const char *member)
 	return psprintf(LE_GROUP_KEY_PREFIX "%s:member:%s", name, member);
 }
 
-/* The key of a group's partition p. */
+/*
+ * The key of a group's partition p (what psprintf("le:group:%s:%d") makes,
+ * without its format parsing: a heartbeat makes one per partition it
+ * works on).
+ */
 static char *
 le_group_partition_key(const LeaseGroup *group, int32 p)
 {
-	return psprintf(LE_GROUP_KEY_PREFIX "%s:%d", group->group_name, p);
+	size_t		name_len = strlen(group->group_name);
+	char	   *key = palloc(sizeof(LE_GROUP_KEY_PREFIX) + name_len + 1 + MAXINT8LEN);
+	char	   *end = key;
+
+	memcpy(end, LE_GROUP_KEY_PREFIX, sizeof(LE_GROUP_KEY_PREFIX) - 1);
+	end += sizeof(LE_GROUP_KEY_PREFIX) - 1;
+	memcpy(end, group->group_name, name_len);
+	end += name_len;
+	*end++ = ':';
+	pg_ltoa(p, end);
+	return key;
 }
 
 /* Read the group name into *group, or raise 42704. */
@@ -364,19 +378,23 @@ le_group_heartbeat_give_up(LeaseStoreState *st, const LeaseGroupPart *part, int3
  * it still holds from an earlier membership when this one is new (joined:
  * after its membership was force released, or after a le_group_leave that
  * left partitions for a later call), so that a new membership's partitions
- * all come with new tokens; report one it waits for (pending).  Others' partitions are left alone.  *locked is set
- * when a row was locked.
+ * all come with new tokens; report one it waits for (pending).  Others'
+ * partitions are left alone.  *locked is set when a row was locked.  A
+ * renewal or claim runs in row_cxt, a child of st's caller_cxt reset for
+ * each row (what it returns is reported here and not kept).
  */
 static void
 le_group_heartbeat_partition(LeaseStoreState *st, GroupView *gv, int32 p, int32 me,
 							 bool joined, char *member, TimestampTz expires_at,
-							 ReturnSetInfo *rsinfo, bool *locked, int *claims)
+							 ReturnSetInfo *rsinfo, MemoryContext row_cxt, bool *locked,
+							 int *claims)
 {
 	const LeaseGroupPart *part = &gv->rows.partitions[p];
 	LeaseAssignState state = gv->assign.state[p];
 	bool		assigned = me >= 0 && gv->assign.target[p] == me;
 	bool		held;
 	char	   *key;
+	MemoryContext old;
 	LeaseAcquireRequest req;
 	LeaseAcquireResult r;
 	LeaseRow	out;
@@ -406,7 +424,15 @@ le_group_heartbeat_partition(LeaseStoreState *st, GroupView *gv, int32 p, int32 
 		return;
 	}
 
+	/*
+	 * What the last row's call read and allocated is forgotten first, so
+	 * that nothing of st points into row_cxt when it is reset: a heartbeat's
+	 * memory stays that of one row, however many partitions it renews.
+	 */
 	le_store_next_row(st, key);
+	MemoryContextReset(row_cxt);
+	old = MemoryContextSwitchTo(row_cxt);
+	st->caller_cxt = row_cxt;
 	(void) le_rows_group_adopt(st, part, &out);
 	memset(&req, 0, sizeof(req));
 	req.key = key;
@@ -424,6 +450,8 @@ le_group_heartbeat_partition(LeaseStoreState *st, GroupView *gv, int32 p, int32 
 					  r == LE_ACQUIRE_GRANTED);
 	else
 		le_group_emit(rsinfo, p, key, 0, 0, "pending", false);
+	st->caller_cxt = MemoryContextGetParent(row_cxt);
+	MemoryContextSwitchTo(old);
 }
 
 /*
@@ -450,6 +478,7 @@ le_group_heartbeat(PG_FUNCTION_ARGS)
 	LeaseStoreState st;
 	GroupView	gv;
 	LeaseRow	mrow;
+	MemoryContext row_cxt;
 	bool		joined;
 	bool		locked = true;	/* the membership row */
 	int32		me = -1;
@@ -473,9 +502,10 @@ le_group_heartbeat(PG_FUNCTION_ARGS)
 	for (i = 0; i < gv.nlive; i++)
 		if (gv.live[i]->lease_id == mrow.lease_id)
 			me = i;
+	row_cxt = AllocSetContextCreate(st.caller_cxt, "le_group_heartbeat row", ALLOCSET_DEFAULT_SIZES);
 	for (p = 0; p < gv.group.partitions; p++)
 		le_group_heartbeat_partition(&st, &gv, p, me, joined, member, mrow.expires_at, rsinfo,
-									 &locked, &claims);
+									 row_cxt, &locked, &claims);
 
 	/* One deadline covers every row locked: they all last to the same expiry. */
 	st.lease_key = key;

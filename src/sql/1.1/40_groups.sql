@@ -40,7 +40,11 @@ COMMENT ON COLUMN @extschema@.le_group.created_at IS 'when the group was created
 
 -- The group of a lease row: never changed after the row is made, and only
 -- group rows are indexed by it, so renewals stay HOT and plain leases cost
--- the index nothing.
+-- the index nothing.  Without deduplication, so that an entry of a dead
+-- version (left by an update that could not stay HOT) is marked dead by the
+-- first scan that finds it and skipped by the next ones: in a posting list
+-- with the live version's entry it could not be, and every heartbeat would
+-- visit it again until VACUUM.
 ALTER TABLE @extschema@.le_lease
     ADD COLUMN group_id        bigint,
     ADD COLUMN group_partition integer,
@@ -51,6 +55,7 @@ COMMENT ON COLUMN @extschema@.le_lease.group_id IS
 COMMENT ON COLUMN @extschema@.le_lease.group_partition IS
     'partition number (0 to partitions - 1) of a group''s partition row; NULL for a membership or a plain lease';
 CREATE INDEX le_lease_group ON @extschema@.le_lease (group_id, group_partition)
+    WITH (deduplicate_items = off)
     WHERE group_id IS NOT NULL;
 COMMENT ON INDEX @extschema@.le_lease_group IS
     'the rows of a partition group, partitions in ascending order, then its memberships: one scan per heartbeat';
