@@ -13,6 +13,8 @@
 #   mixed    MIXED handovers, each a release after a random hold or an
 #            abandoned lease at random: the largest time any waiter slept
 #            past the moment it could have had the lease (target < 100 ms).
+# Each handover over 100 ms is listed (up to 10 per section): how the
+# period ended, its holder and the next one.
 # No timing assertion: it prints the figures.  Knobs: WAITERS (100),
 # HANDOVERS (1,000 per section), MIXED (2,000), EXPIRY_TTL (50ms),
 # SETTING (one more server setting, e.g. "deadlock_timeout = 60s"),
@@ -56,6 +58,9 @@ report() {
     le_bench_psql -At -F ' ' -c "SELECT * FROM wait_bench_report('$1')" | while read -r n p50 p99 max refusals ended over; do
         printf '%-8s handovers %5s  %-14s p50 %6s ms  p99 %6s ms  max %6s ms  over 100 ms %s  refusals per handover %s\n' \
             "$2" "$n" "($ended)" "$p50" "$p99" "$max" "$over" "$refusals"
+    done
+    le_bench_psql -At -F ' ' -c "SELECT * FROM wait_bench_slow('$1')" | while read -r why who next ms; do
+        printf '         over 100 ms: %s by %s, next %s, after %s ms\n' "$why" "$who" "$next" "$ms"
     done
 }
 

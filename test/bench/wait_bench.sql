@@ -56,3 +56,18 @@ SELECT count(*),
        count(*) FILTER (WHERE ms > 100)
   FROM g
 $$;
+
+-- The handovers of key k whose gap passed 100 ms, largest first: the
+-- period's end reason, its holder, the next holder, the gap in ms.
+CREATE FUNCTION wait_bench_slow(k text, OUT end_reason text, OUT holder text,
+                                OUT next_holder text, OUT ms numeric)
+RETURNS SETOF record LANGUAGE sql AS $$
+SELECT end_reason, holder, next_holder, round(extract(epoch FROM next_at - ended_at)::numeric * 1000, 2)
+  FROM (SELECT end_reason, holder, ended_at,
+               lead(holder) OVER (ORDER BY fencing_token) AS next_holder,
+               lead(acquired_at) OVER (ORDER BY fencing_token) AS next_at
+          FROM le_lease_history WHERE lease_key = k) p
+ WHERE next_at - ended_at > interval '100 milliseconds'
+ ORDER BY next_at - ended_at DESC
+ LIMIT 10
+$$;
