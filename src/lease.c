@@ -383,11 +383,12 @@ le_lease_extend(LeaseRow *row, const LeaseAcquireRequest *req, TimestampTz now,
  * After the write of a change of *row from an expiry of old_expires_at:
  * one that brought the expiry earlier wakes the head of the lease's queue
  * at commit, which sleeps until the expiry it read (le_wait_note_wake).
+ * The rows of partition groups have no queue (le_acquire refuses them).
  */
 static void
 le_lease_note_expiry(const LeaseRow *row, TimestampTz old_expires_at)
 {
-	if (row->expires_at < old_expires_at)
+	if (row->expires_at < old_expires_at && row->group_id == 0)
 		le_wait_note_wake(row->lease_id);
 }
 
