@@ -82,16 +82,16 @@ SELECT count(*),
   FROM g
 $$;
 
--- The handovers of key k whose gap passed 100 ms, largest first: the
--- period's end reason, its holder, the next holder, the gap in ms, how
+-- The handovers of key k whose gap passed 100 ms, largest first: when the
+-- period ended (UTC), its end reason, its holder, the next holder, the gap in ms, how
 -- long the COMMIT of the period's grant and of its release took (NULL: no
 -- release), and the gap from the moment the lease could be had (its end,
 -- or later when the grant or release it waited for committed later).
-CREATE FUNCTION wait_bench_slow(k text, OUT end_reason text, OUT holder text,
+CREATE FUNCTION wait_bench_slow(k text, OUT ended text, OUT end_reason text, OUT holder text,
                                 OUT next_holder text, OUT ms numeric, OUT grant_commit_ms numeric,
                                 OUT release_commit_ms numeric, OUT from_visible_ms numeric)
 RETURNS SETOF record LANGUAGE sql AS $$
-SELECT p.end_reason, p.holder, p.next_holder,
+SELECT to_char(p.ended_at AT TIME ZONE 'UTC', 'HH24:MI:SS.MS'), p.end_reason, p.holder, p.next_holder,
        round(extract(epoch FROM p.next_at - p.ended_at)::numeric * 1000, 2),
        round(extract(epoch FROM g.after - g.before)::numeric * 1000, 2),
        round(extract(epoch FROM r.after - r.before)::numeric * 1000, 2),
