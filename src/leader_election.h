@@ -134,7 +134,7 @@ extern bool le_wait_enter(int64 lease_id, TimestampTz deadline);
 extern void le_wait_leave(int64 lease_id);
 extern void le_wait_sleep(TimestampTz until);
 extern void le_wait_check_client(void);
-extern void le_wait_note_free(int64 lease_id);
+extern void le_wait_note_wake(int64 lease_id);
 
 /* Error messages quote at most this many characters of an input value. */
 #define LE_MAX_SHOWN_CHARS		64

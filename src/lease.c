@@ -380,6 +380,19 @@ le_lease_extend(LeaseRow *row, const LeaseAcquireRequest *req, TimestampTz now,
 }
 
 /*
+ * After the write of a change of *row from an expiry of old_expires_at:
+ * one that brought the expiry earlier wakes the head of the lease's queue
+ * at commit, which sleeps until the expiry it read (le_wait_note_wake).
+ * The rows of partition groups have no queue (le_acquire refuses them).
+ */
+static void
+le_lease_note_expiry(const LeaseRow *row, TimestampTz old_expires_at)
+{
+	if (row->expires_at < old_expires_at && row->group_id == 0)
+		le_wait_note_wake(row->lease_id);
+}
+
+/*
  * One try to acquire the lease row req->key for req->owner, inside the
  * frame st the caller began (and ends): grants a free or expired lease with
  * a new, higher token (LE_ACQUIRE_GRANTED); extends a lease this owner and
@@ -405,6 +418,7 @@ le_lease_acquire_row(LeaseStoreState *st, const LeaseAcquireRequest *req, LeaseR
 	LeaseRow	row;
 	TimestampTz now;
 	TimestampTz expires_at;
+	TimestampTz old_expires_at;
 	bool		found;
 	bool		fenced = false;
 	int64		fenced_id = 0;
@@ -494,9 +508,11 @@ retry:
 			return LE_ACQUIRE_REFUSED;
 		}
 		/* The valid holder again (e.g. a retry after a lost reply). */
+		old_expires_at = row.expires_at;
 		le_lease_extend(&row, req, now, expires_at);
 		if (!le_rows_write(st, &row))
 			goto retry;			/* the row changed since it was read */
+		le_lease_note_expiry(&row, old_expires_at);
 	}
 	else
 	{
@@ -875,6 +891,7 @@ le_renew(PG_FUNCTION_ARGS)
 	LeaseStoreState st;
 	LeaseRow	row;
 	TimestampTz now;
+	TimestampTz old_expires_at;
 	RenewCheck	rc;
 
 	le_check_writable("renew");
@@ -914,10 +931,12 @@ retry:
 	row.renew_margin_us = row.expires_at - now;
 	if (row.renew_margin_min_us < 0 || row.renew_margin_us < row.renew_margin_min_us)
 		row.renew_margin_min_us = row.renew_margin_us;
+	old_expires_at = row.expires_at;
 	row.renewed_at = now;
 	row.expires_at = now + ttl;
 	if (!le_rows_write(&st, &row))
 		goto retry;				/* the row changed since it was read */
+	le_lease_note_expiry(&row, old_expires_at);
 	le_durable_commit();
 	st.idle_bound_us = ttl;
 	le_store_end(&st);
@@ -1065,7 +1084,7 @@ retry:
 							  old.expires_at);
 	le_lease_close_period(st, &old, now, reason, end);
 	le_watch_notify(st, reason, &row);
-	le_wait_note_free(old.lease_id);
+	le_wait_note_wake(old.lease_id);
 	le_durable_commit();
 	return true;
 }

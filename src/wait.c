@@ -3,20 +3,22 @@
  * wait.c
  *		The server-side wait of le_acquire(..., wait => ...): a queue of
  *		waiters per lease in the lock manager, and the wake-up of its head
- *		when a transaction that freed the lease commits.
+ *		when a transaction that freed the lease, or brought its expiry
+ *		earlier, commits.
  *
  * Waiters of a lease queue, first come first served, for a lock of our own
  * (the wait tag: the fence lock's tag with another class, so it collides
  * with no user advisory lock and no fence lock).  Only its holder, the
  * head, tries the lease; it sleeps on its latch until the lease's expiry or
- * the wait's end.  A transaction that frees the lease finds the head at
- * commit, once the release is visible, as the holder of the wait tag
- * (GetLockConflicts) and sets its latch.  No shared memory of ours, no
+ * the wait's end.  A transaction that frees the lease, or moves its expiry
+ * earlier (a renewal or the holder's re-acquire with a shorter ttl), finds
+ * the head at commit, once the change is visible, as the holder of the wait
+ * tag (GetLockConflicts) and sets its latch.  No shared memory of ours, no
  * preloading.  src/README.md ("Waiting for a lease") says why it is sound.
  *
  * Invariant: a head that sleeps is woken by every commit that frees its
- * lease after its last try, and never sleeps past the lease's expiry or
- * the end of its wait.
+ * lease or brings its expiry earlier after its last try, and never sleeps
+ * past the lease's expiry or the end of its wait.
  *
  *-------------------------------------------------------------------------
  */
@@ -61,7 +63,10 @@ extern bool pq_check_connection(void);
  */
 #define LE_WAIT_CLIENT_CHECK_MS	1000
 
-/* Lease ids this transaction freed, to wake their heads at commit. */
+/*
+ * Lease ids this transaction freed or whose expiry it brought earlier, to
+ * wake their heads at commit.
+ */
 static int64 *freed_ids = NULL;
 static int	freed_count = 0;
 static int	freed_size = 0;
@@ -101,7 +106,7 @@ le_wait_wake_heads(void)
 }
 
 /*
- * At commit the release is visible to every new snapshot and every latest
+ * At commit the change is visible to every new snapshot and every latest
  * version read (ProcArrayEndTransaction ran before the callbacks), and our
  * locks are still held: wake the heads then.  An abort wakes nobody.
  */
@@ -118,11 +123,15 @@ le_wait_xact_callback(XactEvent event, void *arg)
 
 /*
  * Note that the current transaction freed lease lease_id (a release, a
- * force release): its commit wakes the head of the lease's queue.  A
- * subtransaction rolled back after this only makes the wake spurious.
+ * force release) or brought its expiry earlier than it was (a renewal or
+ * the valid holder's re-acquire with a shorter ttl): its commit wakes the
+ * head of the lease's queue, which tries again and sleeps to the expiry
+ * then in force.  Waking at the call instead would be lost: the head
+ * would read the version still committed and sleep to its expiry again.
+ * A subtransaction rolled back after this only makes the wake spurious.
  */
 void
-le_wait_note_free(int64 lease_id)
+le_wait_note_wake(int64 lease_id)
 {
 	if (!callback_registered)
 	{

@@ -13,6 +13,12 @@
 #   mixed    MIXED handovers, each a release after a random hold or an
 #            abandoned lease at random: the largest time any waiter slept
 #            past the moment it could have had the lease (target < 100 ms).
+# Each handover over 100 ms is listed (up to 10 per section): how the
+# period ended, its holder and the next one, how long the COMMITs of its
+# grant and release took, and the gap counted from the moment the lease
+# could be had (the end, or the later commit the next grant waited for):
+# a slow commit is not a waiter that overslept.  The checkpoints of the run
+# (server log) are printed last, to compare with the times of those.
 # No timing assertion: it prints the figures.  Knobs: WAITERS (100),
 # HANDOVERS (1,000 per section), MIXED (2,000), EXPIRY_TTL (50ms),
 # SETTING (one more server setting, e.g. "deadlock_timeout = 60s"),
@@ -57,6 +63,10 @@ report() {
         printf '%-8s handovers %5s  %-14s p50 %6s ms  p99 %6s ms  max %6s ms  over 100 ms %s  refusals per handover %s\n' \
             "$2" "$n" "($ended)" "$p50" "$p99" "$max" "$over" "$refusals"
     done
+    le_bench_psql -At -F '|' -c "SELECT * FROM wait_bench_slow('$1')" | while IFS='|' read -r at why who next ms gc rc vis; do
+        printf '         over 100 ms: %s %s by %s, next %s, after %s ms (grant commit %s ms, release commit %s ms; %s ms after visible)\n' \
+            "$at" "$why" "$who" "$next" "$ms" "${gc:-none}" "${rc:-none}" "$vis"
+    done
 }
 
 run release "$HANDOVERS" k_release
@@ -65,3 +75,5 @@ run expire "$HANDOVERS" k_expire
 report k_expire expiry
 run mixed "$MIXED" k_mixed
 report k_mixed mixed
+# Checkpoints flush data files on the disk the WAL is on: a commit may wait.
+grep -h "checkpoint starting\|checkpoint complete" "$dir/server.log" | cut -c1-160 || echo "no checkpoint"
