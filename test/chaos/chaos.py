@@ -474,17 +474,27 @@ class Run:
         for kind, vs in sorted(failovers.items()) + [('all', allv)]:
             vs = sorted(vs)
             if vs:
-                print('  %-20s n=%-4d p50 %.2fs  p99 %.2fs  max %.2fs' % (
-                    kind, len(vs), vs[len(vs) // 2], vs[min(len(vs) - 1, int(len(vs) * 0.99))], vs[-1]))
-        print('invariants (violations):')
-        bad = 0
-        for name, rows in results:
-            print('  %4d  %s' % (len(rows), name))
-            for r in rows[:5]:
-                print('          ' + ' | '.join(str(x) for x in r))
-            bad += len(rows)
-        print('chaos: %s, %d violations' % ('FAIL' if bad else 'ok', bad))
-        return 1 if bad else 0
+                print('  %-20s n=%-4d p50 %.2fs  p99 %.2fs  max %.2fs' % ((kind, len(vs)) + quantiles(vs)))
+        return print_invariants(results, 'chaos')
+
+
+def quantiles(vs):
+    """p50, p99 and maximum of the sorted, non-empty list vs."""
+    return vs[len(vs) // 2], vs[min(len(vs) - 1, int(len(vs) * 0.99))], vs[-1]
+
+
+def print_invariants(results, run):
+    """Print each (invariant, violating rows) with its count and the first
+    rows, then RUN's verdict; 1 when anything was violated, else 0."""
+    print('invariants (violations):')
+    bad = 0
+    for name, rows in results:
+        print('  %4d  %s' % (len(rows), name))
+        for r in rows[:5]:
+            print('          ' + ' | '.join(str(x) for x in r))
+        bad += len(rows)
+    print('%s: %s, %d violations' % (run, 'FAIL' if bad else 'ok', bad))
+    return 1 if bad else 0
 
 
 def main():

@@ -147,11 +147,9 @@ class GroupRun(chaos.Run):
             moved = {p for p in after if before.get(p) != after[p]}
             e['moved'] = len(moved)
             e['balance'] = ','.join(str(n) for n in sorted(collections.Counter(after.values()).values()))
-            m_before = len(set(h for h in before.values() if h))
             if kind in ('join', 'resume'):
                 e['bound'] = math.ceil(PARTITIONS / len(expect))
                 e['bad_moves'] = e['moved'] > e['bound']
-                _ = m_before
             elif kind == 'leave':
                 mine = {p for p, h in before.items() if h == target}
                 e['bound'] = len(mine)
@@ -327,8 +325,8 @@ class GroupRun(chaos.Run):
             never = sum(1 for e in self.events if e['kind'] == kind and e['dt'] is None)
             if vs or never:
                 print('  %-8s n=%-3d p50 %6.2fs  p99 %6.2fs  max %6.2fs%s' % (
-                    kind, len(vs), vs[len(vs) // 2] if vs else 0, vs[min(len(vs) - 1, int(len(vs) * 0.99))]
-                    if vs else 0, vs[-1] if vs else 0, '  (%d never)' % never if never else ''))
+                    (kind, len(vs)) + (chaos.quantiles(vs) if vs else (0, 0, 0))
+                    + ('  (%d never)' % never if never else '',)))
         print('moves (partitions whose owner changed, per event; bound: ceil(N/(M+1)) for a join or resume,'
               ' the departed member\'s share for a leave):')
         for kind in ('join', 'resume', 'leave', 'kill', 'stop', 'restart'):
@@ -338,15 +336,7 @@ class GroupRun(chaos.Run):
                                                    for e in es)))
         print('balance after each convergence: %s' % ' '.join(
             '%s:%s' % (e['kind'], e.get('balance', 'NEVER')) for e in self.events))
-        print('invariants (violations):')
-        bad = 0
-        for name, rows in results:
-            print('  %4d  %s' % (len(rows), name))
-            for r in rows[:5]:
-                print('          ' + ' | '.join(str(x) for x in r))
-            bad += len(rows)
-        print('groups fault: %s, %d violations' % ('FAIL' if bad else 'ok', bad))
-        return 1 if bad else 0
+        return chaos.print_invariants(results, 'groups fault')
 
 
 def main():
