@@ -21,8 +21,10 @@ before the next:
   restart   pg_ctl stop -m immediate, then start
 
 Convergence after a fault: le_group_assignment('g') shows all 64
-partitions 'owned', the valid memberships are exactly the running
-members, and their shares differ by at most one.  Printed per fault kind
+partitions 'owned' by running members, the valid memberships are exactly
+the running members, their shares differ by at most one, and nothing
+changes (holders, tokens) for 1.5 s; the time is that of the first
+reading of that state.  Printed per fault kind
 (p50/p99/max), with the balance and the partitions that moved (compared
 with the sticky bound: at most ceil(N/(M+1)) for a join of an (M+1)th
 member, only the departed member's for a leave).
@@ -72,6 +74,7 @@ from chaos import log, le_checks
 GROUP = 'g'
 PARTITIONS = 64
 KEYS = 'le:group:%s:%%' % GROUP
+SETTLE = 1.5              # seconds a converged state must last (above 2 heartbeats of a 3 s ttl)
 
 
 class GroupRun(chaos.Run):
@@ -115,33 +118,49 @@ class GroupRun(chaos.Run):
 
     # ---- convergence --------------------------------------------------
     def state(self):
-        """(partition -> holder of an 'owned' partition or None, valid members)."""
-        rows = self.sql('SELECT partition, holder, state FROM le_group_assignment(%s)', (GROUP,))
+        """(partition -> (holder, token) of an 'owned' partition or None, valid members)."""
+        rows = self.sql('SELECT partition, holder, fencing_token, state FROM le_group_assignment(%s)', (GROUP,))
         mem = self.sql('SELECT member_id FROM le_group_members WHERE group_name = %s AND is_valid', (GROUP,))
-        return {p: (h if s == 'owned' else None) for p, h, s in rows}, {m for m, in mem}
+        return {p: ((h, t) if s == 'owned' else None) for p, h, t, s in rows}, {m for m, in mem}
+
+    def converged(self, expect, held, live):
+        """Every partition owned by a member of expect, the valid members
+        exactly expect, and their shares within one."""
+        if live != expect or any(h is None or h[0] not in expect for h in held.values()):
+            return False
+        n = collections.Counter(h[0] for h in held.values())
+        shares = [n.get(m, 0) for m in expect]
+        return bool(shares) and max(shares) - min(shares) <= 1
 
     def converge(self, expect):
         """Seconds until the group converged on the member ids in expect
-        (None after --converge-bound), and the holders then."""
+        and then stayed so, with the same holders and tokens, for
+        SETTLE seconds (a state a heartbeat is about to undo does not
+        count); None after --converge-bound.  Also the holders then."""
         t0 = time.time()
-        while time.time() - t0 < self.a.converge_bound:
+        since, last = None, None
+        while time.time() - t0 < self.a.converge_bound + SETTLE:
             try:
                 held, live = self.state()
             except psycopg2.Error:
                 time.sleep(0.2)
                 continue
-            if live == expect and all(h is not None for h in held.values()):
-                n = collections.Counter(held.values())
-                shares = [n.get(m, 0) for m in expect]
-                if shares and max(shares) - min(shares) <= 1:
-                    return time.time() - t0, held
+            now = time.time()
+            if not self.converged(expect, held, live):
+                since = None
+            elif since is None or held != last:
+                since, last = now, held
+            elif now - since >= SETTLE:
+                if since - t0 > self.a.converge_bound:
+                    break
+                return since - t0, {p: h[0] for p, h in held.items()}
             time.sleep(0.05)
         return None, None
 
     def settle(self, kind, t0, expect, before, target=None):
         """Record the convergence of fault kind (injected at t0)."""
         dt, after = self.converge(expect)
-        e = {'kind': kind, 't': t0, 'dt': None if dt is None else time.time() - t0, 'target': target,
+        e = {'kind': kind, 't': t0, 'dt': dt, 'target': target,
              'members': len(expect)}
         if after is not None:
             moved = {p for p in after if before.get(p) != after[p]}
@@ -241,7 +260,7 @@ class GroupRun(chaos.Run):
         periods = {(k, t): (a.timestamp(), e.timestamp() if e else None) for k, t, a, e in cur.fetchall()}
         late, refused = [], []
         for e in ev:
-            if e.get('event') not in ('stop', 'refused') or 'pid' not in e:
+            if e.get('event') not in ('stop', 'refused') or not isinstance(e.get('ts'), float):
                 continue
             per = periods.get((e['key'], e['token']))
             if per is None or self.was_frozen(e['owner'], per[0] - 1, e['ts']):
