@@ -102,6 +102,16 @@ class Run:
                     "log_line_prefix = '%%m [%%p] '\n" % (self.dir, self.a.port, self.max_connections))
         self.pg('pg_ctl', '-D', self.data, '-l', self.server_log, '-w', 'start')
 
+    def restart_server(self):
+        """pg_ctl stop -m immediate, a pause of 0.1 to 1 s, start; the
+        downtime is recorded for the liveness checks."""
+        down = time.time()
+        self.pg('pg_ctl', '-D', self.data, '-m', 'immediate', 'stop', check=False)
+        time.sleep(self.rng.uniform(0.1, 1.0))
+        self.pg('pg_ctl', '-D', self.data, '-l', self.server_log, '-w', 'start')
+        self.downtimes.append((down, time.time()))
+        self.connect_admin()
+
     def connect_admin(self):
         for _ in range(100):
             try:
@@ -278,12 +288,7 @@ class Run:
                 self.sql('SELECT pg_terminate_backend(%s)', (pid,))
         elif kind == 'restart_server':
             f['tokens'] = {k: t for k, (o, t) in hold.items()}
-            down = time.time()
-            self.pg('pg_ctl', '-D', self.data, '-m', 'immediate', 'stop', check=False)
-            time.sleep(self.rng.uniform(0.1, 1.0))
-            self.pg('pg_ctl', '-D', self.data, '-l', self.server_log, '-w', 'start')
-            self.downtimes.append((down, time.time()))
-            self.connect_admin()
+            self.restart_server()
         self.faults.append(f)
 
     def loop(self):

@@ -229,12 +229,7 @@ class GroupRun(chaos.Run):
             new = self.start_member()
             self.settle('kill', t0, self.live_ids(), before, '%s>%s' % (name, new))
         else:
-            down = time.time()
-            self.pg('pg_ctl', '-D', self.data, '-m', 'immediate', 'stop', check=False)
-            time.sleep(self.rng.uniform(0.1, 1.0))
-            self.pg('pg_ctl', '-D', self.data, '-l', self.server_log, '-w', 'start')
-            self.downtimes.append((down, time.time()))
-            self.connect_admin()
+            self.restart_server()
             self.settle('restart', t0, self.live_ids(), before)
 
     def loop(self):
