@@ -411,6 +411,22 @@ le_group_heartbeat_partition(LeaseStoreState *st, GroupView *gv, int32 p, int32 
 		le_group_heartbeat_give_up(st, part, p, key, member, expires_at, rsinfo, locked);
 		return;
 	}
+#ifdef LE_BREAK_EARLY_GRANT
+
+	/*
+	 * A deliberately broken build, only for the self-test of the partition
+	 * groups' fault run (GROUPS_BREAK=early-grant test/run.sh groups-fault):
+	 * a partition its valid holder must give up to this member is released
+	 * on the holder's behalf and taken at once, while the holder's instance
+	 * still runs.  Never defined otherwise.
+	 */
+	if (state == LE_ASSIGN_REVOKE && gv->holder[p] >= 0)
+	{
+		le_store_next_row(st, key);
+		if (le_lease_free_row(st, key, part->holder, part->fencing_token, "released"))
+			state = LE_ASSIGN_FREE;
+	}
+#endif
 	if ((state != LE_ASSIGN_OWNED && state != LE_ASSIGN_FREE) || GetCurrentTimestamp() >= expires_at)
 	{
 		/* held by another member, or the membership lapsed meanwhile */

@@ -31,6 +31,12 @@
 #                                1 minute; CHAOS_BREAK=nofence to see it fail).  Its
 #                                short form is TAP test 080_chaos_short.pl, part of
 #                                "everything"
+#   test/run.sh groups-fault [--minutes N] [--seed S]
+#                                fault-injection run of partition groups (test/chaos/
+#                                groups_fault.py; default 1 minute; GROUPS_BREAK=early-grant
+#                                builds a server that grants a partition before its
+#                                release, into a separate installation, to see it fail).
+#                                Its short form is TAP test 148_groups_fault_short.pl
 #   test/run.sh conformance [run.py options]
 #                                the client conformance suite in full (test/conformance/
 #                                run.py through test/t/142_conformance.pl; default
@@ -72,7 +78,7 @@ chmod 644 "$log"
 # the few whose checks measure a client against a short ttl on a slow link
 # run alone afterwards (tap_files alone|parallel).
 tap_jobs=${LE_TAP_JOBS:-3}
-tap_long="080_chaos_short 050_random_schedule 070_sweep 018_stalled_holder
+tap_long="080_chaos_short 148_groups_fault_short 050_random_schedule 070_sweep 018_stalled_holder
           010_crash_restart 115_client_sanitizers 060_model_check 035_fence_rewrite_race"
 tap_alone="117_client_signal_timing 130_client_slow_renewal"
 tap_files() {
@@ -92,6 +98,35 @@ tap_files() {
 
 run_target() {
     le_as_pg make -C "$work" -s PG_CONFIG="$PG_CONFIG" "$@" 2>&1 | tee -a "$log"
+}
+
+# le_break_install DIR CPPFLAGS: a copy of PG_CONFIG's PostgreSQL in DIR
+# (the layout PREFIX/lib/postgresql/15, PREFIX/share/postgresql/15,
+# PREFIX/include/postgresql: PostgreSQL finds its files relative to its
+# binaries) with the extension and client built from a copy of the tree
+# with CPPFLAGS (a deliberately broken server for a self-test); prints its
+# bindir.  PG_CONFIG's own installation is left as it is.
+le_break_install() {
+    local dir=$1 flags=$2 bin prefix ver pgc
+    bin=$("$PG_CONFIG" --bindir)
+    ver=$(basename "$(dirname "$bin")")
+    prefix=$(cd "$bin/../../../.." && pwd)
+    for d in "lib/postgresql/$ver" "share/postgresql/$ver" include/postgresql; do
+        [ -d "$prefix/$d" ] || { echo "le_break_install: no $prefix/$d (not a Debian layout)" >&2; return 1; }
+    done
+    rm -rf "$dir"
+    mkdir -p "$dir/usr/lib/postgresql" "$dir/usr/share/postgresql" "$dir/usr/include" "$dir/src" >&2
+    cp -a "$prefix/lib/postgresql/$ver" "$dir/usr/lib/postgresql/" &&
+        cp -a "$prefix/share/postgresql/$ver" "$dir/usr/share/postgresql/" &&
+        cp -a "$prefix/include/postgresql" "$dir/usr/include/" &&
+        cp -a "$here/." "$dir/src/" || return 1
+    pgc=$dir/usr/lib/postgresql/$ver/bin/pg_config
+    mkdir -p "$("$pgc" --libdir)"
+    { make -C "$dir/src" -s PG_CONFIG="$PG_CONFIG" clean &&
+        make -C "$dir/src" -s PG_CONFIG="$pgc" COPT="$flags" &&
+        make -C "$dir/src" -s PG_CONFIG="$pgc" COPT="$flags" install; } >&2 || return 1
+    chmod -R a+rX "$dir"
+    "$pgc" --bindir
 }
 
 rc=0
@@ -137,11 +172,30 @@ case "$what" in
             /usr/bin/python3 "$work/test/chaos/chaos.py" --bindir "$("$PG_CONFIG" --bindir)" \
             --dir "$work/tmp_chaos" --port 58250 --seconds "$seconds" --mode "$mode" 2>&1 | tee -a "$log"
         [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
+    groups-fault)
+        minutes=1 seed=${GROUPS_SEED:-}
+        while [ $# -gt 0 ]; do
+            case "$1" in
+                --minutes) minutes=$2; shift 2 ;;
+                --seed) seed=$2; shift 2 ;;
+                *) echo "usage: test/run.sh groups-fault [--minutes N] [--seed S]" >&2; exit 2 ;;
+            esac
+        done
+        seconds=$(awk -v m="$minutes" 'BEGIN { printf "%d", m * 60 }')
+        bindir=$("$PG_CONFIG" --bindir)
+        if [ -n "${GROUPS_BREAK:-}" ]; then
+            [ "$GROUPS_BREAK" = early-grant ] || { echo "GROUPS_BREAK: only early-grant" >&2; exit 2; }
+            bindir=$(le_break_install "$work/tmp_groups_break" -DLE_BREAK_EARLY_GRANT) || exit 1
+        fi
+        le_as_pg env ${GROUPS_BREAK:+GROUPS_BREAK="$GROUPS_BREAK"} \
+            /usr/bin/python3 "$work/test/chaos/groups_fault.py" --bindir "$bindir" ${seed:+--seed "$seed"} \
+            --dir "$work/tmp_groups_fault" --port 58260 --seconds "$seconds" 2>&1 | tee -a "$log"
+        [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
     conformance)
         le_as_pg env LE_CONFORMANCE_ARGS="${*:---reps 20}" make -C "$work" -s PG_CONFIG="$PG_CONFIG" \
             installcheck-tap PROVE_FLAGS=-v PROVE_TESTS=test/t/142_conformance.pl 2>&1 | tee -a "$log"
         [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
-    *) echo "usage: test/run.sh [all|regress|isolation|tap [FILES...]|bench|bench-wait|bench-scale|package|ha|chaos [--minutes N]|conformance [OPTIONS]]" >&2; exit 2 ;;
+    *) echo "usage: test/run.sh [all|regress|isolation|tap [FILES...]|bench|bench-wait|bench-scale|package|ha|chaos [--minutes N]|groups-fault [--minutes N] [--seed S]|conformance [OPTIONS]]" >&2; exit 2 ;;
 esac
 
 # Show what failed, from the copy the tests ran in.

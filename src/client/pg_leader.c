@@ -3413,7 +3413,10 @@ group_instance(group_state *gs, int partition)
 	return &gs->inst[partition];
 }
 
-/* Read the member's partitions into gs->snap; false when out of memory. */
+/*
+ * Read the member's partitions into gs->snap; false when out of memory
+ * (logged, exit_status set).
+ */
 static bool
 group_snapshot(group_state *gs)
 {
@@ -3429,7 +3432,11 @@ group_snapshot(group_state *gs)
 		}
 		grown = realloc(gs->snap, n * sizeof(le_partition_info));
 		if (grown == NULL)
+		{
+			log_event("error", 0, NULL, NULL, "out of memory");
+			gs->exit_status = EXIT_INTERNAL;
 			return false;
+		}
 		gs->snap = grown;
 		gs->snap_cap = n;
 	}
@@ -3679,12 +3686,17 @@ group_supervise_loop(group_state *gs)
 		int64_t		now = le_monotonic_ms();
 
 		if (!group_snapshot(gs))
-		{
-			log_event("error", 0, NULL, NULL, "out of memory");
-			gs->exit_status = EXIT_INTERNAL;
 			return;
-		}
 		group_supervise_instances(gs, now);
+
+		/*
+		 * Supervising can take a while (reaping a group) and hands back
+		 * the partitions of instances that ended: read again, so that
+		 * no instance starts under a token handed back meanwhile (the
+		 * reading before may predate its revocation).
+		 */
+		if (!group_snapshot(gs))
+			return;
 		for (int i = 0; i < gs->n_snap; i++)
 			if (gs->snap[i].owned && !group_start_instance(gs, &gs->snap[i], now))
 				return;

@@ -86,6 +86,7 @@ class Run:
         self.faults = []         # one dict per fault
         self.downtimes = []      # (down, up) wall-clock intervals of the server
         self.admin = None
+        self.max_connections = 60
 
     # ---- server -------------------------------------------------------
     def pg(self, *cmd, check=True):
@@ -97,9 +98,19 @@ class Run:
         self.pg('initdb', '-D', self.data, '-A', 'trust', '-U', 'postgres', '--no-sync')
         with open(os.path.join(self.data, 'postgresql.conf'), 'a') as f:
             f.write("listen_addresses = ''\nunix_socket_directories = '%s'\nport = %d\n"
-                    "track_commit_timestamp = on\nmax_connections = 60\n"
-                    "log_line_prefix = '%%m [%%p] '\n" % (self.dir, self.a.port))
+                    "track_commit_timestamp = on\nmax_connections = %d\n"
+                    "log_line_prefix = '%%m [%%p] '\n" % (self.dir, self.a.port, self.max_connections))
         self.pg('pg_ctl', '-D', self.data, '-l', self.server_log, '-w', 'start')
+
+    def restart_server(self):
+        """pg_ctl stop -m immediate, a pause of 0.1 to 1 s, start; the
+        downtime is recorded for the liveness checks."""
+        down = time.time()
+        self.pg('pg_ctl', '-D', self.data, '-m', 'immediate', 'stop', check=False)
+        time.sleep(self.rng.uniform(0.1, 1.0))
+        self.pg('pg_ctl', '-D', self.data, '-l', self.server_log, '-w', 'start')
+        self.downtimes.append((down, time.time()))
+        self.connect_admin()
 
     def connect_admin(self):
         for _ in range(100):
@@ -277,12 +288,7 @@ class Run:
                 self.sql('SELECT pg_terminate_backend(%s)', (pid,))
         elif kind == 'restart_server':
             f['tokens'] = {k: t for k, (o, t) in hold.items()}
-            down = time.time()
-            self.pg('pg_ctl', '-D', self.data, '-m', 'immediate', 'stop', check=False)
-            time.sleep(self.rng.uniform(0.1, 1.0))
-            self.pg('pg_ctl', '-D', self.data, '-l', self.server_log, '-w', 'start')
-            self.downtimes.append((down, time.time()))
-            self.connect_admin()
+            self.restart_server()
         self.faults.append(f)
 
     def loop(self):
@@ -339,6 +345,23 @@ class Run:
                         events.append(e)
         return events
 
+    @staticmethod
+    def lost_acks(cur, ev, tables):
+        """The writes a client saw commit ("ack" events of writer.py) that
+        are not in the table of their key (tables: key -> table)."""
+        cur.execute('CREATE TEMP TABLE chaos_acked (lease_key text, id bigint, token bigint, owner text)')
+        for e in ev:
+            if e.get('event') == 'ack':
+                cur.execute('INSERT INTO chaos_acked VALUES (%s, %s, %s, %s)', (e['key'], e['id'], e['token'],
+                                                                              e['owner']))
+        lost = []
+        for table in sorted(set(tables.values())):
+            keys = [k for k, t in tables.items() if t == table]
+            cur.execute('SELECT a.owner, a.token, a.id FROM chaos_acked a WHERE a.lease_key = ANY (%%s) AND NOT EXISTS'
+                        ' (SELECT FROM %s r WHERE r.id = a.id AND r.fencing_token = a.token)' % table, (keys,))
+            lost += cur.fetchall()
+        return lost
+
     def downtime_within(self, a, b):
         return sum(max(0.0, min(b, up) - max(a, down)) for down, up in self.downtimes)
 
@@ -378,16 +401,7 @@ class Run:
         report('no fenced row committed before its period began', b['early'])
         report('every fenced row carries the token of a committed period', b['orphans'])
         # Every write a client believes committed is there (synchronous_commit on, immediate stops).
-        cur.execute('CREATE TEMP TABLE chaos_acked (lease_key text, id bigint, token bigint, owner text)')
-        for e in ev:
-            if e.get('event') == 'ack':
-                cur.execute('INSERT INTO chaos_acked VALUES (%s, %s, %s, %s)', (e['key'], e['id'], e['token'],
-                                                                              e['owner']))
-        lost = []
-        for k in self.keys:
-            cur.execute('SELECT a.owner, a.token, a.id FROM chaos_acked a WHERE a.lease_key = %%s AND NOT EXISTS'
-                        ' (SELECT FROM chaos_%s r WHERE r.id = a.id AND r.fencing_token = a.token)' % k, (k,))
-            lost += cur.fetchall()
+        lost = self.lost_acks(cur, ev, {k: 'chaos_' + k for k in self.keys})
         report('every write a client saw committed is in the table', lost)
         # Liveness.
         cur.execute("""SELECT h.lease_key, h.fencing_token, h.acquired_at, COALESCE(h.ended_at, l.expires_at),
@@ -465,17 +479,27 @@ class Run:
         for kind, vs in sorted(failovers.items()) + [('all', allv)]:
             vs = sorted(vs)
             if vs:
-                print('  %-20s n=%-4d p50 %.2fs  p99 %.2fs  max %.2fs' % (
-                    kind, len(vs), vs[len(vs) // 2], vs[min(len(vs) - 1, int(len(vs) * 0.99))], vs[-1]))
-        print('invariants (violations):')
-        bad = 0
-        for name, rows in results:
-            print('  %4d  %s' % (len(rows), name))
-            for r in rows[:5]:
-                print('          ' + ' | '.join(str(x) for x in r))
-            bad += len(rows)
-        print('chaos: %s, %d violations' % ('FAIL' if bad else 'ok', bad))
-        return 1 if bad else 0
+                print('  %-20s n=%-4d p50 %.2fs  p99 %.2fs  max %.2fs' % ((kind, len(vs)) + quantiles(vs)))
+        return print_invariants(results, 'chaos')
+
+
+def quantiles(vs):
+    """p50, p99 and maximum of the sorted, non-empty list vs."""
+    return vs[len(vs) // 2], vs[min(len(vs) - 1, int(len(vs) * 0.99))], vs[-1]
+
+
+def print_invariants(results, run):
+    """Print each (invariant, violating rows) with its count and the first
+    rows, then RUN's verdict; 1 when anything was violated, else 0."""
+    print('invariants (violations):')
+    bad = 0
+    for name, rows in results:
+        print('  %4d  %s' % (len(rows), name))
+        for r in rows[:5]:
+            print('          ' + ' | '.join(str(x) for x in r))
+        bad += len(rows)
+    print('%s: %s, %d violations' % (run, 'FAIL' if bad else 'ok', bad))
+    return 1 if bad else 0
 
 
 def main():

@@ -9,11 +9,17 @@ returns it appends one JSON line per row to $CHAOS_LOG with the client's
 timestamp ("ack": the writer believes it committed).  A refusal by the fence
 (LE001/LE002) is logged and ends the command, as a real leader's job must
 stop; connection errors (server restarts, terminated backends) are logged
-and retried.
+and retried.  SIGTERM is logged ("stop") and ends it at once.
+
+As an instance of `pg_leader group run` (test/chaos/groups_fault.py) it
+also fills the table's partition column "part" with $LE_PARTITION, and
+$CHAOS_PAUSE ("MIN,MAX" seconds, default 0.05,0.1) sets the pause between
+transactions.
 """
 import json
 import os
 import random
+import signal
 import time
 
 import psycopg2
@@ -24,6 +30,8 @@ key = os.environ["LE_LEASE_KEY"]
 owner = os.environ["LE_OWNER_ID"]
 table = os.environ["CHAOS_TABLE"]
 log = open(os.environ["CHAOS_LOG"], "a", buffering=1)
+part = os.environ.get("LE_PARTITION")
+pause = [float(x) for x in os.environ.get("CHAOS_PAUSE", "0.05,0.1").split(",")]
 rng = random.Random()
 
 
@@ -33,6 +41,18 @@ def record(**event):
     log.write(json.dumps(event) + "\n")
 
 
+def stop(signum, frame):
+    record(event="stop")
+    os._exit(0)
+
+
+signal.signal(signal.SIGTERM, stop)
+if part is None:
+    insert = ("INSERT INTO %s (lease_key, fencing_token, owner) VALUES (%%s, %%s, %%s) RETURNING id" % table,
+              (key, token, owner))
+else:
+    insert = ("INSERT INTO %s (lease_key, fencing_token, owner, part) VALUES (%%s, %%s, %%s, %%s) RETURNING id"
+              % table, (key, token, owner, int(part)))
 conn = None
 while True:
     try:
@@ -43,8 +63,7 @@ while True:
             for i in range(rng.randint(1, 3)):
                 if i:
                     time.sleep(rng.uniform(0.02, 0.04))
-                cur.execute("INSERT INTO %s (lease_key, fencing_token, owner) VALUES (%%s, %%s, %%s)"
-                            " RETURNING id" % table, (key, token, owner))
+                cur.execute(*insert)
                 ids.append(cur.fetchone()[0])
         conn.commit()
         for i in ids:
@@ -62,4 +81,4 @@ while True:
             raise SystemExit(3)
         time.sleep(0.1)
         continue
-    time.sleep(rng.uniform(0.05, 0.1))
+    time.sleep(rng.uniform(*pause))
