@@ -105,8 +105,8 @@ static bool cache_stale = false;
  * Reset at the end of every transaction and when a subtransaction rolls
  * back.  Only a shortcut for the early check: the commit-time check is the
  * authority.  One slot per lease for the rows of a group's fence, by
- * partition number modulo LE_FENCE_VERIFIED_SLOTS (a statement whose rows go
- * round a few partitions would otherwise read each row's lease again:
+ * partition number modulo LE_FENCE_VERIFIED_SLOTS (a statement whose rows take
+ * turns among a few partitions would otherwise read each row's lease again:
  * 1,600 instructions a row, callgrind); slot 0 for every other fence.
  */
 #define LE_FENCE_VERIFIED_SLOTS	8

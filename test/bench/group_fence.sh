@@ -39,33 +39,10 @@ W100=${W100:-200}
 ICOUNT=${ICOUNT:-0}
 PAIRS="gf1 gf100one gf100mix"
 
-PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
-PG_BINDIR=$("$PG_CONFIG" --bindir)
 if [ "$ICOUNT" = 0 ]; then
     le_bench_cluster "checkpoint_timeout = 30min"
 else
-    command -v valgrind >/dev/null || { echo "valgrind is not installed (apt-get install valgrind)" >&2; exit 2; }
-    dir=$(mktemp -d /tmp/le-gfcount.XXXXXX)
-    port=${LE_BENCH_PORT:-$(( 56000 + RANDOM % 2000 ))}
-    mkdir "$dir/cg"
-    [ "$(id -u)" -eq 0 ] && chown -R postgres: "$dir"
-    trap 'le_as_pg "$PG_BINDIR/pg_ctl" -D "$dir/data" -m fast -w -t 120 stop >/dev/null 2>&1; sleep 3; rm -rf "$dir"' EXIT
-    le_as_pg "$PG_BINDIR/initdb" -D "$dir/data" -A trust -U postgres >/dev/null
-    cat >> "$dir/data/postgresql.conf" <<CONF
-listen_addresses = ''
-unix_socket_directories = '$dir'
-port = $port
-fsync = off
-autovacuum = off
-shared_buffers = 128MB
-max_wal_size = 2GB
-CONF
-    le_as_pg bash -c "cd '$dir' && exec valgrind --tool=callgrind --trace-children=yes \
-        --callgrind-out-file='$dir/cg/cg.%p' '$PG_BINDIR/postgres' -D '$dir/data' >'$dir/server.log' 2>&1" &
-    for _ in $(seq 120); do
-        le_as_pg "$PG_BINDIR/pg_isready" -q -h "$dir" -p "$port" && break
-        sleep 1
-    done
+    le_callgrind_cluster
 fi
 psql() { le_bench_psql -At "$@"; }
 cp "$bench"/gf*.pgb "$dir/"

@@ -150,6 +150,40 @@ le_bench_cluster() {
     trap 'le_cluster_stop "$dir"' EXIT
     le_cluster_start "$dir" "$port" "shared_buffers = 128MB" "max_wal_size = 2GB" "$@"
 }
+# le_callgrind_cluster: le_bench_cluster's cluster for counting
+# instructions: the server runs under valgrind --tool=callgrind, every
+# process writing its profile to $dir/cg/cg.PID as it exits, with fsync
+# and autovacuum off.  Sets PG_CONFIG, PG_BINDIR, dir and port; stops the
+# server when the script exits, waits for the profiles and removes dir
+# (KEEP=1 keeps it, with the profiles, for callgrind_annotate).
+le_callgrind_cluster() {
+    command -v valgrind >/dev/null || { echo "valgrind is not installed (apt-get install valgrind)" >&2; exit 2; }
+    PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+    PG_BINDIR=$("$PG_CONFIG" --bindir)
+    dir=$(mktemp -d /tmp/le-icount.XXXXXX)
+    port=${LE_BENCH_PORT:-$(( 56000 + RANDOM % 2000 ))}
+    mkdir "$dir/cg"
+    [ "$(id -u)" -eq 0 ] && chown -R postgres: "$dir"
+    trap 'le_as_pg "$PG_BINDIR/pg_ctl" -D "$dir/data" -m fast -w -t 120 stop >/dev/null 2>&1; sleep 3
+          if [ "${KEEP:-0}" != 0 ]; then echo "profiles kept in $dir/cg" >&2; else rm -rf "$dir"; fi' EXIT
+    le_as_pg "$PG_BINDIR/initdb" -D "$dir/data" -A trust -U postgres >/dev/null
+    cat >> "$dir/data/postgresql.conf" <<CONF
+listen_addresses = ''
+unix_socket_directories = '$dir'
+port = $port
+fsync = off
+autovacuum = off
+shared_buffers = 128MB
+max_wal_size = 2GB
+CONF
+    # pg_ctl would give up waiting for a server this slow to start: start it here.
+    le_as_pg bash -c "cd '$dir' && exec valgrind --tool=callgrind --trace-children=yes \
+        --callgrind-out-file='$dir/cg/cg.%p' '$PG_BINDIR/postgres' -D '$dir/data' >'$dir/server.log' 2>&1" &
+    for _ in $(seq 120); do
+        le_as_pg "$PG_BINDIR/pg_isready" -q -h "$dir" -p "$port" && return 0
+        sleep 1
+    done
+}
 le_bench_psql() {
     le_as_pg "$PG_BINDIR/psql" -X -q -h "$dir" -p "$port" -U postgres -d postgres -v ON_ERROR_STOP=1 "$@"
 }
