@@ -28,6 +28,9 @@
 /* Class field of our fence lock tags, so they never equal a user's advisory lock. */
 #define LE_LOCKTAG_CLASS		0x4C45
 
+/* How many times, 1 ms apart, le_fence_lock_try_briefly tries. */
+#define LE_FENCE_TRY_BRIEF_MS	20
+
 /*
  * The lock tag of a lease's fence lock: advisory lock method, the lease id
  * in the two key fields, and a class of ours in the last (user advisory
@@ -79,6 +82,31 @@ le_fence_lock_try(int64 lease_id, LOCKMODE mode)
 		return false;
 	if (mode == LE_FENCE_CHANGE_LOCKMODE)
 		le_durable_locks_taken();
+	return true;
+}
+
+/*
+ * le_fence_lock_try, tried again for a short while: up to
+ * LE_FENCE_TRY_BRIEF_MS attempts 1 ms apart.  For a caller that holds the
+ * lease's row lock and would otherwise refuse or fail: a transaction that
+ * frees a lease releases its row lock and its fence lock one after the
+ * other at commit, and a caller woken by the first finds the second still
+ * held for a moment.  Never waits in the lock manager, so it keeps the lock
+ * order (no deadlock); a fenced writer that keeps the lock longer still
+ * gets the refusal.
+ */
+bool
+le_fence_lock_try_briefly(int64 lease_id, LOCKMODE mode)
+{
+	int			i;
+
+	for (i = 1; !le_fence_lock_try(lease_id, mode); i++)
+	{
+		if (i >= LE_FENCE_TRY_BRIEF_MS)
+			return false;
+		pg_usleep(1000L);
+		CHECK_FOR_INTERRUPTS();
+	}
 	return true;
 }
 

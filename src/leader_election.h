@@ -332,6 +332,7 @@ extern int64 le_token_next(LeaseStoreState *st, const LeaseRow *row, int32 *time
 /* The fence lock (fence_lock.c). */
 extern void le_fence_lock(LeaseStoreState *st, int64 lease_id, LOCKMODE mode);
 extern bool le_fence_lock_try(int64 lease_id, LOCKMODE mode);
+extern bool le_fence_lock_try_briefly(int64 lease_id, LOCKMODE mode);
 extern void le_fence_lock_release(int64 lease_id, LOCKMODE mode);
 extern void le_fence_lock_writer(int64 lease_id, const char *key);
 struct LOCKTAG;
