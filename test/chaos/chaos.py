@@ -424,6 +424,8 @@ class Run:
                              % (self.stop_t - last[2])))
         report('between two periods of a key at most %.1fs passed outside server downtime' % LIVENESS_BOUND, gaps)
         failovers, slow, kept = collections.defaultdict(list), [], 0
+        handovers = collections.defaultdict(list)
+        self.slow_handovers = []
         for f in self.faults:
             targets = f.get('tokens', {}).items() if f['kind'] == 'restart_server' else (
                 [(f['key'], f['token'])] if f['key'] and f['kind'] != 'terminate_backend' else [])
@@ -441,6 +443,13 @@ class Run:
                     continue
                 dt = nxt[0][1] - f['t']
                 failovers[f['kind'].split('(')[0]].append(dt)
+                if mine and mine[0][2] is not None:
+                    # From the moment the lease could be had (its expiry or
+                    # release) to the next grant, without server downtime.
+                    gap = nxt[0][1] - mine[0][2] - self.downtime_within(mine[0][2], nxt[0][1])
+                    handovers[mine[0][3] or 'ended'].append(gap)
+                    if gap > 0.1:
+                        self.slow_handovers.append((f['kind'], k, tok, mine[0][3], '%.0f ms' % (1000 * gap)))
                 if dt > self.ttl + LIVENESS_BOUND + self.downtime_within(f['t'], nxt[0][1]):
                     slow.append((f['kind'], k, tok, '%.2fs to the next grant' % dt))
         report('every fault that took a leader away was followed by a new leader within ttl + %.1fs'
@@ -460,10 +469,10 @@ class Run:
             elif name in ('acquired', 'renewed', 'ack', 'conn_error', 'released', 'lost', 'error',
                           'stopping_command', 'command_exited'):
                 cnt[{'ack': 'writes acknowledged', 'conn_error': 'client connection errors'}.get(name, name)] += 1
-        return results, failovers, kept, cnt, nrows, ntok, nper, maxtok
+        return results, failovers, handovers, kept, cnt, nrows, ntok, nper, maxtok
 
     def summary(self):
-        results, failovers, kept, cnt, nrows, ntok, nper, maxtok = self.check()
+        results, failovers, handovers, kept, cnt, nrows, ntok, nper, maxtok = self.check()
         print('\n==== chaos run summary: mode %s, keys %s, ttl %gs, %.0fs of faults, seed %d ===='
               % (self.a.mode, ','.join(self.keys), self.ttl, self.a.seconds, self.a.seed))
         print('faults injected: %d' % len(self.faults))
@@ -480,6 +489,16 @@ class Run:
             vs = sorted(vs)
             if vs:
                 print('  %-20s n=%-4d p50 %.2fs  p99 %.2fs  max %.2fs' % ((kind, len(vs)) + quantiles(vs)))
+        print('handover (the end of that leader\'s period, by how it ended -> next grant; server downtime'
+              ' taken out):')
+        allv = sorted(v for vs in handovers.values() for v in vs)
+        for why, vs in sorted(handovers.items()) + [('all', allv)]:
+            vs = sorted(vs)
+            if vs:
+                print('  %-20s n=%-4d p50 %.0fms  p99 %.0fms  max %.0fms'
+                      % ((why, len(vs)) + tuple(1000 * v for v in quantiles(vs))))
+        for h in self.slow_handovers[:10]:
+            print('  over 100 ms: ' + ' | '.join(str(x) for x in h))
         return print_invariants(results, 'chaos')
 
 

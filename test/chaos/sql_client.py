@@ -4,15 +4,18 @@ no client library, its own lease loop on one connection.
 
     sql_client.py DSN KEY OWNER TTL_SECONDS TABLE LOG
 
-Campaigns with le_acquire every 300-500 ms; while it leads it opens a
-transaction, writes two to five fenced rows 50-100 ms apart inside it (the
-transaction stays open across them, so a SIGSTOP or a lost lease often hits
-an open transaction whose COMMIT the fence must refuse), commits, and renews
-with le_renew.  It stops leading when a renewal returns NULL, when the
-fence refuses a write, or when its local deadline (last acquire or renew
-sent + ttl - 20%) passed; now and then it releases with le_release.  Every
-grant, renewal, acknowledged row, refusal and release is one JSON line in
-LOG with the client's timestamp.
+Campaigns with le_acquire waiting in the server (wait 0.5-2 s, then at once
+again); while it leads it opens a transaction, writes two to five fenced
+rows 50-100 ms apart inside it (the transaction stays open across them, so a
+SIGSTOP or a lost lease often hits an open transaction whose COMMIT the
+fence must refuse), commits, and renews with le_renew.  It stops leading
+when a renewal returns NULL, when the fence refuses a write, or when its
+local deadline (last acquire or renew sent + ttl - 20%) passed: a grant at
+the end of a long wait can come after that deadline, and the client then
+takes the lease again at once, with a fresh deadline, before it writes.
+Now and then it releases with le_release.  Every grant, renewal,
+acknowledged row, refusal and release is one JSON line in LOG with the
+client's timestamp.
 """
 import json
 import os
@@ -48,14 +51,15 @@ while True:
         if token is None or time.monotonic() > deadline:
             token = None
             sent = time.monotonic()
-            cur.execute("SELECT acquired, fencing_token, new_period FROM le_acquire(%s, %s, %s * interval '1s')",
-                        (key, owner, ttl))
+            cur.execute("SELECT acquired, fencing_token, new_period FROM le_acquire(%s, %s, %s * interval '1s',"
+                        " wait => %s * interval '1s')", (key, owner, ttl, rng.uniform(0.5, 2.0)))
             acquired, tok, new = cur.fetchone()
             if not acquired:
-                time.sleep(rng.uniform(0.3, 0.5))
                 continue
             token, deadline = tok, sent + ttl * 0.8
             record(event="acquired", token=token, new_period=new)
+            if time.monotonic() > deadline:
+                continue
         # One transaction held open across several fenced writes.
         ids = []
         cur.execute("BEGIN")
