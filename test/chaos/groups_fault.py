@@ -48,7 +48,10 @@ rows of tbl with pg_xact_commit_timestamp(xmin)) unless said otherwise:
   (e) every write an instance saw commit is in the table; the lease row
       carries the highest token; no crash in the server log;
   (f) every fault converged within --converge-bound seconds, and joins
-      and leaves moved no more partitions than the sticky bound.
+      and leaves moved no more partitions than the sticky bound; a server
+      restart moved only partitions that were free: a member's membership
+      lapsed during it (a death, and its return a join), or the member
+      stopped working on them when their local deadline passed.
 
 GROUPS_BREAK=early-grant (--break early-grant) tells the run that the
 server was built with LE_BREAK_EARLY_GRANT (src/group.c: a partition is
@@ -58,6 +61,7 @@ Exit 1 on any violation.
 """
 import argparse
 import collections
+import datetime
 import math
 import os
 import random
@@ -157,8 +161,29 @@ class GroupRun(chaos.Run):
             time.sleep(0.05)
         return None, None
 
-    def settle(self, kind, t0, expect, before, target=None):
-        """Record the convergence of fault kind (injected at t0)."""
+    def gave_up(self, t0, t1):
+        """The partitions whose member stopped working on them between t0
+        and t1 because its local deadline passed (no heartbeat got
+        through in time): it hands them back, and they are free."""
+        out = set()
+        for e in self.client_events():
+            if e.get('event') == 'revoked' and e.get('reason') == 'deadline_passed':
+                t = datetime.datetime.strptime(e['ts'], '%Y-%m-%dT%H:%M:%S.%fZ').replace(
+                    tzinfo=datetime.timezone.utc).timestamp()
+                if t0 <= t <= t1:
+                    out.add(int(e['lease_key'].rsplit(':', 1)[1]))
+        return out
+
+    def memberships(self):
+        """member id -> token of each valid membership."""
+        return dict(self.sql('SELECT member_id, fencing_token FROM le_group_members'
+                             ' WHERE group_name = %s AND is_valid', (GROUP,)))
+
+    def settle(self, kind, t0, expect, before, target=None, members_before=None):
+        """Record the convergence of fault kind (injected at t0).  For a
+        restart, members_before are the memberships before it: a member
+        whose membership lapsed meanwhile (its token changed) counts as a
+        member that died and joined again."""
         dt, after = self.converge(expect)
         e = {'kind': kind, 't': t0, 'dt': dt, 'target': target,
              'members': len(expect)}
@@ -173,6 +198,14 @@ class GroupRun(chaos.Run):
                 mine = {p for p, h in before.items() if h == target}
                 e['bound'] = len(mine)
                 e['bad_moves'] = bool(moved - mine)
+            elif kind == 'restart':
+                now = self.memberships()
+                lapsed = {m for m, tok in members_before.items() if now.get(m) != tok}
+                free = self.gave_up(t0, time.time()) | {p for p, h in before.items() if h in lapsed}
+                e['lapsed'], e['gave_up'] = len(lapsed), len(free)
+                rejoins = len(lapsed) * math.ceil(PARTITIONS / len(expect))
+                e['bound'] = len(free) + rejoins
+                e['bad_moves'] = len(moved - free) > rejoins
             self.last = after
         self.events.append(e)
         log('%-8s %-5s converged %s  members %d  balance %s  moved %s%s' % (
@@ -229,8 +262,9 @@ class GroupRun(chaos.Run):
             new = self.start_member()
             self.settle('kill', t0, self.live_ids(), before, '%s>%s' % (name, new))
         else:
+            members = self.memberships()
             self.restart_server()
-            self.settle('restart', t0, self.live_ids(), before)
+            self.settle('restart', t0, self.live_ids(), before, members_before=members)
 
     def loop(self):
         end = time.time() + self.a.seconds
@@ -299,7 +333,8 @@ class GroupRun(chaos.Run):
         report('(e) no crash in the server log', le_checks.crash_lines(self.server_log))
         report('(f) every fault converged within %gs' % self.a.converge_bound,
                [(e['kind'], e['target']) for e in self.events if e['dt'] is None])
-        report('(f) joins moved at most ceil(N/(M+1)) partitions, leaves only the departed member\'s',
+        report('(f) joins moved at most ceil(N/(M+1)) partitions, leaves only the departed member\'s,'
+               ' restarts only what was freed',
                [(e['kind'], e['target'], e['moved'], e['bound']) for e in self.events if e.get('bad_moves')])
         cur.execute('SELECT count(*), count(DISTINCT (part, fencing_token)), count(DISTINCT part) FROM tbl')
         nrows, ntok, nparts = cur.fetchone()
@@ -342,11 +377,14 @@ class GroupRun(chaos.Run):
                     (kind, len(vs)) + (chaos.quantiles(vs) if vs else (0, 0, 0))
                     + ('  (%d never)' % never if never else '',)))
         print('moves (partitions whose owner changed, per event; bound: ceil(N/(M+1)) for a join or resume,'
-              ' the departed member\'s share for a leave):')
+              ' the departed member\'s share for a leave; for a server restart, the partitions freed meanwhile'
+              ' (lapsed memberships and partitions past their local deadline, in brackets), plus a join\'s'
+              ' bound for each lapsed member):')
         for kind in ('join', 'resume', 'leave', 'kill', 'stop', 'restart'):
             es = [e for e in self.events if e['kind'] == kind and 'moved' in e]
             if es:
-                print('  %-8s %s' % (kind, ' '.join('%d%s' % (e['moved'], '/%d' % e['bound'] if 'bound' in e else '')
+                print('  %-8s %s' % (kind, ' '.join('%d%s%s' % (e['moved'], '/%d' % e['bound'] if 'bound' in e else '',
+                                                               '(%d freed)' % e['gave_up'] if 'gave_up' in e else '')
                                                    for e in es)))
         print('balance after each convergence: %s' % ' '.join(
             '%s:%s' % (e['kind'], e.get('balance', 'NEVER')) for e in self.events))
