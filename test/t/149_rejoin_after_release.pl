@@ -22,18 +22,22 @@ my $node = le_node('rejoin_after_release');
 $node->safe_psql('postgres', q{
 	SELECT le_group_create('g', 3);
 	CREATE TABLE outcome (kind text, n int);
+	-- Member a's heartbeat, or owner a's le_acquire of k: the token, NULL if refused.
+	CREATE FUNCTION take(kind text) RETURNS bigint LANGUAGE plpgsql AS $$
+	BEGIN
+		IF kind = 'group' THEN
+			RETURN (SELECT fencing_token FROM le_group_heartbeat('g', 'a', '1 hour') WHERE state = 'member');
+		END IF;
+		RETURN (SELECT fencing_token FROM le_acquire('k', 'a', '1 hour'));
+	END $$;
 	-- Join, then leave in a transaction that also holds 2,000 locks.
 	CREATE PROCEDURE leaver(kind text, n int) LANGUAGE plpgsql AS $$
 	DECLARE t bigint;
 	BEGIN
 		FOR i IN 1..n LOOP
 			BEGIN
-				IF kind = 'group' THEN
-					PERFORM le_group_heartbeat('g', 'a', '1 hour');
-				ELSE
-					SELECT fencing_token INTO t FROM le_acquire('k', 'a', '1 hour');
-				END IF;
-			EXCEPTION WHEN lock_not_available THEN NULL;
+				t := take(kind);
+			EXCEPTION WHEN lock_not_available THEN t := NULL;
 			END;
 			COMMIT;
 			IF kind = 'group' THEN
@@ -49,17 +53,12 @@ $node->safe_psql('postgres', q{
 	END $$;
 	-- The same member id or owner renewing, counting what went wrong.
 	CREATE PROCEDURE renewer(kind text, n int) LANGUAGE plpgsql AS $$
-	DECLARE busy int := 0; refused int := 0; t bigint;
+	DECLARE busy int := 0; refused int := 0;
 	BEGIN
 		FOR i IN 1..n LOOP
 			BEGIN
-				IF kind = 'group' THEN
-					PERFORM le_group_heartbeat('g', 'a', '1 hour');
-				ELSE
-					SELECT fencing_token INTO t FROM le_acquire('k', 'a', '1 hour');
-					IF t IS NULL THEN
-						refused := refused + 1;
-					END IF;
+				IF take(kind) IS NULL THEN
+					refused := refused + 1;
 				END IF;
 			EXCEPTION WHEN lock_not_available THEN busy := busy + 1;
 			END;
