@@ -527,11 +527,9 @@ retry:
 			 * order and could deadlock with a competitor that holds it and
 			 * waits for the row (lease_lock_order.spec).  If it is taken,
 			 * that competitor (or a writer with the old token) came first:
-			 * refuse, like a lost race.  Unless the caller asked for a
-			 * single try, it tries for a moment (le_fence_lock_try_briefly):
-			 * the transaction that freed the lease may still be releasing
-			 * its fence lock after the row lock this call waited for
-			 * (149_rejoin_after_release.pl).
+			 * refuse, like a lost race.  Unless asked for one try, try for
+			 * a moment: the transaction that freed the lease may still be
+			 * releasing its fence lock (149_rejoin_after_release.pl).
 			 */
 			if (!(req->fence_try ? le_fence_lock_try(row.lease_id, LE_FENCE_CHANGE_LOCKMODE)
 				  : le_fence_lock_try_briefly(row.lease_id, LE_FENCE_CHANGE_LOCKMODE)))
