@@ -1,25 +1,19 @@
 /*-------------------------------------------------------------------------
  *
  * le_campaign.c
- *		The campaign thread of an elector: le_acquire while following,
- *		reports of other leaders, releases.
+ *		The campaign thread of an elector: le_acquire, leaders, releases.
  *
  * Locking rules: the thread owns its connection; it reads shared state
  * under e->mu and begins periods only through le_period.c.
  *
- * A follower learns of a free lease in one of two ways, chosen per
- * connection.  Extension 1.1: le_acquire waits inside the server, which
- * grants the lease at a release's commit or at the expiry instant; the
- * connection neither LISTENs nor watches the lease, so the lease's changes
- * send no NOTIFY for us (a NOTIFY makes the server serialize notifying
- * commits).  Extension 1.0: LISTEN, le_watch of the lease (a watched
- * lease's release is announced) and le_acquire every retry interval.
- *
- * Notifications (1.0) are unauthenticated (any role may NOTIFY on the channel):
- * they only wake this thread.  While leading, a notification about our key
- * makes the renewal thread renew at once (only the server's answer ends the
- * period); while following, it makes this thread read the lease, and a
- * "released" one makes it campaign at once.
+ * Against extension 1.1 a follower waits inside le_acquire and the
+ * connection neither LISTENs nor watches (see listen_on); against 1.0 it
+ * LISTENs, watches the lease and polls.  Notifications are unauthenticated
+ * (any role may NOTIFY on the channel): they only wake this thread.  While
+ * leading, a notification about our key makes the renewal thread renew at
+ * once (only the server's answer ends the period); while following, it
+ * makes this thread read the lease, and a "released" one makes it campaign
+ * at once.
  *
  * Errors: a broken or timed-out connection is replaced; errors that
  * retrying on the same connection cannot fix (permission denied, a standby)
@@ -444,9 +438,12 @@ watch_lease(campaign *c)
 }
 
 /*
- * On a new connection: where le_acquire waits in the server (1.1), nothing;
- * else LISTEN on the extension's channel, then watch the lease.  False if
- * the connection broke.
+ * On a new connection.  Where le_acquire waits in the server (1.1): nothing,
+ * for the server grants the lease to the waiter at a release's commit or at
+ * the expiry instant, and a watched lease's release would send a NOTIFY,
+ * which makes the server serialize notifying commits.  Else (1.0): LISTEN on
+ * the extension's channel, then watch the lease (its releases are announced)
+ * and poll every retry interval.  False if the connection broke.
  */
 static bool
 listen_on(campaign *c)
