@@ -53,6 +53,7 @@ typedef struct campaign
 	int64_t		last_observe;	/* when the lease was last read */
 	bool		watching;		/* le_watch succeeded on this connection */
 	bool		listening;		/* this connection LISTENs and watches (1.0) */
+	bool		yielding;		/* next_attempt lets the others go first */
 	int			server_wait;	/* le_acquire waits in the server: -1 not known yet */
 } campaign;
 
@@ -283,6 +284,7 @@ campaign_once(campaign *c)
 	bool		new_period = true;
 
 	c->last_attempt = t_send;
+	c->yielding = false;
 	snprintf(wait_text, sizeof(wait_text), "%" PRId64 " milliseconds", wait_ms);
 	r = le_exec_bounded(c->conn, v11 ? e->sql_acquire_wait : e->sql_acquire, v11 ? 5 : 3, values,
 						t_send + wait_ms + e->cfg.statement_timeout_ms,
@@ -404,6 +406,7 @@ campaign_once(campaign *c)
 	{
 		le_record_error(e, LE_OK, "", "");
 		c->next_attempt = le_monotonic_ms() + le_jittered(&e->rng, e->cfg.retry_ms, e->cfg.retry_jitter_pct);
+		c->yielding = true;
 	}
 	PQclear(r);
 	count_attempt(e);
@@ -473,8 +476,33 @@ listen_on(campaign *c)
 }
 
 /*
+ * While a follower lets the others go first after its own period, against
+ * a server that waits (1.1): does someone else hold the lease now?  Then
+ * its release or expiry is what the follower waits for in le_acquire, as a
+ * notification of that release would end the pause against 1.0.  The lease
+ * is read at most every server wait; when it is free (our own release) the
+ * pause goes on.
+ */
+static bool
+other_holds(campaign *c)
+{
+	le_elector *e = c->e;
+	bool		other;
+
+	if (!c->yielding || c->listening || c->server_wait != 1 ||
+		le_monotonic_ms() < c->last_observe + server_wait_ms(c->e))
+		return false;
+	observe_lease(c);
+	pthread_mutex_lock(&e->mu);
+	other = e->have_holder && strcmp(e->holder, e->owner_id) != 0;
+	pthread_mutex_unlock(&e->mu);
+	return other && c->conn != NULL;
+}
+
+/*
  * Sleep until the next attempt (without a connection: until the next
- * connection is due), a notification, a wake-up or one slice.
+ * connection is due; while yielding against 1.1, until the next read of the
+ * lease), a notification, a wake-up or one slice.
  */
 static void
 sleep_campaign(campaign *c, bool leading)
@@ -488,6 +516,9 @@ sleep_campaign(campaign *c, bool leading)
 
 	if (c->observe_due && c->last_observe + LE_HINT_GAP_MS - now < timeout)
 		timeout = c->last_observe + LE_HINT_GAP_MS - now;
+	if (!leading && c->yielding && !c->listening && c->server_wait == 1 &&
+		c->last_observe + server_wait_ms(e) - now < timeout)
+		timeout = c->last_observe + server_wait_ms(e) - now;
 	if (timeout < 0)
 		timeout = 0;
 	if (timeout > LE_CAMPAIGN_SLICE_MS)
@@ -599,6 +630,7 @@ le_campaign_main(void *arg)
 			/* campaign again only after one retry interval: let the others go first */
 			c->next_attempt = le_monotonic_ms() +
 				le_jittered(&e->rng, e->cfg.retry_ms, e->cfg.retry_jitter_pct);
+			c->yielding = true;
 			pthread_mutex_lock(&e->mu);
 			e->resign_done = resign_seq;
 			pthread_cond_broadcast(&e->cv);
@@ -610,7 +642,9 @@ le_campaign_main(void *arg)
 			continue;
 
 		/* not while the caller holds back the release of our last period */
-		if (!leading && !held && le_monotonic_ms() >= c->next_attempt)
+		if (!leading && !held && le_monotonic_ms() < c->next_attempt && other_holds(c))
+			c->next_attempt = le_monotonic_ms();
+		if (!leading && !held && c->conn && le_monotonic_ms() >= c->next_attempt)
 		{
 			if (c->listening && !c->watching && !watch_lease(c))
 				continue;

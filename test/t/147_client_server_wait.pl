@@ -114,6 +114,24 @@ cmp_ok($h[-1][2] - $h[-2][3], '<', 2, 'at the release, not at a retry interval')
 kill 'TERM', $b->{pid};
 ok(wait_for(sub { defined reap($a) && defined reap($b) }, 20), 'both exit');
 
+# --- 1.1: --loop candidates hand over at every release ---------------------------
+# After its job a --loop candidate resigns and lets the others go first for a
+# retry interval (5 s); when the other's shorter job ends meanwhile, the
+# pausing candidate still takes over at that release (1.0: woken by its
+# NOTIFY; 1.1: it reads the lease, finds it held and waits in le_acquire).
+my @loop = map {
+	start_candidate(dir => $dir, name => "l$_", dsn => $dsn, key => 'swloop',
+		opts => [ @timing, '--loop' ], command => [ 'sleep', '1.5' ])
+} 1 .. 2;
+ok(wait_for(sub { @h = history_rows($node, 'swloop'); @h >= 5 }, 30), 'five periods of two --loop candidates');
+kill 'TERM', map { $_->{pid} } @loop;
+ok(wait_for(sub { !grep { !defined reap($_) } @loop }, 20), 'both exit');
+my @gaps = map { $h[$_][2] - $h[ $_ - 1 ][3] } 1 .. 4;
+note(sprintf('--loop release -> next grant: %s ms', join(', ', map { sprintf('%.1f', 1000 * $_) } @gaps)));
+is_deeply([ grep { $_ >= 1 } @gaps ], [], 'every release is taken over at once, not after the pause of 5 s');
+is_deeply([ map { $h[$_][0] ne $h[ $_ - 1 ][0] ? 'alternate' : 'same' } 1 .. 4 ], [ ('alternate') x 4 ],
+	'by the other candidate');
+
 # --- 1.0: LISTEN and le_watch -----------------------------------------------------
 my $from10 = -s $node->logfile;
 my $dsn10 = $node->connstr('old10');
