@@ -225,7 +225,7 @@ sql "SELECT format('    token %s  %-3s  %s  ended: %s', fencing_token, holder,
 echo "  takeovers (action -> the server's grant to the next leader):"
 echo "    SIGSTOP of $L1 (token $T1) -> $L2 (token $T2): $(granted_ms "$T2" "$t_freeze") ms  (lease expiry: ttl $TTL_MS ms, then at most one retry)"
 echo "    SIGKILL of $L2 (token $T2) -> $L3 (token $T3): $(granted_ms "$T3" "$t_kill") ms"
-echo "    SIGTERM of $L3 (token $T3) -> $L4 (token $T4): $(granted_ms "$T4" "$t_term") ms  (release, follower woken by LISTEN)"
+echo "    SIGTERM of $L3 (token $T3) -> $L4 (token $T4): $(granted_ms "$T4" "$t_term") ms  (release, follower woken in the server)"
 accepted=$(sql "SELECT count(*) FROM invoices")
 rejected=$(grep -c REJECTED "$tmp/jobs.log" || true)
 echo "  rows accepted: $accepted ($(sql "SELECT string_agg(format('token %s: %s', fencing_token, n), ', ' ORDER BY fencing_token)

@@ -1,17 +1,19 @@
 /*-------------------------------------------------------------------------
  *
  * le_campaign.c
- *		The campaign thread of an elector: LISTEN, le_acquire while
- *		following, reports of other leaders, releases.
+ *		The campaign thread of an elector: le_acquire, leaders, releases.
  *
  * Locking rules: the thread owns its connection; it reads shared state
  * under e->mu and begins periods only through le_period.c.
  *
- * Notifications are unauthenticated (any role may NOTIFY on the channel):
- * they only wake this thread.  While leading, a notification about our key
- * makes the renewal thread renew at once (only the server's answer ends the
- * period); while following, it makes this thread read the lease, and a
- * "released" one makes it campaign at once.
+ * Against extension 1.1 a follower waits inside le_acquire and the
+ * connection neither LISTENs nor watches (see listen_on); against 1.0 it
+ * LISTENs, watches the lease and polls.  Notifications are unauthenticated
+ * (any role may NOTIFY on the channel): they only wake this thread.  While
+ * leading, a notification about our key makes the renewal thread renew at
+ * once (only the server's answer ends the period); while following, it
+ * makes this thread read the lease, and a "released" one makes it campaign
+ * at once.
  *
  * Errors: a broken or timed-out connection is replaced; errors that
  * retrying on the same connection cannot fix (permission denied, a standby)
@@ -44,11 +46,14 @@ typedef struct campaign
 	le_elector *e;
 	PGconn	   *conn;
 	int64_t		next_attempt;
+	int64_t		reconnect_at;	/* no new connection before this (after an error) */
 	int64_t		last_attempt;	/* when le_acquire was last sent */
 	int			failures;		/* consecutive failed attempts */
 	bool		observe_due;	/* a notification asked for a read of the lease */
 	int64_t		last_observe;	/* when the lease was last read */
 	bool		watching;		/* le_watch succeeded on this connection */
+	bool		listening;		/* this connection LISTENs and watches (1.0) */
+	bool		yielding;		/* next_attempt lets the others go first */
 	int			server_wait;	/* le_acquire waits in the server: -1 not known yet */
 } campaign;
 
@@ -120,6 +125,7 @@ drop_conn(campaign *c)
 		PQfinish(c->conn);
 	c->conn = NULL;
 	c->watching = false;
+	c->listening = false;
 	c->server_wait = -1;
 }
 
@@ -278,6 +284,7 @@ campaign_once(campaign *c)
 	bool		new_period = true;
 
 	c->last_attempt = t_send;
+	c->yielding = false;
 	snprintf(wait_text, sizeof(wait_text), "%" PRId64 " milliseconds", wait_ms);
 	r = le_exec_bounded(c->conn, v11 ? e->sql_acquire_wait : e->sql_acquire, v11 ? 5 : 3, values,
 						t_send + wait_ms + e->cfg.statement_timeout_ms,
@@ -298,12 +305,23 @@ campaign_once(campaign *c)
 		le_notice(e, "acquire failed%s: %s%s%s", ec == LE_EC_RECONNECT ? ", reconnecting" : "",
 				  state, state[0] ? ": " : "", msg);
 		PQclear(r);
-		if (ec == LE_EC_RECONNECT)
-			drop_conn(c);
 		if (ec != LE_EC_TRANSIENT)
 			c->failures++;
 		count_attempt(e);
-		c->next_attempt = le_monotonic_ms() + backoff(c, false);
+		if (ec == LE_EC_RECONNECT)
+		{
+			/*
+			 * The pause comes before the new connection, whose first
+			 * le_acquire then follows at once; the first time (and not
+			 * after a timeout) the connection is replaced at once.
+			 */
+			drop_conn(c);
+			c->reconnect_at = le_monotonic_ms() +
+				(!timedout && c->failures < 2 ? 0 : backoff(c, false));
+			c->next_attempt = 0;
+		}
+		else
+			c->next_attempt = le_monotonic_ms() + backoff(c, false);
 		return;
 	}
 	c->failures = 0;
@@ -388,6 +406,7 @@ campaign_once(campaign *c)
 	{
 		le_record_error(e, LE_OK, "", "");
 		c->next_attempt = le_monotonic_ms() + le_jittered(&e->rng, e->cfg.retry_ms, e->cfg.retry_jitter_pct);
+		c->yielding = true;
 	}
 	PQclear(r);
 	count_attempt(e);
@@ -396,8 +415,8 @@ campaign_once(campaign *c)
 /*
  * le_watch() the lease, after LISTEN (releases notify only while someone
  * watches; in this order no release between the two goes unheard); tried
- * again before every attempt until it succeeded on this connection.  False
- * if the connection broke.
+ * again before every attempt until it succeeded on a connection that
+ * LISTENs.  False if the connection broke.
  */
 static bool
 watch_lease(campaign *c)
@@ -421,7 +440,14 @@ watch_lease(campaign *c)
 	return !broken;
 }
 
-/* LISTEN on the extension's channel, then watch the lease; false if the connection broke. */
+/*
+ * On a new connection.  Where le_acquire waits in the server (1.1): nothing,
+ * for the server grants the lease to the waiter at a release's commit or at
+ * the expiry instant, and a watched lease's release would send a NOTIFY,
+ * which makes the server serialize notifying commits.  Else (1.0): LISTEN on
+ * the extension's channel, then watch the lease (its releases are announced)
+ * and poll every retry interval.  False if the connection broke.
+ */
 static bool
 listen_on(campaign *c)
 {
@@ -430,6 +456,11 @@ listen_on(campaign *c)
 	bool		broken;
 	PGresult   *r;
 
+	if (has_server_wait(c) && server_wait_ms(e) > 0)
+		return true;
+	if (c->conn == NULL)
+		return false;
+	c->listening = true;
 	r = le_exec_bounded(c->conn, "LISTEN " LE_CHANNEL, 0, NULL,
 						le_monotonic_ms() + e->cfg.statement_timeout_ms, msg, sizeof(msg),
 						&broken, NULL);
@@ -444,18 +475,50 @@ listen_on(campaign *c)
 	return watch_lease(c);
 }
 
-/* Sleep until the next attempt, a notification, a wake-up or one slice. */
+/*
+ * While a follower lets the others go first after its own period, against
+ * a server that waits (1.1): does someone else hold the lease now?  Then
+ * its release or expiry is what the follower waits for in le_acquire, as a
+ * notification of that release would end the pause against 1.0.  The lease
+ * is read at most every server wait; when it is free (our own release) the
+ * pause goes on.
+ */
+static bool
+other_holds(campaign *c)
+{
+	le_elector *e = c->e;
+	bool		other;
+
+	if (!c->yielding || c->listening || c->server_wait != 1 ||
+		le_monotonic_ms() < c->last_observe + server_wait_ms(c->e))
+		return false;
+	observe_lease(c);
+	pthread_mutex_lock(&e->mu);
+	other = e->have_holder && strcmp(e->holder, e->owner_id) != 0;
+	pthread_mutex_unlock(&e->mu);
+	return other && c->conn != NULL;
+}
+
+/*
+ * Sleep until the next attempt (without a connection: until the next
+ * connection is due; while yielding against 1.1, until the next read of the
+ * lease), a notification, a wake-up or one slice.
+ */
 static void
 sleep_campaign(campaign *c, bool leading)
 {
 	le_elector *e = c->e;
 	int64_t		now = le_monotonic_ms();
-	int64_t		timeout = leading ? LE_CAMPAIGN_SLICE_MS : c->next_attempt - now;
+	int64_t		due = c->conn ? c->next_attempt : c->reconnect_at;
+	int64_t		timeout = leading ? LE_CAMPAIGN_SLICE_MS : due - now;
 	struct pollfd fds[2];
 	int			nfds = 1;
 
 	if (c->observe_due && c->last_observe + LE_HINT_GAP_MS - now < timeout)
 		timeout = c->last_observe + LE_HINT_GAP_MS - now;
+	if (!leading && c->yielding && !c->listening && c->server_wait == 1 &&
+		c->last_observe + server_wait_ms(e) - now < timeout)
+		timeout = c->last_observe + server_wait_ms(e) - now;
 	if (timeout < 0)
 		timeout = 0;
 	if (timeout > LE_CAMPAIGN_SLICE_MS)
@@ -524,6 +587,12 @@ le_campaign_main(void *arg)
 		e->connected = c->conn != NULL;
 		pthread_mutex_unlock(&e->mu);
 
+		if (c->conn == NULL && !quit && !resign && le_monotonic_ms() < c->reconnect_at)
+		{
+			/* the pause after an error, before the new connection */
+			sleep_campaign(c, false);
+			continue;
+		}
 		if (c->conn == NULL && (!quit || release > 0))
 		{
 			le_result	rc = le_open_conn(e, "campaign",
@@ -531,7 +600,7 @@ le_campaign_main(void *arg)
 										  &c->conn, msg, sizeof(msg));
 
 			if (rc == LE_OK && !listen_on(c))
-				snprintf(msg, sizeof(msg), "connection lost during LISTEN");
+				snprintf(msg, sizeof(msg), "connection lost right after connecting");
 			if (c->conn == NULL)
 			{
 				le_notice(e, "campaign connection: %s", msg);
@@ -546,16 +615,9 @@ le_campaign_main(void *arg)
 					e->resign_done = resign_seq;
 				pthread_cond_broadcast(&e->cv);
 				pthread_mutex_unlock(&e->mu);
-				c->next_attempt = le_monotonic_ms() + backoff(c, true);
-				while (le_monotonic_ms() < c->next_attempt)
-				{
-					pthread_mutex_lock(&e->mu);
-					quit = e->quit || e->resign_requested != e->resign_done;
-					pthread_mutex_unlock(&e->mu);
-					if (quit)
-						break;
-					sleep_campaign(c, false);
-				}
+				/* the next connection after a pause, and le_acquire on it at once */
+				c->reconnect_at = le_monotonic_ms() + backoff(c, true);
+				c->next_attempt = 0;
 				continue;
 			}
 			le_notice(e, "campaign connection established");
@@ -568,6 +630,7 @@ le_campaign_main(void *arg)
 			/* campaign again only after one retry interval: let the others go first */
 			c->next_attempt = le_monotonic_ms() +
 				le_jittered(&e->rng, e->cfg.retry_ms, e->cfg.retry_jitter_pct);
+			c->yielding = true;
 			pthread_mutex_lock(&e->mu);
 			e->resign_done = resign_seq;
 			pthread_cond_broadcast(&e->cv);
@@ -579,9 +642,11 @@ le_campaign_main(void *arg)
 			continue;
 
 		/* not while the caller holds back the release of our last period */
-		if (!leading && !held && le_monotonic_ms() >= c->next_attempt)
+		if (!leading && !held && le_monotonic_ms() < c->next_attempt && other_holds(c))
+			c->next_attempt = le_monotonic_ms();
+		if (!leading && !held && c->conn && le_monotonic_ms() >= c->next_attempt)
 		{
-			if (!c->watching && !watch_lease(c))
+			if (c->listening && !c->watching && !watch_lease(c))
 				continue;
 			campaign_once(c);
 			if (c->conn)

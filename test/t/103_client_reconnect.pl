@@ -1,7 +1,7 @@
 # G9: pg_leader across connection loss: pg_terminate_backend of the renewal
 # connection (the leader reconnects and keeps its lease and token),
-# of the campaign connections (LISTEN is re-established: a release still
-# hands over at once), and a server restart during leadership (afterwards
+# of the campaign connections (the follower waits in le_acquire again on its
+# new connection: a release still hands over at once), and a server restart during leadership (afterwards
 # exactly one leader, and an old leader's leadership always ended before
 # a new one began).
 use strict;
@@ -32,7 +32,7 @@ my $job = write_job($dir, $events, 0);
 my $a = start_candidate(dir => $dir, name => 'tA', dsn => $dsn, key => 'term',
 	opts => [@timing], command => [$job]);
 ok(wait_for(sub { lease_state($node, 'term') =~ /^tA\|\d+\|t$/ }, 30), 'tA leads');
-# tB polls only every 5 s: a quick takeover can only come from LISTEN
+# tB polls only every 5 s: a quick takeover can only come from its wait in the server
 my $b = start_candidate(dir => $dir, name => 'tB', dsn => $dsn, key => 'term',
 	opts => [ @timing, '--retry', '5s' ], command => [$job]);
 ok(wait_for(sub { log_has($b, qr/new_leader .*holder tA/) }, 30), 'tB follows');
@@ -50,7 +50,7 @@ is(lease_state($node, 'term'), "tA|$tokA|t", 'tA keeps the lease with the same t
 my @starts = grep { $_->[0] eq 'start' } read_events($events);
 is(scalar @starts, 1, 'and its command was never restarted or doubled');
 
-# --- 2. the campaign connections are terminated; LISTEN comes back ----------------
+# --- 2. the campaign connections are terminated; the follower waits again --------
 my @camp = backends('campaign');
 is(scalar @camp, 2, 'two campaign connections');
 my $t_camp = time();
@@ -59,7 +59,7 @@ ok(wait_for(sub { my @n = backends('campaign'); @n == 2 && !grep({ my $p = $_; g
 	'both campaign connections are re-established');
 # the backend shows up in pg_stat_activity before the client logs it
 ok(wait_for(sub { log_has($b, qr/campaign connection established/) }, 10), 'the follower logs its reconnection');
-# a notification can only reach tB if it LISTENs again: the handover must not wait for polling
+# the release can only reach tB if it waits in the server again: not at its next poll
 usleep(300_000);
 my $t0 = time();
 kill 'TERM', $a->{pid};
@@ -67,7 +67,7 @@ ok(wait_for(sub { lease_state($node, 'term') =~ /^tB\|\d+\|t$/ }, 20), 'tB takes
 my @h = history_rows($node, 'term');
 my $gap = $h[-1][2] - $h[-2][3];
 note(sprintf('after reconnecting: release -> grant %.1f ms (follower polls every 5 s)', 1000 * $gap));
-cmp_ok($gap, '<', 2, 'the release reaches the follower through LISTEN, not by polling');
+cmp_ok($gap, '<', 2, 'the release reaches the follower at once, not at its next poll');
 wait_for(sub { defined reap($a) }, 10);
 is_deeply([ check_no_overlap($events) ], [], 'tA\'s command stopped before tB\'s started');
 kill 'TERM', $b->{pid};
