@@ -13,7 +13,8 @@
  *		  "returned P T TIME"         on_revoked returns, REVOKE_MS later
  *		With "defer" (defer_release): on_revoked returns at once and the
  *		main thread hands the partition back REVOKE_MS later:
- *		  "handed P T TIME"           le_group_member_release returned true
+ *		  "handed P T TIME"           le_group_member_release, called at
+ *		                              TIME, returned true
  *		Checks per partition: on_assigned(T) first, on_revoked(T) once and
  *		after it, on_assigned of a later token only after on_revoked(T);
  *		never two callbacks at once; le_group_member_owns() false from
@@ -155,10 +156,13 @@ hand_back(void)
 	pthread_mutex_lock(&mu);
 	for (int i = 0; i < n_pending; i++)
 	{
+		double		at;
+
 		if (le_monotonic_ms() < pending[i].at)
 			continue;
+		at = wall();			/* before the call: the release may run at once */
 		if (le_group_member_release(member, pending[i].partition, pending[i].token))
-			printf("handed %d %lld %.6f\n", pending[i].partition, (long long) pending[i].token, wall());
+			printf("handed %d %lld %.6f\n", pending[i].partition, (long long) pending[i].token, at);
 		pending[i--] = pending[--n_pending];
 	}
 	pthread_mutex_unlock(&mu);
