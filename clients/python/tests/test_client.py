@@ -308,18 +308,26 @@ class SyncTests(unittest.TestCase):
 
     def test_renewal_reconnects(self):
         dsn = psycopg.conninfo.make_conninfo(DSN, application_name="py-reconnect")
-        # a ttl of 4 s leaves a loaded machine time to fork the new backend
-        with admin() as a, le.lead(dsn, "py-reconnect", ttl="4s") as lease:
+        # a ttl of 6 s leaves a loaded machine time to fork the new backend
+        with admin() as a, le.lead(dsn, "py-reconnect", ttl="6s") as lease:
             token = lease.token
             first = self.renew_backend(a, "py-reconnect")
             a.execute("SELECT pg_terminate_backend(%s)", (first,))
             time.sleep(1.0)
-            frozen = self.renew_backend(a, "py-reconnect")
+            # a frozen idle backend: the renewal on it hangs, is abandoned, and another connection
+            # renews (frozen inside a renewal, it would hold the lease's row lock, and no connection
+            # could renew: then thaw it and freeze it again once idle)
+            for _ in range(20):
+                frozen = self.renew_backend(a, "py-reconnect")
+                os.kill(frozen, signal.SIGSTOP)
+                state = a.execute("SELECT state FROM pg_stat_activity WHERE pid = %s", (frozen,)).fetchone()
+                if state == ("idle",):
+                    break
+                os.kill(frozen, signal.SIGCONT)
+            self.assertEqual(state, ("idle",), "no idle moment of the renewal backend")
             self.assertNotEqual(frozen, first)
-            # a frozen backend: the renewal on it hangs, is abandoned, and another connection renews
-            os.kill(frozen, signal.SIGSTOP)
             try:
-                time.sleep(4.5)                     # longer than the ttl
+                time.sleep(6.5)                     # longer than the ttl
                 self.assertTrue(lease.is_leader(), lease.lost_reason)
                 self.assertEqual(lease.token, token)
                 row = a.execute("SELECT fencing_token, is_valid FROM le_leases WHERE lease_key = 'py-reconnect'").fetchone()
