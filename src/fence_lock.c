@@ -86,14 +86,37 @@ le_fence_lock_try(int64 lease_id, LOCKMODE mode)
 }
 
 /*
+ * Is the fence lock of a lease held, in a mode conflicting with mode, by a
+ * transaction still running?  A transaction past its end (its commit or
+ * abort made it invisible in the proc array) is no longer named by
+ * GetLockConflicts, though it may hold its locks for a moment more.
+ */
+static bool
+le_fence_lock_held_live(int64 lease_id, LOCKMODE mode)
+{
+	LOCKTAG		tag;
+	VirtualTransactionId *vxids;
+	bool		live;
+
+	le_fence_lock_tag(&tag, lease_id);
+	vxids = GetLockConflicts(&tag, mode, NULL);
+	live = VirtualTransactionIdIsValid(vxids[0]);
+	pfree(vxids);
+	return live;
+}
+
+/*
  * le_fence_lock_try, tried again for a short while: up to
- * LE_FENCE_TRY_BRIEF_MS attempts 1 ms apart.  For a caller that holds the
- * lease's row lock and would otherwise refuse or fail: a transaction that
- * frees a lease releases its row lock and its fence lock one after the
- * other at commit, and a caller woken by the first finds the second still
- * held for a moment.  Never waits in the lock manager, so it keeps the lock
- * order (no deadlock); a fenced writer that keeps the lock longer still
- * gets the refusal.
+ * LE_FENCE_TRY_BRIEF_MS attempts 1 ms apart, while only transactions that
+ * already ended hold the lock.  For a caller that holds the lease's row
+ * lock and would otherwise refuse or fail: a transaction that frees a
+ * lease releases its row lock and its fence lock one after the other at
+ * commit, and a caller woken by the first finds the second still held for
+ * a moment.  Never waits in the lock manager, so it keeps the lock order
+ * (no deadlock); a running transaction that holds the lock (a fenced
+ * writer committing, or a competitor that took it and waits for the row
+ * this caller holds) gets the refusal at once
+ * (150_fence_retry_live_holder.pl).
  */
 bool
 le_fence_lock_try_briefly(int64 lease_id, LOCKMODE mode)
@@ -102,7 +125,7 @@ le_fence_lock_try_briefly(int64 lease_id, LOCKMODE mode)
 
 	for (i = 1; !le_fence_lock_try(lease_id, mode); i++)
 	{
-		if (i >= LE_FENCE_TRY_BRIEF_MS)
+		if (i >= LE_FENCE_TRY_BRIEF_MS || le_fence_lock_held_live(lease_id, mode))
 			return false;
 		pg_usleep(1000L);
 		CHECK_FOR_INTERRUPTS();
