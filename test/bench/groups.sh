@@ -6,7 +6,9 @@
 #   many   MEMBERS members of a group of 1024 partitions (converged: 64 each
 #          for 16 members), each heartbeating once a second on average
 #          (pgbench -R, Poisson arrivals) for SECS seconds: latency p50 and
-#          p99 (without pgbench's schedule lag) and server CPU in cores.
+#          p99 (without pgbench's schedule lag) and server CPU in cores;
+#          then, as its baseline, the same clients at the same rate each
+#          committing a one-row UPDATE.
 # Server CPU is the user and system time of the postmaster and all its
 # children (exited backends included, through the postmaster's cutime),
 # over the run's wall time.  Heartbeats commit durably (a WAL flush each),
@@ -106,7 +108,7 @@ run() {
             END {
                 cpu = ticks / hz
                 n = NR
-                printf "%-28s %7d heartbeats  p50 %7.3f ms  p99 %7.3f ms  max %7.3f ms  server CPU %.3f ms/heartbeat, %.3f cores\n",
+                printf "%-32s %7d calls  p50 %7.3f ms  p99 %7.3f ms  max %7.3f ms  server CPU %.3f ms/call, %.3f cores\n",
                     label, n, a[int(n * 0.50) + 1], a[int(n * 0.99) + 1], a[n], 1000 * cpu / all, cpu / wall
             }'
 }
@@ -132,3 +134,12 @@ run "1024 partitions x $MEMBERS members" "$MEMBERS" "$dir/many.pgb" -R "$MEMBERS
 le_bench_psql -At -c "SELECT 'after: ' || count(*) FILTER (WHERE state = 'owned') || ' owned, '
                              || count(*) FILTER (WHERE state <> 'owned') || ' not'
                         FROM le_group_assignment('many')"
+
+# The baseline of the same run: the same clients at the same rate, each
+# committing a one-row UPDATE durably (the fixed cost of a transaction and
+# its WAL flush on this machine at this moment, which no heartbeat can beat).
+le_bench_psql -c "CREATE TABLE bench_base (id int PRIMARY KEY, n bigint NOT NULL DEFAULT 0)" \
+    -c "INSERT INTO bench_base (id) SELECT generate_series(0, $MEMBERS - 1)" >/dev/null
+echo "UPDATE bench_base SET n = n + 1 WHERE id = :client_id;" >"$dir/base.pgb"
+[ "$(id -u)" -eq 0 ] && chown postgres: "$dir/base.pgb"
+run "baseline: 1-row UPDATE x $MEMBERS" "$MEMBERS" "$dir/base.pgb" -R "$MEMBERS"
