@@ -54,6 +54,7 @@ typedef struct campaign
 	bool		watching;		/* le_watch succeeded on this connection */
 	bool		listening;		/* this connection LISTENs and watches (1.0) */
 	bool		yielding;		/* next_attempt lets the others go first */
+	bool		unsettled;		/* an le_acquire sent broke or timed out unanswered */
 	int			server_wait;	/* le_acquire waits in the server: -1 not known yet */
 } campaign;
 
@@ -260,6 +261,42 @@ col(const PGresult *r, const char *name)
 	return PQfnumber(r, name);
 }
 
+/*
+ * A grant from not leading that did not start a new ownership period: the
+ * lease was already held under our owner id.  True if we must not lead on
+ * it: another process holds the lease with our owner id.  Do not lead (both
+ * would use one token), do not release (it is theirs); try again after a
+ * ttl: if that process is gone by then, the lease will have expired.  But
+ * when the owner id is our own (unique to this elector) and an le_acquire
+ * of ours went unanswered (its connection broke or it timed out after the
+ * commit), the period is that call's grant and its token was never used:
+ * lead on it, rather than leave the lease held by nobody for a ttl.
+ */
+static bool
+owner_conflict(campaign *c, int64_t token, bool lost_answer)
+{
+	le_elector *e = c->e;
+	char		m[320];
+
+	if (e->own_owner_id && lost_answer)
+	{
+		le_notice(e, "token %" PRId64 " was granted to an earlier le_acquire whose answer was lost; leading with it",
+				  token);
+		return false;
+	}
+	snprintf(m, sizeof(m),
+			 "another process holds lease \"%.80s\" with owner id \"%.80s\" (token %" PRId64 "); owner ids must be unique",
+			 e->lease_key, e->owner_id, token);
+	le_record_error(e, LE_ERR_OWNER_CONFLICT, "", m);
+	le_notice(e, "%s; not leading", m);
+	pthread_mutex_lock(&e->mu);
+	e->owner_conflicts++;
+	pthread_mutex_unlock(&e->mu);
+	c->next_attempt = le_monotonic_ms() + e->cfg.ttl_ms +
+		le_jittered(&e->rng, e->cfg.retry_ms, e->cfg.retry_jitter_pct);
+	return true;
+}
+
 /* One le_acquire call; sets c->next_attempt. */
 static void
 campaign_once(campaign *c)
@@ -282,6 +319,7 @@ campaign_once(campaign *c)
 				c_exp,
 				c_new;
 	bool		new_period = true;
+	bool		lost_answer;
 
 	c->last_attempt = t_send;
 	c->yielding = false;
@@ -301,6 +339,8 @@ campaign_once(campaign *c)
 		le_result	rc;
 		le_errclass ec = le_failure_of(r, broken, timedout, &state, &rc);
 
+		if (broken || timedout)
+			c->unsettled = true;
 		le_record_error(e, rc, state, msg);
 		le_notice(e, "acquire failed%s: %s%s%s", ec == LE_EC_RECONNECT ? ", reconnecting" : "",
 				  state, state[0] ? ": " : "", msg);
@@ -325,6 +365,8 @@ campaign_once(campaign *c)
 		return;
 	}
 	c->failures = 0;
+	lost_answer = c->unsettled;
+	c->unsettled = false;
 	if (strcmp(PQgetvalue(r, 0, c_acq), "t") != 0)
 	{
 		char		holder[LE_MAX_OWNER_LEN + 1];
@@ -366,28 +408,10 @@ campaign_once(campaign *c)
 		return;
 	}
 	pthread_mutex_unlock(&e->mu);
-	if (!new_period)
+	if (!new_period && owner_conflict(c, token, lost_answer))
 	{
-		/*
-		 * The server handed us a token we never had: another process holds
-		 * the lease with our owner id.  Do not lead (both would use one
-		 * token), do not release (it is theirs).  Try again after a ttl: if
-		 * that process is gone by then, the lease will have expired.
-		 */
-		char		m[320];
-
-		snprintf(m, sizeof(m),
-				 "another process holds lease \"%.80s\" with owner id \"%.80s\" (token %" PRId64 "); owner ids must be unique",
-				 e->lease_key, e->owner_id, token);
 		PQclear(r);
-		le_record_error(e, LE_ERR_OWNER_CONFLICT, "", m);
-		le_notice(e, "%s; not leading", m);
-		pthread_mutex_lock(&e->mu);
-		e->owner_conflicts++;
-		pthread_mutex_unlock(&e->mu);
 		count_attempt(e);
-		c->next_attempt = le_monotonic_ms() + e->cfg.ttl_ms +
-			le_jittered(&e->rng, e->cfg.retry_ms, e->cfg.retry_jitter_pct);
 		return;
 	}
 	if (!le_period_begin(e, token, t_send, PQgetvalue(r, 0, c_exp)))

@@ -43,6 +43,7 @@ le_elector_create(const le_config *cfg, char *err, size_t errlen)
 	le_elector *e;
 	le_config	c = *cfg;
 	char		owner[LE_MAX_OWNER_LEN + 1];
+	bool		own_id;
 
 	if (c.lease_key == NULL || c.lease_key[0] == '\0')
 	{
@@ -70,7 +71,8 @@ le_elector_create(const le_config *cfg, char *err, size_t errlen)
 		return NULL;
 	if (c.conninfo == NULL)
 		c.conninfo = "";
-	if (c.owner_id == NULL)
+	own_id = c.owner_id == NULL;
+	if (own_id)
 	{
 		le_default_id(owner, sizeof(owner));
 		c.owner_id = owner;
@@ -98,6 +100,7 @@ le_elector_create(const le_config *cfg, char *err, size_t errlen)
 	e->cfg.conninfo = e->conninfo;
 	e->cfg.lease_key = e->lease_key;
 	e->cfg.owner_id = e->owner_id;
+	e->own_owner_id = own_id;
 	snprintf(e->ttl_text, sizeof(e->ttl_text), "%" PRId64 " milliseconds", c.ttl_ms);
 	e->rng = le_random_u64() | 1;
 	if (e->conninfo == NULL || e->lease_key == NULL || e->owner_id == NULL ||

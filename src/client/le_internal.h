@@ -141,6 +141,7 @@ struct le_elector
 	char		holder[LE_MAX_OWNER_LEN + 1];
 	int64_t		holder_token;
 	uint64_t	owner_conflicts;	/* grants refused: another process has our owner id */
+	bool		own_owner_id;	/* owner_id made by le_default_id, unique to us */
 	le_errinfo	last;			/* of the last acquire/renew attempt */
 
 	le_event	queue[LE_QUEUE_LEN];
