@@ -10,9 +10,6 @@ use warnings;
 use FindBin;
 use lib $FindBin::RealBin;
 use IO::Select;
-use IO::Socket::INET;
-use IO::Socket::UNIX;
-use Socket qw(SOCK_STREAM);
 use Time::HiRes qw(time);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -23,16 +20,10 @@ my $delay = 0.060;
 my ($node, $dsn, $dir) = start_node('client_slow_renewal');
 
 # A TCP proxy to the node's socket that delays every chunk by $delay.
-my $listen = IO::Socket::INET->new(Listen => 16, LocalAddr => '127.0.0.1', LocalPort => 0,
-	Proto => 'tcp', ReuseAddr => 1) or die "listen: $!";
-my $proxy_port = $listen->sockport;
-my $proxy = fork();
-die "fork: $!" unless defined $proxy;
-if ($proxy == 0)
-{
+my ($proxy, $proxy_port) = tcp_proxy($node, sub {
+	my ($listen, $path) = @_;
 	my $sel = IO::Select->new($listen);
 	my (%peer, %queue);
-	my $path = $node->host . '/.s.PGSQL.' . $node->port;
 	for (;;)
 	{
 		my $now = time;
@@ -52,11 +43,7 @@ if ($proxy == 0)
 		{
 			if ($s == $listen)
 			{
-				my $c = $listen->accept or next;
-				my $u = IO::Socket::UNIX->new(Type => SOCK_STREAM, Peer => $path) or next;
-				$peer{$c} = $u;
-				$peer{$u} = $c;
-				$sel->add($c, $u);
+				proxy_accept($listen, $path, \%peer, $sel);
 				next;
 			}
 			my $to = $peer{$s};
@@ -69,8 +56,7 @@ if ($proxy == 0)
 			}
 		}
 	}
-}
-close($listen);
+});
 
 my $slow = "host=127.0.0.1 port=$proxy_port dbname=postgres sslmode=disable";
 my $c = start_candidate(dir => $dir, name => 'slow', dsn => $slow, key => 'slow',

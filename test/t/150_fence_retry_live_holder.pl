@@ -63,10 +63,7 @@ ok(defined $min && $min < 12,
 	'the re-acquire refuses at once when a live transaction holds the fence lock');
 
 # Tokens still rise and periods do not overlap.
-is($node->safe_psql('postgres', q{
-	SELECT count(*) FROM le_lease_history x JOIN le_lease_history y USING (lease_key)
-	 WHERE x.fencing_token < y.fencing_token
-	   AND (x.ended_at IS NULL OR y.acquired_at < x.ended_at)}), '0', 'no two periods of a key overlap');
+is(le_overlapping_periods($node), '0', 'no two periods of a key overlap');
 
 $node->stop;
 done_testing();

@@ -11,9 +11,6 @@ use warnings;
 use FindBin;
 use lib $FindBin::RealBin;
 use IO::Select;
-use IO::Socket::INET;
-use IO::Socket::UNIX;
-use Socket qw(SOCK_STREAM);
 use Time::HiRes qw(time usleep);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -27,29 +24,19 @@ my $arm = "$dir/drop-next-grant";
 # of an le_acquire answer (five columns or more) granting the lease (first
 # column "t") is dropped with the connection: $arm is removed, the client
 # side closed, the server side closed after it.
-my $listen = IO::Socket::INET->new(Listen => 16, LocalAddr => '127.0.0.1', LocalPort => 0,
-	Proto => 'tcp', ReuseAddr => 1) or die "listen: $!";
-my $proxy_port = $listen->sockport;
-my $proxy = fork();
-die "fork: $!" unless defined $proxy;
-if ($proxy == 0)
-{
+my ($proxy, $proxy_port) = tcp_proxy($node, sub {
+	my ($listen, $path) = @_;
 	my $sel = IO::Select->new($listen);
 	my (%peer, %from_server, %buf);
-	my $path = $node->host . '/.s.PGSQL.' . $node->port;
 	for (;;)
 	{
 		for my $fh ($sel->can_read(1))
 		{
 			if ($fh == $listen)
 			{
-				my $c = $listen->accept or next;
-				my $s = IO::Socket::UNIX->new(Type => SOCK_STREAM, Peer => $path) or die "connect: $!";
-				$peer{$c} = $s;
-				$peer{$s} = $c;
+				my (undef, $s) = proxy_accept($listen, $path, \%peer, $sel) or next;
 				$from_server{$s} = 1;
 				$buf{$s} = '';
-				$sel->add($c, $s);
 				next;
 			}
 			my $other = $peer{$fh};
@@ -91,8 +78,7 @@ if ($proxy == 0)
 			}
 		}
 	}
-}
-close($listen);
+});
 END { kill 'KILL', $proxy if $proxy; }
 
 my $via_proxy = "host=127.0.0.1 port=$proxy_port dbname=postgres sslmode=disable gssencmode=disable";

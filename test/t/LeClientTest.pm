@@ -14,6 +14,9 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use IPC::Run;
+use IO::Socket::INET;
+use IO::Socket::UNIX;
+use Socket qw(SOCK_STREAM);
 use FindBin;
 use lib $FindBin::Bin;
 use LeNode;
@@ -22,7 +25,7 @@ our @EXPORT = qw(start_node pg_leader_bin pg_leader_cmd start_candidate stop_all
   read_events lease_state history_rows log_has alive reap log_events
   check_no_overlap spans pgid_of build_probe
   start_group_member group_node group_job group_instances group_holders group_rows_outside_periods
-  group_overlaps);
+  group_overlaps tcp_proxy proxy_accept);
 
 my @started;    # every wrapper we started, killed at the end
 
@@ -450,6 +453,41 @@ sub group_overlaps
 	}
 	close($fh);
 	return @problems;
+}
+
+# A TCP proxy on 127.0.0.1 in front of $node's Unix socket: a child process
+# runs $serve->($listen, $path) (the listening socket, the node's socket
+# path) until it is killed; returns its pid and port.  The caller kills it.
+sub tcp_proxy
+{
+	my ($node, $serve) = @_;
+	my $listen = IO::Socket::INET->new(Listen => 16, LocalAddr => '127.0.0.1', LocalPort => 0,
+		Proto => 'tcp', ReuseAddr => 1) or die "listen: $!";
+	my $port = $listen->sockport;
+	my $pid = fork();
+	die "fork: $!" unless defined $pid;
+	if ($pid == 0)
+	{
+		$serve->($listen, $node->host . '/.s.PGSQL.' . $node->port);
+		POSIX::_exit(0);
+	}
+	close($listen);
+	return ($pid, $port);
+}
+
+# In a tcp_proxy: accept a client on $listen and connect it to the node's
+# socket $path; the two are each other's entry in %$peer and both are
+# added to the IO::Select $sel.  Returns (client, server), or () when
+# either failed.
+sub proxy_accept
+{
+	my ($listen, $path, $peer, $sel) = @_;
+	my $c = $listen->accept or return ();
+	my $u = IO::Socket::UNIX->new(Type => SOCK_STREAM, Peer => $path) or return ();
+	$peer->{$c} = $u;
+	$peer->{$u} = $c;
+	$sel->add($c, $u);
+	return ($c, $u);
 }
 
 # Build test/c/le_probe.c (or test/c/$source) into $exe against the client

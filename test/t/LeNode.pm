@@ -18,7 +18,9 @@
 # of the node's postgres database (pool_size server connections, default 2;
 # max_clients, default 20), waits until it answers, stops it when the test
 # ends, and returns the connection string; undef when PgBouncer is not
-# installed (the caller skips).
+# installed (the caller skips).  le_overlapping_periods($node) counts the
+# pairs of periods of one key in le_lease_history where the later token's
+# period began before the earlier one ended (0: tokens rise, no overlap).
 package LeNode;
 
 use strict;
@@ -27,7 +29,7 @@ use Exporter 'import';
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils ();
 
-our @EXPORT = qw(le_node le_standby le_pgbouncer);
+our @EXPORT = qw(le_node le_standby le_pgbouncer le_overlapping_periods);
 
 my $pgbouncer = '/usr/sbin/pgbouncer';
 my @bouncer_pidfiles;
@@ -93,6 +95,15 @@ sub le_pgbouncer
 		select(undef, undef, undef, 0.1);
 	}
 	die "pgbouncer does not answer at $via";
+}
+
+sub le_overlapping_periods
+{
+	my ($node) = @_;
+	return $node->safe_psql('postgres', q{
+		SELECT count(*) FROM le_lease_history x JOIN le_lease_history y USING (lease_key)
+		 WHERE x.fencing_token < y.fencing_token
+		   AND (x.ended_at IS NULL OR y.acquired_at < x.ended_at)});
 }
 
 1;
