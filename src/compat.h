@@ -48,4 +48,8 @@
 #define le_push_search_path(path)	PushOverrideSearchPath(path)
 #define le_pop_search_path()		PopOverrideSearchPath()
 
+/* The PGPROC of a virtual transaction id's backend, NULL if none. */
+#include "storage/sinvaladt.h"
+#define le_vxid_proc(vxid)	BackendIdGetProc((vxid).backendId)
+
 #endif							/* LE_COMPAT_H */

@@ -22,6 +22,9 @@
 
 #include "miscadmin.h"
 #include "storage/lock.h"
+#include "storage/proc.h"
+
+#include "compat.h"
 
 #include "leader_election.h"
 
@@ -87,36 +90,50 @@ le_fence_lock_try(int64 lease_id, LOCKMODE mode)
 
 /*
  * Is the fence lock of a lease held, in a mode conflicting with mode, by a
- * transaction still running?  A transaction past its end (its commit or
- * abort made it invisible in the proc array) is no longer named by
- * GetLockConflicts, though it may hold its locks for a moment more.
+ * running transaction that waits for a lock itself?  Such a holder (a
+ * competitor that took the fence lock and queued for the lease row the
+ * caller holds) keeps the fence lock until the caller's transaction ends,
+ * so trying again cannot help.  Any other holder may be giving its locks
+ * back right now: a transaction past its end (no longer named by
+ * GetLockConflicts), a subtransaction rolling back (ROLLBACK TO SAVEPOINT,
+ * an exception block: its transaction still runs), a fenced writer
+ * committing.  Whether a holder waits is read without its lock partition's
+ * lock: a hint for how long to try, never what the lock decides.
  */
 static bool
-le_fence_lock_held_live(int64 lease_id, LOCKMODE mode)
+le_fence_lock_held_waiting(int64 lease_id, LOCKMODE mode)
 {
 	LOCKTAG		tag;
 	VirtualTransactionId *vxids;
-	bool		live;
+	bool		waiting = false;
 
 	le_fence_lock_tag(&tag, lease_id);
 	vxids = GetLockConflicts(&tag, mode, NULL);
-	live = VirtualTransactionIdIsValid(vxids[0]);
+	for (int i = 0; VirtualTransactionIdIsValid(vxids[i]) && !waiting; i++)
+	{
+		PGPROC	   *proc = le_vxid_proc(vxids[i]);
+
+		/* NULL for a prepared transaction: it waits for nothing */
+		waiting = proc != NULL && proc->lxid == vxids[i].localTransactionId &&
+			proc->waitLock != NULL;
+	}
 	pfree(vxids);
-	return live;
+	return waiting;
 }
 
 /*
  * le_fence_lock_try, tried again for a short while: up to
- * LE_FENCE_TRY_BRIEF_MS attempts 1 ms apart, while only transactions that
- * already ended hold the lock.  For a caller that holds the lease's row
- * lock and would otherwise refuse or fail: a transaction that frees a
- * lease releases its row lock and its fence lock one after the other at
- * commit, and a caller woken by the first finds the second still held for
- * a moment.  Never waits in the lock manager, so it keeps the lock order
- * (no deadlock); a running transaction that holds the lock (a fenced
- * writer committing, or a competitor that took it and waits for the row
- * this caller holds) gets the refusal at once
- * (150_fence_retry_live_holder.pl).
+ * LE_FENCE_TRY_BRIEF_MS attempts 1 ms apart, while no holder of the lock
+ * waits for a lock itself.  For a caller that holds the lease's row lock
+ * and would otherwise refuse or fail: a transaction that frees a lease
+ * releases its row lock and its fence lock one after the other at commit
+ * (or a subtransaction at its rollback), and a caller woken by the first
+ * finds the second still held for a moment.  Never waits in the lock
+ * manager, so it keeps the lock order (no deadlock); a competitor that
+ * took the lock and waits for the row this caller holds gets the refusal
+ * at once (150_fence_retry_live_holder.pl), a savepoint rolling back the
+ * tries (152_fence_retry_savepoint.pl), a fenced writer that keeps the
+ * lock longer the refusal after them.
  */
 bool
 le_fence_lock_try_briefly(int64 lease_id, LOCKMODE mode)
@@ -125,7 +142,7 @@ le_fence_lock_try_briefly(int64 lease_id, LOCKMODE mode)
 
 	for (i = 1; !le_fence_lock_try(lease_id, mode); i++)
 	{
-		if (i >= LE_FENCE_TRY_BRIEF_MS || le_fence_lock_held_live(lease_id, mode))
+		if (i >= LE_FENCE_TRY_BRIEF_MS || le_fence_lock_held_waiting(lease_id, mode))
 			return false;
 		pg_usleep(1000L);
 		CHECK_FOR_INTERRUPTS();
