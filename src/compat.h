@@ -16,6 +16,7 @@
 
 #include "access/xlog.h"
 #include "catalog/namespace.h"
+#include "storage/sinvaladt.h"
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
@@ -49,7 +50,6 @@
 #define le_pop_search_path()		PopOverrideSearchPath()
 
 /* The PGPROC of a virtual transaction id's backend, NULL if none. */
-#include "storage/sinvaladt.h"
 #define le_vxid_proc(vxid)	BackendIdGetProc((vxid).backendId)
 
 #endif							/* LE_COMPAT_H */
