@@ -132,7 +132,7 @@ le_fence_lock_held_waiting(int64 lease_id, LOCKMODE mode)
  * manager, so it keeps the lock order (no deadlock); a competitor that
  * took the lock and waits for the row this caller holds gets the refusal
  * at once (150_fence_retry_live_holder.pl), a savepoint rolling back the
- * tries (152_fence_retry_savepoint.pl), a fenced writer that keeps the
+ * tries (149_rejoin_after_release.pl), a fenced writer that keeps the
  * lock longer the refusal after them.
  */
 bool
