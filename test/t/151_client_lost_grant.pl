@@ -10,7 +10,6 @@ use strict;
 use warnings;
 use FindBin;
 use lib $FindBin::RealBin;
-use IO::Select;
 use Time::HiRes qw(time usleep);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -20,64 +19,13 @@ use LeClientTest;
 my ($node, $dsn, $dir) = start_node('client_lost_grant');
 my $arm = "$dir/drop-next-grant";
 
-# A TCP proxy to the node's socket.  While $arm exists, the first DataRow
-# of an le_acquire answer (five columns or more) granting the lease (first
-# column "t") is dropped with the connection: $arm is removed, the client
-# side closed, the server side closed after it.
-my ($proxy, $proxy_port) = tcp_proxy($node, sub {
-	my ($listen, $path) = @_;
-	my $sel = IO::Select->new($listen);
-	my (%peer, %from_server, %buf);
-	for (;;)
-	{
-		for my $fh ($sel->can_read(1))
-		{
-			if ($fh == $listen)
-			{
-				my (undef, $s) = proxy_accept($listen, $path, \%peer, $sel) or next;
-				$from_server{$s} = 1;
-				$buf{$s} = '';
-				next;
-			}
-			my $other = $peer{$fh};
-			my $n = sysread($fh, my $data, 65536);
-			if (!$n)
-			{
-				for ($fh, $other) { $sel->remove($_); delete $peer{$_}; close($_); }
-				next;
-			}
-			if (!$from_server{$fh})
-			{
-				syswrite($other, $data);
-				next;
-			}
-			$buf{$fh} .= $data;
-			my $out = '';
-			my $drop = 0;
-			while (length($buf{$fh}) >= 5)
-			{
-				my ($type, $len) = unpack('a N', $buf{$fh});
-				last if length($buf{$fh}) < 1 + $len;
-				my $msg = substr($buf{$fh}, 0, 1 + $len, '');
-				if ($type eq 'D' && -e $arm)
-				{
-					my ($ncols, $l1) = unpack('x5 n N', $msg);
-					if ($ncols >= 5 && $l1 == 1 && substr($msg, 11, 1) eq 't')
-					{
-						unlink $arm;
-						$drop = 1;
-						last;
-					}
-				}
-				$out .= $msg;
-			}
-			syswrite($other, $out) if length $out;
-			if ($drop)
-			{
-				for ($other, $fh) { $sel->remove($_); delete $peer{$_}; close($_); }
-			}
-		}
-	}
+# While $arm exists, the first DataRow of an le_acquire answer (five
+# columns or more) granting the lease (first column "t") is dropped with
+# the connection.
+my ($proxy, $proxy_port) = drop_answer_proxy($node, $arm, sub {
+	my ($msg) = @_;
+	my ($ncols, $l1) = unpack('x5 n N', $msg);
+	return $ncols >= 5 && $l1 == 1 && substr($msg, 11, 1) eq 't';
 });
 END { kill 'KILL', $proxy if $proxy; }
 

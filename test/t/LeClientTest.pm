@@ -14,6 +14,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use IPC::Run;
+use IO::Select;
 use IO::Socket::INET;
 use IO::Socket::UNIX;
 use Socket qw(SOCK_STREAM);
@@ -25,7 +26,7 @@ our @EXPORT = qw(start_node pg_leader_bin pg_leader_cmd start_candidate stop_all
   read_events lease_state history_rows log_has alive reap log_events
   check_no_overlap spans pgid_of build_probe
   start_group_member group_node group_job group_instances group_holders group_rows_outside_periods
-  group_overlaps tcp_proxy proxy_accept);
+  group_overlaps tcp_proxy proxy_accept drop_answer_proxy);
 
 my @started;    # every wrapper we started, killed at the end
 
@@ -488,6 +489,66 @@ sub proxy_accept
 	$peer->{$u} = $c;
 	$sel->add($c, $u);
 	return ($c, $u);
+}
+
+# A tcp_proxy that passes everything on, except that while the file $arm
+# exists, the first DataRow from the server for which $match->($message)
+# is true is dropped with the connection: $arm is removed, the client side
+# closed, the server side after it (an answer lost after its commit).
+# Returns the proxy's pid and port.
+sub drop_answer_proxy
+{
+	my ($node, $arm, $match) = @_;
+	return tcp_proxy($node, sub {
+		my ($listen, $path) = @_;
+		my $sel = IO::Select->new($listen);
+		my (%peer, %from_server, %buf);
+		for (;;)
+		{
+			for my $fh ($sel->can_read(1))
+			{
+				if ($fh == $listen)
+				{
+					my (undef, $s) = proxy_accept($listen, $path, \%peer, $sel) or next;
+					$from_server{$s} = 1;
+					$buf{$s} = '';
+					next;
+				}
+				my $other = $peer{$fh};
+				my $n = sysread($fh, my $data, 65536);
+				if (!$n)
+				{
+					for ($fh, $other) { $sel->remove($_); delete $peer{$_}; close($_); }
+					next;
+				}
+				if (!$from_server{$fh})
+				{
+					syswrite($other, $data);
+					next;
+				}
+				$buf{$fh} .= $data;
+				my ($out, $drop) = ('', 0);
+				while (length($buf{$fh}) >= 5)
+				{
+					my ($type, $len) = unpack('a N', $buf{$fh});
+					last if length($buf{$fh}) < 1 + $len;
+					my $msg = substr($buf{$fh}, 0, 1 + $len, '');
+					if ($type eq 'D' && -e $arm && $match->($msg))
+					{
+						unlink $arm;
+						$drop = 1;
+						last;
+					}
+					$out .= $msg;
+				}
+				syswrite($other, $out) if length $out;
+				if ($drop)
+				{
+					for ($other, $fh) { $sel->remove($_); delete $peer{$_}; close($_); }
+				}
+			}
+		}
+	});
 }
 
 # Build test/c/le_probe.c (or test/c/$source) into $exe against the client
