@@ -80,6 +80,7 @@ struct le_group_member
 	char	   *conninfo;
 	char	   *group;
 	char	   *member_id;
+	bool		own_member_id;	/* made by le_default_id, unique to this member */
 	char		ttl_text[48];
 	const char **conn_kw;
 	const char **conn_val;
@@ -142,6 +143,7 @@ typedef struct hbconn
 	int64_t		rtt;			/* the last round trip seen */
 	int			failures;		/* consecutive failed heartbeats */
 	int64_t		next_attempt;	/* no heartbeat before this (after an error) */
+	bool		unsettled;		/* a heartbeat sent broke or timed out unanswered */
 	char		msg[512];
 } hbconn;
 
@@ -424,12 +426,14 @@ apply_row(le_group_member *m, PGresult *r, int i, const hb_cols *c, int64_t dead
 /*
  * Apply the answer of a heartbeat sent at t_send; mu must be held.  The
  * membership row comes first: a membership that is not new and not the
- * one we hold is another process's (HB_CONFLICT); a new one after ours
- * means ours ended (its partitions with it).  Partitions a heartbeat no
- * longer lists are no longer ours.
+ * one we hold is another process's (HB_CONFLICT), unless lost_answer (an
+ * earlier heartbeat of ours went unanswered, under a member id unique to
+ * us) and its token is later than any we had: then that heartbeat began
+ * it.  A new one after ours means ours ended (its partitions with it).
+ * Partitions a heartbeat no longer lists are no longer ours.
  */
 static hb_outcome
-apply_heartbeat(le_group_member *m, PGresult *r, int64_t t_send)
+apply_heartbeat(le_group_member *m, PGresult *r, int64_t t_send, bool lost_answer)
 {
 	hb_cols		c;
 	int			n = PQntuples(r);
@@ -457,9 +461,13 @@ apply_heartbeat(le_group_member *m, PGresult *r, int64_t t_send)
 	mnew = strcmp(PQgetvalue(r, mrow, c.new_period), "t") == 0;
 	if (!mnew && mtoken != m->member_token)
 	{
-		revoke_all_locked(m, LE_STOP_LOST, "another process holds our membership");
-		m->owner_conflicts++;
-		return HB_CONFLICT;
+		if (!lost_answer || mtoken < m->member_token)
+		{
+			revoke_all_locked(m, LE_STOP_LOST, "another process holds our membership");
+			m->owner_conflicts++;
+			return HB_CONFLICT;
+		}
+		mnew = true;			/* begun by the heartbeat whose answer was lost */
 	}
 	if (mnew && m->member_token != 0)
 		revoke_all_locked(m, LE_STOP_LOST, "our membership had ended: joined the group again");
@@ -570,6 +578,8 @@ heartbeat_failed(hbconn *hc, PGresult *r, bool broken, bool timedout)
 	le_errclass ec = le_failure_of(r, broken, timedout, &state, &rc);
 
 	hc->failures++;
+	if (broken || timedout)
+		hc->unsettled = true;
 	if (ec == LE_EC_PERMANENT)
 	{
 		char		detail[LE_DETAIL_LEN];
@@ -609,6 +619,7 @@ heartbeat_once(hbconn *hc)
 				timedout;
 	hb_outcome	out;
 	int			unused;
+	bool		lost_answer;
 
 	if (!ensure_conn(hc))
 	{
@@ -628,8 +639,10 @@ heartbeat_once(hbconn *hc)
 		return;
 	}
 	hc->rtt = le_monotonic_ms() - t_send;
+	lost_answer = hc->unsettled && m->own_member_id;
+	hc->unsettled = false;
 	pthread_mutex_lock(&m->mu);
-	out = apply_heartbeat(m, r, t_send);
+	out = apply_heartbeat(m, r, t_send, lost_answer);
 	unused = m->unused;
 	pthread_mutex_unlock(&m->mu);
 	PQclear(r);
@@ -1083,6 +1096,7 @@ le_group_member_create(const le_group_config *cfg, char *err, size_t errlen)
 	le_group_member *m;
 	le_group_config c = *cfg;
 	char		id[LE_MAX_MEMBER_LEN + 1];
+	bool		own_id;
 
 	if (c.group_name == NULL || !valid_group_name(c.group_name))
 	{
@@ -1106,7 +1120,8 @@ le_group_member_create(const le_group_config *cfg, char *err, size_t errlen)
 		return NULL;
 	if (c.conninfo == NULL)
 		c.conninfo = "";
-	if (c.member_id == NULL)
+	own_id = c.member_id == NULL;
+	if (own_id)
 	{
 		le_default_id(id, sizeof(id));
 		c.member_id = id;
@@ -1127,6 +1142,7 @@ le_group_member_create(const le_group_config *cfg, char *err, size_t errlen)
 	m->conninfo = strdup(c.conninfo);
 	m->group = strdup(c.group_name);
 	m->member_id = strdup(c.member_id);
+	m->own_member_id = own_id;
 	m->cfg.conninfo = m->conninfo;
 	m->cfg.group_name = m->group;
 	m->cfg.member_id = m->member_id;
