@@ -251,12 +251,17 @@ push_event(le_group_member *m, gevent *ev)
 
 /*
  * Free entry p once nothing refers to it any more: its on_revoked has
- * returned and its lease was released or need not be.  mu must be held.
+ * returned, with defer_release the caller handed it back, and its lease
+ * was released or need not be.  Until then a heartbeat that lists its
+ * token again finds it revoked (a lease of an ended membership that the
+ * server renews under the next one is ours: released only once handed
+ * back).  mu must be held.
  */
 static void
 maybe_free(le_group_member *m, gpart *p)
 {
-	if (!p->revoked || !p->told || (p->need_release && !p->released))
+	if (!p->revoked || !p->told || (p->need_release && !p->released) ||
+		(m->cfg.defer_release && !p->handed_back))
 		return;
 	if (p->prev)
 		p->prev->next = p->next;
@@ -1361,6 +1366,8 @@ le_group_member_release(le_group_member *m, int partition, int64_t token)
 			p->handed_back = true;
 			found = p->need_release && !p->released;
 			pthread_cond_broadcast(&m->cv);
+			maybe_free(m, p);
+			break;
 		}
 	pthread_mutex_unlock(&m->mu);
 	return found;
