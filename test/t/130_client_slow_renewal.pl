@@ -41,6 +41,7 @@ my ($proxy, $proxy_port) = tcp_proxy($node, sub {
 		}
 		for my $s ($sel->can_read($next > 0 ? $next : 0))
 		{
+			next unless $s == $listen || exists $peer{$s};    # closed in this round
 			if ($s == $listen)
 			{
 				proxy_accept($listen, $path, \%peer, $sel);

@@ -98,10 +98,12 @@ sub start_pg_leader
 		setpgid(0, 0);
 		# PostgreSQL::Test::Utils sets PGAPPNAME; let pg_leader name its connections
 		delete $ENV{PGAPPNAME};
-		open(STDOUT, '>>', $log) or die;
-		open(STDERR, '>>', $log) or die;
+		open(STDOUT, '>>', $log) or POSIX::_exit(127);
+		open(STDERR, '>>', $log) or POSIX::_exit(127);
 		default_signals();
-		exec('env', '--default-signal', @cmd) or die "exec: $!";
+		exec('env', '--default-signal', @cmd);
+		print STDERR "exec: $!\n";
+		POSIX::_exit(127);    # not through the test's END blocks
 	}
 	setpgid($pid, $pid);
 	my $c = { pid => $pid, log => $log, name => $name };
@@ -459,6 +461,7 @@ sub group_overlaps
 # A TCP proxy on 127.0.0.1 in front of $node's Unix socket: a child process
 # runs $serve->($listen, $path) (the listening socket, the node's socket
 # path) until it is killed; returns its pid and port.  The caller kills it.
+# $serve must skip sockets it closed earlier in the same select round.
 sub tcp_proxy
 {
 	my ($node, $serve) = @_;
@@ -469,8 +472,13 @@ sub tcp_proxy
 	die "fork: $!" unless defined $pid;
 	if ($pid == 0)
 	{
-		$serve->($listen, $node->host . '/.s.PGSQL.' . $node->port);
-		POSIX::_exit(0);
+		# A write to a peer that went away fails instead of killing the
+		# proxy, and the proxy never ends through the test's END blocks
+		# (they would stop the node).
+		$SIG{PIPE} = 'IGNORE';
+		eval { $serve->($listen, $node->host . '/.s.PGSQL.' . $node->port); };
+		print STDERR "# tcp_proxy: $@" if $@;
+		POSIX::_exit(1);
 	}
 	close($listen);
 	return ($pid, $port);
@@ -507,6 +515,7 @@ sub drop_answer_proxy
 		{
 			for my $fh ($sel->can_read(1))
 			{
+				next unless $fh == $listen || exists $peer{$fh};    # closed in this round
 				if ($fh == $listen)
 				{
 					my (undef, $s) = proxy_accept($listen, $path, \%peer, $sel) or next;
