@@ -101,8 +101,7 @@ sub start_pg_leader
 		open(STDOUT, '>>', $log) or POSIX::_exit(127);
 		open(STDERR, '>>', $log) or POSIX::_exit(127);
 		default_signals();
-		exec('env', '--default-signal', @cmd);
-		print STDERR "exec: $!\n";
+		exec('env', '--default-signal', @cmd) or print STDERR "exec: $!\n";
 		POSIX::_exit(127);    # not through the test's END blocks
 	}
 	setpgid($pid, $pid);
