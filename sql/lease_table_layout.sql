@@ -99,7 +99,7 @@ ALTER EXTENSION leader_election DROP VIEW le_groups;
 DROP VIEW le_groups;
 ALTER TABLE le_lease DROP COLUMN metadata, DROP COLUMN expiries, DROP COLUMN force_releases, DROP COLUMN ttl_us,
     DROP COLUMN freed_at, DROP COLUMN renew_margin_us, DROP COLUMN renew_margin_min_us,
-    DROP COLUMN group_id, DROP COLUMN group_partition;
+    DROP COLUMN group_id, DROP COLUMN group_partition, DROP COLUMN group_held;
 SELECT le_renew('layout-a', 'a', :tok, '1 minute') IS NOT NULL AS renewed;
 SELECT acquired FROM le_acquire('layout-old', 'a', '1 minute');
 ROLLBACK;

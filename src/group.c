@@ -8,11 +8,13 @@
  * (keys "le:group:G:P" and "le:group:G:member:M"), taken, renewed and
  * released through lease.c's one-row paths inside one frame of
  * lease_store.c, so every guarantee of a lease holds per partition.  A
- * heartbeat reads all of the group's rows once (le_rows_group_scan),
- * computes the assignment from that read (group_assign.c), and then works
- * on the caller's partitions in ascending order, never waiting for a fence
- * lock once it holds its membership row.  src/README.md ("Partition
- * groups") describes the design and its locks.
+ * heartbeat reads the group's rows once (le_rows_group_scan): all, or only
+ * the memberships and its own partitions while the memberships' held lists
+ * show the group settled (le_group_view_settled).  It computes the
+ * assignment from that read (group_assign.c), then works on the caller's
+ * partitions in ascending order, never waiting for a fence lock once it
+ * holds its membership row.  src/README.md ("Partition groups") describes
+ * the design and its locks.
  *
  * Invariant (G15 in doc/lease-guarantees.md): a partition is validly held
  * by at most one member (id and role) at any moment, each new holding
@@ -148,25 +150,33 @@ le_group_live_index(const GroupView *gv, const LeaseGroupPart *part)
 }
 
 /*
- * Read the group's rows and compute its assignment as of now (one reading
- * of the server clock judges every row).
+ * Judge the memberships gv->rows read as of now (one reading of the server
+ * clock judges every row): the live ones, in member id order.
+ */
+static void
+le_group_view_members(GroupView *gv)
+{
+	int			i;
+
+	gv->now = GetCurrentTimestamp();
+	gv->live = palloc(sizeof(LeaseRow *) * Max(gv->rows.nmembers, 1));
+	gv->nlive = 0;
+	for (i = 0; i < gv->rows.nmembers; i++)
+		if (le_store_lease_valid(&gv->rows.members[i], gv->now))
+			gv->live[gv->nlive++] = &gv->rows.members[i];
+	qsort(gv->live, gv->nlive, sizeof(LeaseRow *), le_group_member_cmp);
+}
+
+/*
+ * Read the group's rows and compute its assignment as of now.
  */
 static void
 le_group_view(LeaseStoreState *st, GroupView *gv)
 {
-	TimestampTz now;
 	int32		p;
-	int			i;
 
-	le_rows_group_scan(st, &gv->group, &gv->rows);
-	now = GetCurrentTimestamp();
-	gv->now = now;
-	gv->live = palloc(sizeof(LeaseRow *) * Max(gv->rows.nmembers, 1));
-	gv->nlive = 0;
-	for (i = 0; i < gv->rows.nmembers; i++)
-		if (le_store_lease_valid(&gv->rows.members[i], now))
-			gv->live[gv->nlive++] = &gv->rows.members[i];
-	qsort(gv->live, gv->nlive, sizeof(LeaseRow *), le_group_member_cmp);
+	le_rows_group_scan(st, &gv->group, NULL, 0, &gv->rows);
+	le_group_view_members(gv);
 	gv->holder = palloc(sizeof(int32) * gv->group.partitions);
 	for (p = 0; p < gv->group.partitions; p++)
 	{
@@ -177,11 +187,88 @@ le_group_view(LeaseStoreState *st, GroupView *gv)
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("partition %d of group \"%s\" has no lease row", p, gv->group.group_name),
 					 errhint("A superuser deleted it; restore le_lease from a backup.")));
-		gv->holder[p] = part->holder != NULL && part->expires_at > now ?
+		gv->holder[p] = part->holder != NULL && part->expires_at > gv->now ?
 			le_group_live_index(gv, part) : LE_ASSIGN_FREE_HOLDER;
 	}
 	le_group_assign_compute(gv->group.partitions, gv->group.max_moves, gv->nlive, gv->holder,
 							&gv->assign);
+}
+
+/* A membership's held list when it is one of this group's, else NULL. */
+static const bits8 *
+le_group_held_list(const GroupView *gv, const LeaseRow *m)
+{
+	if (m->group_held == NULL ||
+		VARSIZE_ANY_EXHDR(m->group_held) != (Size) le_group_held_len(gv->group.partitions))
+		return NULL;
+	return (const bits8 *) VARDATA_ANY(m->group_held);
+}
+
+/*
+ * The heartbeat's view when the group is settled: the held lists of the
+ * live memberships are settled (le_group_assign_settled, which says why
+ * the assignment then keeps each member's partitions as they are) and the
+ * caller's membership mrow lists exactly the partitions member holds
+ * validly.  Reads only the memberships and those partitions, each assigned
+ * to the caller and kept; false when the group is not settled so (gv must
+ * then be read again with le_group_view).
+ */
+static bool
+le_group_view_settled(LeaseStoreState *st, GroupView *gv, const LeaseRow *mrow, const char *member)
+{
+	int32		n = gv->group.partitions;
+	int			len = le_group_held_len(n);
+	const bits8 *mine = le_group_held_list(gv, mrow);
+	const bits8 **lists;
+	int32		me = -1;
+	int32		p;
+	int			i;
+
+	if (mine == NULL)
+		return false;
+	le_rows_group_scan(st, &gv->group, mine, len, &gv->rows);
+	le_group_view_members(gv);
+	lists = palloc(sizeof(bits8 *) * Max(gv->nlive, 1));
+	for (i = 0; i < gv->nlive; i++)
+	{
+		lists[i] = le_group_held_list(gv, gv->live[i]);
+		if (gv->live[i]->lease_id == mrow->lease_id)
+			me = i;
+	}
+	if (me < 0 || !le_group_assign_settled(n, gv->nlive, lists))
+	{
+		elog(DEBUG1, "leader_election: group \"%s\" is not settled", gv->group.group_name);
+		return false;
+	}
+
+	gv->holder = palloc(sizeof(int32) * n);
+	gv->assign.npartitions = n;
+	gv->assign.nmembers = gv->nlive;
+	gv->assign.target = palloc(sizeof(int32) * n);
+	gv->assign.state = palloc(sizeof(LeaseAssignState) * n);
+	for (p = 0; p < n; p++)
+	{
+		const LeaseGroupPart *part = &gv->rows.partitions[p];
+
+		gv->holder[p] = LE_ASSIGN_OTHER_HOLDER;	/* not read */
+		gv->assign.target[p] = -1;
+		gv->assign.state[p] = LE_ASSIGN_UNASSIGNED;
+		if (!le_group_held_test(mine, len, p))
+			continue;
+		if (part->lease_id == 0 || part->holder == NULL || part->expires_at <= gv->now ||
+			strcmp(part->holder, member) != 0 || strcmp(part->holder_role, st->caller_name) != 0)
+		{
+			elog(DEBUG1, "leader_election: member \"%s\" no longer holds partition %d of group \"%s\"",
+				 le_check_show(member), p, gv->group.group_name);
+			return false;
+		}
+		gv->holder[p] = me;
+		gv->assign.target[p] = me;
+		gv->assign.state[p] = LE_ASSIGN_OWNED;
+	}
+	elog(DEBUG1, "leader_election: group \"%s\" is settled: read its memberships and the member's partitions only",
+		 gv->group.group_name);
+	return true;
 }
 
 /*
@@ -379,15 +466,16 @@ le_group_heartbeat_give_up(LeaseStoreState *st, const LeaseGroupPart *part, int3
  * after its membership was force released, or after a le_group_leave that
  * left partitions for a later call), so that a new membership's partitions
  * all come with new tokens; report one it waits for (pending).  Others'
- * partitions are left alone.  *locked is set when a row was locked.  A
- * renewal or claim runs in row_cxt, a child of st's caller_cxt reset for
+ * partitions are left alone.  *locked is set when a row was locked.  Sets
+ * p's bit in held_after when the member holds p after this call (it held
+ * it, or it was granted).  A renewal or claim runs in row_cxt, a child of st's caller_cxt reset for
  * each row (what it returns is reported here and not kept).
  */
 static void
 le_group_heartbeat_partition(LeaseStoreState *st, GroupView *gv, int32 p, int32 me,
 							 bool joined, char *member, TimestampTz expires_at,
 							 ReturnSetInfo *rsinfo, MemoryContext row_cxt, bool *locked,
-							 int *claims)
+							 int *claims, bits8 *held_after)
 {
 	const LeaseGroupPart *part = &gv->rows.partitions[p];
 	LeaseAssignState state = gv->assign.state[p];
@@ -404,6 +492,8 @@ le_group_heartbeat_partition(LeaseStoreState *st, GroupView *gv, int32 p, int32 
 		strcmp(part->holder, member) == 0 && strcmp(part->holder_role, st->caller_name) == 0;
 	if (!assigned && !held)
 		return;
+	if (held)
+		le_group_held_set(held_after, p);	/* a heartbeat never frees it */
 	key = le_group_partition_key(&gv->group, p);
 	if (held && (joined || !assigned || state == LE_ASSIGN_REVOKE ||
 				 GetCurrentTimestamp() >= expires_at))
@@ -462,8 +552,11 @@ le_group_heartbeat_partition(LeaseStoreState *st, GroupView *gv, int32 p, int32 
 	if (st->locked)
 		*locked = true;
 	if (r == LE_ACQUIRE_GRANTED || r == LE_ACQUIRE_EXTENDED)
+	{
 		le_group_emit(rsinfo, p, key, out.fencing_token, out.expires_at, "owned",
 					  r == LE_ACQUIRE_GRANTED);
+		le_group_held_set(held_after, p);
+	}
 	else
 		le_group_emit(rsinfo, p, key, 0, 0, "pending", false);
 	st->caller_cxt = MemoryContextGetParent(row_cxt);
@@ -495,6 +588,8 @@ le_group_heartbeat(PG_FUNCTION_ARGS)
 	GroupView	gv;
 	LeaseRow	mrow;
 	MemoryContext row_cxt;
+	struct varlena *held_after;
+	int			held_len;
 	bool		joined;
 	bool		locked = true;	/* the membership row */
 	int32		me = -1;
@@ -514,14 +609,31 @@ le_group_heartbeat(PG_FUNCTION_ARGS)
 	le_group_emit(rsinfo, -1, key, mrow.fencing_token, mrow.expires_at, "member", joined);
 
 	le_store_next_row(&st, key);
-	le_group_view(&st, &gv);
+	if (joined || !le_group_view_settled(&st, &gv, &mrow, member))
+		le_group_view(&st, &gv);
 	for (i = 0; i < gv.nlive; i++)
 		if (gv.live[i]->lease_id == mrow.lease_id)
 			me = i;
+	held_len = le_group_held_len(gv.group.partitions);
+	held_after = palloc(VARHDRSZ + held_len);
+	SET_VARSIZE(held_after, VARHDRSZ + held_len);
+	memset(VARDATA(held_after), 0, held_len);
 	row_cxt = AllocSetContextCreate(st.caller_cxt, "le_group_heartbeat row", ALLOCSET_DEFAULT_SIZES);
 	for (p = 0; p < gv.group.partitions; p++)
 		le_group_heartbeat_partition(&st, &gv, p, me, joined, member, mrow.expires_at, rsinfo,
-									 row_cxt, &locked, &claims);
+									 row_cxt, &locked, &claims, (bits8 *) VARDATA(held_after));
+
+	/*
+	 * What the member holds now, for the next heartbeat's
+	 * le_group_view_settled; written when it changed (mrow is the latest
+	 * version: the membership row is locked since le_group_join).
+	 */
+	if (mrow.group_held == NULL || VARSIZE_ANY(mrow.group_held) != VARSIZE(held_after) ||
+		memcmp(VARDATA_ANY(mrow.group_held), VARDATA(held_after), held_len) != 0)
+	{
+		le_store_next_row(&st, key);
+		(void) le_lease_note_held_row(&st, key, member, mrow.fencing_token, held_after);
+	}
 
 	/* One deadline covers every row locked: they all last to the same expiry. */
 	st.lease_key = key;
@@ -562,7 +674,7 @@ le_group_leave(PG_FUNCTION_ARGS)
 	le_store_begin(&st, fcinfo->flinfo->fn_oid, key);
 	le_group_lookup(&st, name, &group);
 	/* no owner role check: giving up what the caller holds needs none */
-	le_rows_group_scan(&st, &group, &rows);
+	le_rows_group_scan(&st, &group, NULL, 0, &rows);
 	for (i = 0; i < rows.nmembers; i++)
 	{
 		LeaseRow   *m = &rows.members[i];

@@ -12,7 +12,9 @@
  * partitions it holds as far as its target allows; only surplus moves, at
  * most max_moves of a member's at once).  The rules are those of
  * GROUPS-SPEC's "Assignment", described in src/README.md ("Partition
- * groups").
+ * groups").  le_group_assign_settled tells, from the members' held lists
+ * alone, when a member's share is what it holds, so that its heartbeat
+ * need not read the other partitions.
  *
  * Invariant: a partition validly held by a live member is either kept by
  * it (LE_ASSIGN_OWNED) or marked for its holder to give up
@@ -22,6 +24,8 @@
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
+
+#include "port/pg_bitutils.h"
 
 #include "leader_election.h"
 
@@ -158,4 +162,86 @@ le_group_assign_compute(int32 npartitions, int32 max_moves, int32 nmembers,
 	pfree(revoked);
 	pfree(pool);
 	pfree(rank);
+}
+
+/* The length in bytes of a held list of npartitions (LeaseRow.group_held). */
+int
+le_group_held_len(int32 npartitions)
+{
+	return (npartitions + 7) / 8;
+}
+
+/* Is partition p's bit set in the held list held (len bytes)? */
+bool
+le_group_held_test(const bits8 *held, int len, int32 p)
+{
+	return p >= 0 && p / 8 < len && (held[p / 8] & (1 << (p % 8))) != 0;
+}
+
+/* Set partition p's bit in the held list held. */
+void
+le_group_held_set(bits8 *held, int32 p)
+{
+	held[p / 8] |= (bits8) (1 << (p % 8));
+}
+
+/*
+ * Is the group settled as the held lists of its nmembers live members
+ * tell it (held[m]: le_group_held_len(npartitions) bytes, NULL when not
+ * known)?  True when the lists are disjoint, cover every partition, and
+ * each has N / M or N / M + 1 partitions.
+ *
+ * Then a member (index me) whose list is exactly what it holds validly is
+ * assigned exactly its own partitions by le_group_assign_compute, provided
+ * each list is a superset of what its member holds validly (the partitions
+ * of a list that its member gave up meanwhile only lower the counts
+ * le_group_assign_compute ranks by): no member holds more than N / M + 1,
+ * so at most r - 1 rank before a member holding N / M + 1 (r = N % M of
+ * them hold that many by the lists), and its target is what it holds; a
+ * member holding N / M has no surplus.  The assignment might only give it
+ * more, a partition another member lost since its list was written (a
+ * release outside a heartbeat, a force release, a lapse): that member's
+ * next heartbeat, finding its list a strict superset, reads the whole
+ * group and writes its list again, and the heartbeat after that of the
+ * member the partition is assigned to claims it.  If that member stops
+ * heartbeating, its membership lapses within its ttl, and its list counts
+ * no more.
+ */
+bool
+le_group_assign_settled(int32 npartitions, int32 nmembers, const bits8 *const *held)
+{
+	int			len = le_group_held_len(npartitions);
+	bits8	   *seen;
+	int32		q;
+	int32		covered = 0;
+	int32		m;
+	int			i;
+	bool		settled = true;
+
+	if (nmembers <= 0)
+		return false;
+	for (m = 0; m < nmembers; m++)
+		if (held[m] == NULL)
+			return false;
+	q = npartitions / nmembers;
+	seen = palloc0(len);
+	for (m = 0; m < nmembers && settled; m++)
+	{
+		uint64		count = pg_popcount((const char *) held[m], len);
+
+		if (count != (uint64) q && count != (uint64) q + 1)
+			settled = false;
+		for (i = 0; i < len && settled; i++)
+		{
+			if ((seen[i] & held[m][i]) != 0)
+				settled = false;
+			seen[i] |= held[m][i];
+		}
+		covered += (int32) count;
+	}
+	/* no bits past the last partition, and every partition in a list */
+	if (settled && (npartitions % 8 != 0 && (seen[len - 1] >> (npartitions % 8)) != 0))
+		settled = false;
+	pfree(seen);
+	return settled && covered == npartitions;
 }

@@ -95,6 +95,13 @@ typedef struct LeaseRow
 	/* Partition groups (1.1): the row's group and partition. */
 	int64		group_id;		/* 0: a plain lease (NULL) */
 	int32		group_partition;	/* -1: a membership or plain lease (NULL) */
+
+	/*
+	 * A membership's held partitions (bytea, bit p of byte p / 8 for
+	 * partition p): a superset of those its member holds validly, written
+	 * by the heartbeats that change it; NULL: not known (le_group_heartbeat).
+	 */
+	struct varlena *group_held;
 } LeaseRow;
 
 /* GUC variables (leader_election.c). */
@@ -249,7 +256,8 @@ extern bool le_rows_group_find(LeaseStoreState *st, const char *name, LeaseGroup
 extern int64 le_rows_group_insert(LeaseStoreState *st, const char *name, int32 partitions,
 								  int32 max_moves);
 extern void le_rows_group_partitions_insert(LeaseStoreState *st, const LeaseGroup *group);
-extern void le_rows_group_scan(LeaseStoreState *st, const LeaseGroup *group, LeaseGroupRows *rows);
+extern void le_rows_group_scan(LeaseStoreState *st, const LeaseGroup *group, const bits8 *held,
+							   int held_len, LeaseGroupRows *rows);
 extern bool le_rows_group_adopt(LeaseStoreState *st, const LeaseGroupPart *part, LeaseRow *row);
 extern void le_rows_next(LeaseStoreState *st);
 extern bool le_rows_peek(LeaseStoreState *st, const char *key, LeaseRow *row);
@@ -297,6 +305,8 @@ typedef struct LeaseAcquireRequest
 
 extern LeaseAcquireResult le_lease_acquire_row(LeaseStoreState *st, const LeaseAcquireRequest *req,
 											   LeaseRow *out);
+extern bool le_lease_note_held_row(LeaseStoreState *st, const char *key, const char *owner,
+								   int64 token, struct varlena *held);
 extern bool le_lease_cap_row(LeaseStoreState *st, const char *key, const char *owner,
 							 int64 token, TimestampTz expires_at, LeaseRow *out);
 extern bool le_lease_free_row(LeaseStoreState *st, const char *key, const char *owner,
@@ -324,6 +334,10 @@ typedef struct LeaseAssignment
 
 extern void le_group_assign_compute(int32 npartitions, int32 max_moves, int32 nmembers,
 									const int32 *holder, LeaseAssignment *out);
+extern int	le_group_held_len(int32 npartitions);
+extern bool le_group_held_test(const bits8 *held, int len, int32 p);
+extern void le_group_held_set(bits8 *held, int32 p);
+extern bool le_group_assign_settled(int32 npartitions, int32 nmembers, const bits8 *const *held);
 
 /* The token of a new ownership period (token.c). */
 extern int64 le_token_next(LeaseStoreState *st, const LeaseRow *row, int32 *timeline,

@@ -618,6 +618,58 @@ retry:
 	return true;
 }
 
+/* What le_lease_note_held_row writes to: the caller's membership, token. */
+typedef struct HeldCheck
+{
+	const char *owner;
+	int64		token;
+	const LeaseStoreState *st;
+} HeldCheck;
+
+/* Is the row the caller's lease with this token? */
+static bool
+le_lease_held_applies(const LeaseRow *row, void *arg)
+{
+	const HeldCheck *hc = (const HeldCheck *) arg;
+
+	return le_lease_is_ours(row, hc->owner, hc->st) && row->fencing_token == hc->token;
+}
+
+/*
+ * Inside the frame st the caller began (and ends): set the held list
+ * (LeaseRow.group_held) of the membership key that owner and the caller's
+ * role hold with token to held, a bytea; true when written (false: not
+ * theirs any more, or the list was that already).  Nothing else changes.
+ *
+ * Locks: the lease row to the end of the transaction (le_group_heartbeat
+ * holds it already), never the fence lock (the token does not change).
+ */
+bool
+le_lease_note_held_row(LeaseStoreState *st, const char *key, const char *owner, int64 token,
+					   struct varlena *held)
+{
+	LeaseRow	row;
+	HeldCheck	hc;
+
+	hc.owner = owner;
+	hc.token = token;
+	hc.st = st;
+	memset(&row, 0, sizeof(row));
+retry:
+	if (!le_rows_lock(st, key, &row, le_lease_held_applies, &hc))
+		return false;
+	if (!le_lease_held_applies(&row, &hc))
+		return false;
+	if (row.group_held != NULL && VARSIZE_ANY(row.group_held) == VARSIZE_ANY(held) &&
+		memcmp(VARDATA_ANY(row.group_held), VARDATA_ANY(held), VARSIZE_ANY_EXHDR(held)) == 0)
+		return false;
+	row.group_held = held;
+	if (!le_rows_write(st, &row))
+		goto retry;				/* the row changed since it was read */
+	le_durable_commit();
+	return true;
+}
+
 /*
  * One try of le_acquire: true when granted (*out is the caller's lease,
  * *new_period tells whether the token is new), false when refused (*out is

@@ -76,7 +76,8 @@
  * the first Natts_le_lease, so that the module works with the table of
  * every installed version (le_rows_later_columns); at most
  * LE_LEASE_MAX_NATTS columns in all.  The metric columns come first, then
- * the holder's metadata, then the row's partition group.
+ * the holder's metadata, then the row's partition group and, in a
+ * membership row, the partitions its member holds (LeaseRow.group_held).
  */
 #define LE_LEASE_MAX_NATTS				32
 typedef enum LeLaterColumn
@@ -90,15 +91,17 @@ typedef enum LeLaterColumn
 	LE_COL_METADATA,
 	LE_COL_GROUP_ID,
 	LE_COL_GROUP_PARTITION,
+	LE_COL_GROUP_HELD,
 	LE_NLATER_COLS
 } LeLaterColumn;
 #define LE_NMETRIC_COLS		LE_COL_METADATA
 static const char *const le_later_names[LE_NLATER_COLS] = {
 	"expiries", "force_releases", "ttl_us", "freed_at", "renew_margin_us", "renew_margin_min_us",
-	"metadata", "group_id", "group_partition"
+	"metadata", "group_id", "group_partition", "group_held"
 };
 static const Oid le_later_types[LE_NLATER_COLS] = {
-	INT8OID, INT8OID, INT8OID, TIMESTAMPTZOID, INT8OID, INT8OID, JSONBOID, INT8OID, INT4OID
+	INT8OID, INT8OID, INT8OID, TIMESTAMPTZOID, INT8OID, INT8OID, JSONBOID, INT8OID, INT4OID,
+	BYTEAOID
 };
 
 /* Columns of le_group (src/sql/1.1/40_groups.sql). */
@@ -428,11 +431,11 @@ le_rows_later_int4(const Datum *values, const bool *isnull, LeLaterColumn m, int
 	return DatumGetInt32(values[att - 1]);
 }
 
-/* The metadata of a deformed row, copied; NULL when absent (1.0) or NULL. */
+/* A varlena column of the 1.1 columns of a deformed row, copied; NULL when absent (1.0) or NULL. */
 static struct varlena *
-le_rows_metadata(const Datum *values, const bool *isnull)
+le_rows_later_varlena(const Datum *values, const bool *isnull, LeLaterColumn m)
 {
-	AttrNumber	att = le_rows_later_cols.att[LE_COL_METADATA];
+	AttrNumber	att = le_rows_later_cols.att[m];
 
 	if (att == 0 || isnull[att - 1])
 		return NULL;
@@ -509,7 +512,7 @@ le_rows_values_row(const Datum *values, const bool *isnull, LeaseRow *row)
 	row->transitions = DatumGetInt64(values[Anum_le_lease_transitions - 1]);
 	row->token_system_id = DatumGetInt64(values[Anum_le_lease_token_system_id - 1]);
 	row->history_min_ended_at = le_rows_time(values, isnull, Anum_le_lease_history_min_ended_at);
-	row->metadata = le_rows_metadata(values, isnull);
+	row->metadata = le_rows_later_varlena(values, isnull, LE_COL_METADATA);
 	row->expiries = le_rows_metric(values, isnull, LE_COL_EXPIRIES, 0);
 	row->force_releases = le_rows_metric(values, isnull, LE_COL_FORCE_RELEASES, 0);
 	row->ttl_us = le_rows_metric(values, isnull, LE_COL_TTL_US, 0);
@@ -518,6 +521,7 @@ le_rows_values_row(const Datum *values, const bool *isnull, LeaseRow *row)
 	row->renew_margin_min_us = le_rows_metric(values, isnull, LE_COL_RENEW_MARGIN_MIN_US, -1);
 	row->group_id = le_rows_metric(values, isnull, LE_COL_GROUP_ID, 0);
 	row->group_partition = le_rows_later_int4(values, isnull, LE_COL_GROUP_PARTITION, -1);
+	row->group_held = le_rows_later_varlena(values, isnull, LE_COL_GROUP_HELD);
 }
 
 /* Copy the le_lease tuple in slot into *row (strings in the current context). */
@@ -1482,26 +1486,29 @@ le_rows_group_values(const LeaseRow *row, Datum *values, bool *nulls)
 }
 
 /*
- * Set the metadata column of a row to write (replace); metadata for a
- * table that has no such column yet (1.0) is an error, none is not.
+ * Set a varlena column of the 1.1 columns of a row to write (replace), v
+ * (NULL: SQL NULL): the metadata or a membership's held partitions; a
+ * value for a table that has no such column yet (1.0) is an error (feature
+ * names what needs 1.1), none is not.
  */
 static void
-le_rows_metadata_value(const LeaseRow *row, Datum *values, bool *nulls, bool *replace)
+le_rows_later_varlena_value(struct varlena *v, LeLaterColumn m, const char *feature,
+							Datum *values, bool *nulls, bool *replace)
 {
-	AttrNumber	att = le_rows_later_cols.att[LE_COL_METADATA];
+	AttrNumber	att = le_rows_later_cols.att[m];
 
 	if (att == 0)
 	{
-		if (row->metadata != NULL)
+		if (v != NULL)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("lease metadata needs leader_election 1.1"),
+					 errmsg("%s needs leader_election 1.1", feature),
 					 errhint("Run ALTER EXTENSION leader_election UPDATE.")));
 		return;
 	}
 	replace[att - 1] = true;
-	nulls[att - 1] = (row->metadata == NULL);
-	values[att - 1] = PointerGetDatum(row->metadata);
+	nulls[att - 1] = (v == NULL);
+	values[att - 1] = PointerGetDatum(v);
 }
 
 /*
@@ -1553,7 +1560,10 @@ le_rows_write(LeaseStoreState *st, const LeaseRow *row)
 
 	rel = le_rows_lease(st);
 	le_rows_metric_values(row, values, nulls, replace);
-	le_rows_metadata_value(row, values, nulls, replace);
+	le_rows_later_varlena_value(row->metadata, LE_COL_METADATA, "lease metadata",
+								values, nulls, replace);
+	le_rows_later_varlena_value(row->group_held, LE_COL_GROUP_HELD, "partition groups",
+								values, nulls, replace);
 	if (!st->lease_rowex)
 		LockRelationOid(st->lease_relid, RowExclusiveLock);
 	st->lease_rowex = true;
@@ -2433,30 +2443,91 @@ le_rows_group_part(TupleTableSlot *slot, LeaseGroupPart *part, StringInfo buf,
 	}
 }
 
+/* What le_rows_group_scan fills as it reads: rows, and where strings are kept. */
+typedef struct GroupScan
+{
+	const LeaseGroup *group;
+	LeaseGroupRows *rows;
+	int			size;			/* of rows->members */
+	int		   *holder_off;		/* per partition: offset in buf, -1: none */
+	int		   *role_off;
+	StringInfoData buf;
+} GroupScan;
+
 /*
- * Read every le_lease row of a group, by the partial index le_lease_group
+ * Read the rows of the group's index entries (idx) that match keys (the
+ * group id first), each into gs->rows: a partition briefly, a membership in
+ * full (in the caller's context).
+ */
+static void
+le_rows_group_scan_keys(LeaseStoreState *st, Relation idx, TupleTableSlot *slot,
+						ScanKey keys, int nkeys, GroupScan *gs)
+{
+	LeaseGroupRows *rows = gs->rows;
+	IndexScanDesc scan;
+	MemoryContext old;
+
+	scan = index_beginscan(st->lease_rel, idx, st->scan_snap, nkeys, 0);
+	scan->xs_want_itup = true;	/* the partition number from the index entry */
+	index_rescan(scan, keys, nkeys, NULL, 0);
+	while (index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		bool		isnull;
+		Datum		part = scan->xs_itup == NULL ? (Datum) 0 :
+			index_getattr(scan->xs_itup, 2, scan->xs_itupdesc, &isnull);
+		int32		p;
+
+		if (scan->xs_itup == NULL)
+			part = slot_getattr(slot, le_rows_later_cols.att[LE_COL_GROUP_PARTITION], &isnull);
+		p = isnull ? -1 : DatumGetInt32(part);
+		if (p >= gs->group->partitions || (p >= 0 && rows->partitions[p].lease_id != 0))
+			elog(ERROR, "leader_election: unexpected row of partition %d of group \"%s\"",
+				 p, gs->group->group_name);
+		old = MemoryContextSwitchTo(st->caller_cxt);
+		if (p >= 0)
+		{
+			/* the brief form's columns come first: deform no further */
+			slot_getsomeattrs(slot, Anum_le_lease_expires_at);
+			le_rows_group_part(slot, &rows->partitions[p], &gs->buf, &gs->holder_off[p],
+							   &gs->role_off[p]);
+		}
+		else
+		{
+			if (rows->nmembers == gs->size)
+			{
+				gs->size *= 2;
+				rows->members = repalloc(rows->members, sizeof(LeaseRow) * gs->size);
+			}
+			le_rows_slot_row(slot, &rows->members[rows->nmembers++]);
+		}
+		MemoryContextSwitchTo(old);
+	}
+	index_endscan(scan);
+}
+
+/*
+ * Read le_lease rows of a group, by the partial index le_lease_group
  * (partitions in ascending order, then the memberships), with one snapshot
  * (the transaction's at REPEATABLE READ and SERIALIZABLE, else a fresh
  * one), into *rows, in the caller's context: the memberships in full, the
- * partitions briefly (a heartbeat reads them all but works on its own
- * only; le_rows_group_adopt reads those again in full).  The snapshot stays
+ * partitions briefly (le_rows_group_adopt reads those again in full).  All
+ * the partitions when held is NULL; else only those whose bit is set in
+ * held (held_len bytes, as LeaseRow.group_held), a scan per run of
+ * consecutive ones, and the others have lease_id 0.  The snapshot stays
  * registered, and le_lease open, to the end of the call, so that the
  * versions read stay where they were found.
  *
  * Locks: AccessShareLock on le_lease and its group index; no row lock.
  */
 void
-le_rows_group_scan(LeaseStoreState *st, const LeaseGroup *group, LeaseGroupRows *rows)
+le_rows_group_scan(LeaseStoreState *st, const LeaseGroup *group, const bits8 *held, int held_len,
+				   LeaseGroupRows *rows)
 {
 	Relation	rel;
 	Relation	idx;
-	IndexScanDesc scan;
-	ScanKeyData skey;
+	ScanKeyData skey[3];
 	TupleTableSlot *slot;
-	int			size = 8;
-	int		   *holder_off;
-	int		   *role_off;
-	StringInfoData buf;
+	GroupScan	gs;
 	MemoryContext old;
 	int32		p;
 
@@ -2469,62 +2540,55 @@ le_rows_group_scan(LeaseStoreState *st, const LeaseGroup *group, LeaseGroupRows 
 	st->scan_snap = RegisterSnapshot(IsolationUsesXactSnapshot() ? GetTransactionSnapshot()
 									 : GetLatestSnapshot());
 	old = MemoryContextSwitchTo(st->caller_cxt);
+	gs.group = group;
+	gs.rows = rows;
+	gs.size = 8;
 	rows->npartitions = group->partitions;
 	rows->partitions = palloc0(sizeof(LeaseGroupPart) * group->partitions);
 	rows->nmembers = 0;
-	rows->members = palloc(sizeof(LeaseRow) * size);
-	holder_off = palloc(sizeof(int) * group->partitions);
-	role_off = palloc(sizeof(int) * group->partitions);
-	initStringInfo(&buf);
+	rows->members = palloc(sizeof(LeaseRow) * gs.size);
+	gs.holder_off = palloc(sizeof(int) * group->partitions);
+	gs.role_off = palloc(sizeof(int) * group->partitions);
+	initStringInfo(&gs.buf);
 	MemoryContextSwitchTo(old);
+	for (p = 0; p < group->partitions; p++)
+		gs.holder_off[p] = gs.role_off[p] = -1;
 
-	ScanKeyInit(&skey, 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(group->group_id));
-	scan = index_beginscan(rel, idx, st->scan_snap, 1, 0);
-	scan->xs_want_itup = true;	/* the partition number from the index entry */
-	index_rescan(scan, &skey, 1, NULL, 0);
+	ScanKeyInit(&skey[0], 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(group->group_id));
 	slot = table_slot_create(rel, NULL);
-	while (index_getnext_slot(scan, ForwardScanDirection, slot))
+	if (held == NULL)
+		le_rows_group_scan_keys(st, idx, slot, skey, 1, &gs);
+	else
 	{
-		bool		isnull;
-		Datum		part = scan->xs_itup == NULL ? (Datum) 0 :
-			index_getattr(scan->xs_itup, 2, scan->xs_itupdesc, &isnull);
+		/* the memberships (partition NULL), then each run of held partitions */
+		ScanKeyEntryInitialize(&skey[1], SK_ISNULL | SK_SEARCHNULL, 2, InvalidStrategy,
+							   InvalidOid, InvalidOid, InvalidOid, (Datum) 0);
+		le_rows_group_scan_keys(st, idx, slot, skey, 2, &gs);
+		for (p = 0; p < group->partitions; p++)
+		{
+			int32		last = p;
 
-		if (scan->xs_itup == NULL)
-			part = slot_getattr(slot, le_rows_later_cols.att[LE_COL_GROUP_PARTITION], &isnull);
-		p = isnull ? -1 : DatumGetInt32(part);
-		if (p >= group->partitions || (p >= 0 && rows->partitions[p].lease_id != 0))
-			elog(ERROR, "leader_election: unexpected row of partition %d of group \"%s\"",
-				 p, group->group_name);
-		old = MemoryContextSwitchTo(st->caller_cxt);
-		if (p >= 0)
-		{
-			/* the brief form's columns come first: deform no further */
-			slot_getsomeattrs(slot, Anum_le_lease_expires_at);
-			le_rows_group_part(slot, &rows->partitions[p], &buf, &holder_off[p], &role_off[p]);
+			if (!le_group_held_test(held, held_len, p))
+				continue;
+			while (last + 1 < group->partitions && le_group_held_test(held, held_len, last + 1))
+				last++;
+			ScanKeyInit(&skey[1], 2, BTGreaterEqualStrategyNumber, F_INT4GE, Int32GetDatum(p));
+			ScanKeyInit(&skey[2], 2, BTLessEqualStrategyNumber, F_INT4LE, Int32GetDatum(last));
+			le_rows_group_scan_keys(st, idx, slot, skey, 3, &gs);
+			p = last;
 		}
-		else
-		{
-			if (rows->nmembers == size)
-			{
-				size *= 2;
-				rows->members = repalloc(rows->members, sizeof(LeaseRow) * size);
-			}
-			le_rows_slot_row(slot, &rows->members[rows->nmembers++]);
-		}
-		MemoryContextSwitchTo(old);
 	}
 	ExecDropSingleTupleTableSlot(slot);
-	index_endscan(scan);
 	index_close(idx, AccessShareLock);
 
 	/* The buffer has stopped moving: point into it. */
 	for (p = 0; p < group->partitions; p++)
 	{
-		rows->partitions[p].holder = holder_off[p] < 0 ? NULL : buf.data + holder_off[p];
-		rows->partitions[p].holder_role = role_off[p] < 0 ? NULL : buf.data + role_off[p];
+		rows->partitions[p].holder = gs.holder_off[p] < 0 ? NULL : gs.buf.data + gs.holder_off[p];
+		rows->partitions[p].holder_role = gs.role_off[p] < 0 ? NULL : gs.buf.data + gs.role_off[p];
 	}
-	pfree(holder_off);
-	pfree(role_off);
+	pfree(gs.holder_off);
+	pfree(gs.role_off);
 }
 
 /*

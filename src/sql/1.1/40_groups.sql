@@ -48,12 +48,15 @@ COMMENT ON COLUMN @extschema@.le_group.created_at IS 'when the group was created
 ALTER TABLE @extschema@.le_lease
     ADD COLUMN group_id        bigint,
     ADD COLUMN group_partition integer,
+    ADD COLUMN group_held      bytea,
     ADD CONSTRAINT le_lease_group_consistent
         CHECK (group_partition IS NULL OR (group_id IS NOT NULL AND group_partition OPERATOR(pg_catalog.>=) 0));
 COMMENT ON COLUMN @extschema@.le_lease.group_id IS
     'partition group (le_group.group_id) this row is a partition or membership of; NULL for a plain lease';
 COMMENT ON COLUMN @extschema@.le_lease.group_partition IS
     'partition number (0 to partitions - 1) of a group''s partition row; NULL for a membership or a plain lease';
+COMMENT ON COLUMN @extschema@.le_lease.group_held IS
+    'membership rows: bit p (of byte p / 8) set for each partition p its member held at its last heartbeat, a superset of those it holds validly, so that a heartbeat of a settled group need not read every partition; NULL: not known';
 CREATE INDEX le_lease_group ON @extschema@.le_lease (group_id, group_partition)
     WITH (deduplicate_items = off)
     WHERE group_id IS NOT NULL;
