@@ -947,9 +947,14 @@ le_connect(const char *conninfo, const char *appname, int64_t timeout_ms,
 /*
  * Open a connection of an elector or group member before deadline (the
  * keyword arrays of le_build_conn_params; application name "pg_leader
- * <role>" unless the DSN names one), in non-blocking mode, and check the
- * extension; its schema goes to schema when that is not NULL.
- * LE_ERR_TIMEOUT when the deadline passed, else as le_connect.
+ * <role>" unless the DSN names one), in non-blocking mode.  With schema,
+ * the first connection's case, also find the extension and put its schema
+ * there.  Later connections (reconnects, the renewal connection of each
+ * period) skip that round trip: it would come out of the time a renewal
+ * has, and the statements they run, qualified with the schema found first,
+ * report a missing extension themselves (42883 or 3F000, i.e.
+ * LE_ERR_NO_EXTENSION).  LE_ERR_TIMEOUT when the deadline passed, else as
+ * le_connect.
  */
 le_result
 le_open_conn_kw(const char *const *kw, const char *const *conn_val, const char *role,
@@ -976,11 +981,14 @@ le_open_conn_kw(const char *const *kw, const char *const *conn_val, const char *
 		le_set_err(err, errlen, "could not connect to the server: %s", msg);
 		return timedout ? LE_ERR_TIMEOUT : LE_ERR_CONNECT;
 	}
-	rc = le_check_extension(c, deadline, schema, schemalen, err, errlen);
-	if (rc != LE_OK)
+	if (schema != NULL)
 	{
-		PQfinish(c);
-		return rc;
+		rc = le_check_extension(c, deadline, schema, schemalen, err, errlen);
+		if (rc != LE_OK)
+		{
+			PQfinish(c);
+			return rc;
+		}
 	}
 	*out = c;
 	return LE_OK;

@@ -537,7 +537,7 @@ ensure_conn(hbconn *hc)
 
 	if (hc->conn)
 		return true;
-	/* a connect takes two round trips at least (startup, extension check) */
+	/* a connect takes a round trip at least (startup), often more (TLS, authentication) */
 	rc = le_open_conn_kw(m->conn_kw, m->conn_val, "group",
 						 attempt_deadline(hc, m->cfg.connect_timeout_ms, 3 * hc->rtt),
 						 &hc->conn, NULL, 0, hc->msg, sizeof(hc->msg));

@@ -94,7 +94,7 @@ renew_once(renewer *rn, uint64_t period, int64_t deadline, const char *token_tex
 	}
 	if (rn->conn == NULL)
 	{
-		/* a connect takes two round trips at least (startup, extension check) */
+		/* a connect takes a round trip at least (startup), often more (TLS, authentication) */
 		rc = le_open_conn(e, "renew",
 						  le_attempt_deadline(e->cfg.renew_by_ms, le_monotonic_ms(), deadline,
 											  e->cfg.connect_timeout_ms, 3 * rn->rtt),
