@@ -250,6 +250,31 @@ class Rep:
         self.margins = []
         self.faults = []        # (kind, token of the leader, start, end, takeover required)
         self.effects = []       # per fault: True when leadership changed hands
+        self.keeper = None      # the thread of keep_running, if any
+        self.done = threading.Event()
+
+    def keep_running(self, extra, limit=20):
+        """Until the scenario ends, start a probe anew (tag a1, a2, ...) whenever one ended by
+        itself, as a service manager would: in EXIT_EXEMPT scenarios a library may end the process
+        to stop work it cannot cancel, and a candidate must be left for the liveness check."""
+        def loop():
+            restarted, serial = set(), 0
+            while not self.done.wait(0.05) and serial < limit:
+                for p in list(self.probes):
+                    if p.proc.poll() is not None and not p.termed and p not in restarted:
+                        restarted.add(p)
+                        serial += 1
+                        self.probe('%s%d' % (p.tag[0], serial), extra=extra)
+        self.keeper = threading.Thread(target=loop, daemon=True)
+        self.keeper.start()
+
+    def end(self):
+        """Stop restarting probes (keep_running), then stop every probe."""
+        self.done.set()
+        if self.keeper:
+            self.keeper.join()
+        for p in list(self.probes):
+            p.stop()
 
     def probe(self, tag, **kw):
         p = Probe(self.run, self.key, self.table, tag, **kw)
@@ -675,6 +700,9 @@ def sc_stall_commit(r):
 
 def sc_ignore_cancel(r):
     r.pair(extra=['--ignore-cancel'])
+    # a probe whose library ended the process (Go's ExitProcess) is started again, so that
+    # one lost period, e.g. to a starved renewal before the fault, does not leave no candidate
+    r.keep_running(['--ignore-cancel'])
     p = r.leader(settle=0)      # each period is one task of 2 ttl: inject within it
     if p:
         t0, t1 = lock_lease_row(r, 2.5 * r.run.ttl)
@@ -816,8 +844,7 @@ def run_scenario(run, name):
     for t in threads:
         t.join()
     for r in reps:
-        for p in r.probes:
-            p.stop()
+        r.end()
     for r in reps:
         try:
             judge(r)

@@ -52,8 +52,12 @@ my ($proxy, $proxy_port) = tcp_proxy($node, sub {
 			push @{ $queue{$to} }, [ time + $delay, $to, $n ? $buf : undef ];
 			if (!$n)
 			{
-				$sel->remove($s);
-				delete $peer{$s};
+				# Both ends leave the select set now: a socket left in it
+				# after its delayed close would keep its descriptor's slot,
+				# and a new connection given that descriptor would never be
+				# read.
+				for ($s, $to) { $sel->remove($_); delete $peer{$_}; }
+				close($s);
 			}
 		}
 	}
