@@ -619,7 +619,7 @@ le_campaign_main(void *arg)
 		}
 		if (c->conn == NULL && (!quit || release > 0))
 		{
-			le_result	rc = le_open_conn(e, "campaign",
+			le_result	rc = le_open_conn(e, "campaign", true,
 										  le_monotonic_ms() + e->cfg.connect_timeout_ms,
 										  &c->conn, msg, sizeof(msg));
 

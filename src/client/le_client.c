@@ -126,11 +126,34 @@ le_elector_create(const le_config *cfg, char *err, size_t errlen)
 	return e;
 }
 
-/* Build the SQL texts for the extension in schema q (quoted); false if out of memory. */
+/* Free the SQL texts (build_sql). */
+static void
+free_sql(le_elector *e)
+{
+	free(e->sql_acquire);
+	free(e->sql_acquire_wait);
+	free(e->sig_acquire_wait);
+	free(e->sql_has_wait);
+	free(e->sig_renew);
+	free(e->sql_renew);
+	free(e->sql_release);
+	free(e->sql_observe);
+	free(e->sql_watch);
+	e->sql_acquire = e->sql_acquire_wait = e->sig_acquire_wait = e->sql_has_wait = NULL;
+	e->sig_renew = e->sql_renew = e->sql_release = e->sql_observe = e->sql_watch = NULL;
+}
+
+/*
+ * Build the SQL texts for the extension in schema q (quoted), anew: a
+ * start after a failed one may have found another schema.  False if out of
+ * memory.
+ */
 static bool
 build_sql(le_elector *e, const char *q)
 {
 	bool		ok;
+
+	free_sql(e);
 
 	ok = le_sql_text(true, &e->sql_acquire,
 					 "SELECT a.*, " LE_ISO("a.expires_at") " AS expires_iso"
@@ -141,8 +164,30 @@ build_sql(le_elector *e, const char *q)
 					 " $5::pg_catalog.jsonb) a", q);
 	ok = le_sql_text(ok, &e->sig_acquire_wait, "%1$s.le_acquire(text,text,interval,interval,jsonb)", q);
 	ok = ok && (e->sql_has_wait = strdup("SELECT pg_catalog.to_regprocedure($1) IS NOT NULL")) != NULL;
+	/*
+	 * The renewal connection skips the extension lookup (le_open_conn_kw),
+	 * so its statement calls le_renew only while the function of that
+	 * signature in the schema ($5, sig_renew) is a member of extension
+	 * leader_election; else it answers no row (42883 or 3F000 where there is
+	 * no such function or schema).  The arguments come through a subquery
+	 * the planner keeps (OFFSET 0), so that no function of that name is
+	 * evaluated while planning either, as one declared immutable with
+	 * constant arguments would be.
+	 */
+	ok = le_sql_text(ok, &e->sig_renew,
+					 "%1$s.le_renew(pg_catalog.text,pg_catalog.text,pg_catalog.int8,pg_catalog.interval)",
+					 q);
 	ok = le_sql_text(ok, &e->sql_renew,
-					 "SELECT " LE_ISO("%1$s.le_renew($1, $2, $3::pg_catalog.int8, $4::pg_catalog.interval)"),
+					 "SELECT " LE_ISO("%1$s.le_renew(a.k, a.o, a.t, a.d)")
+					 " FROM (SELECT $1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.int8,"
+					 " $4::pg_catalog.interval OFFSET 0) a(k, o, t, d)"
+					 " WHERE EXISTS (SELECT FROM pg_catalog.pg_depend p"
+					 " JOIN pg_catalog.pg_extension x ON x.oid OPERATOR(pg_catalog.=) p.refobjid"
+					 " WHERE p.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass"
+					 " AND p.objid OPERATOR(pg_catalog.=) $5::pg_catalog.regprocedure"
+					 " AND p.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass"
+					 " AND p.deptype OPERATOR(pg_catalog.=) 'e'"
+					 " AND x.extname OPERATOR(pg_catalog.=) 'leader_election')",
 					 q);
 	ok = le_sql_text(ok, &e->sql_release, "SELECT %1$s.le_release($1, $2, $3::pg_catalog.int8)", q);
 	ok = le_sql_text(ok, &e->sql_observe,
@@ -269,10 +314,10 @@ le_elector_start(le_elector *e, char *err, size_t errlen)
 		return LE_ERR_CONFIG;
 	}
 	rc = le_first_conn(e->conn_kw, e->conn_val, "campaign", e->cfg.connect_timeout_ms, &conn,
-					   q, sizeof(q), err, errlen);
+					   e->ext_schema, sizeof(e->ext_schema), q, sizeof(q), err, errlen);
 	if (rc != LE_OK)
 		return rc;
-	if (e->sql_acquire == NULL && !build_sql(e, q))
+	if (!build_sql(e, q))
 	{
 		le_set_err(err, errlen, "out of memory");
 		PQfinish(conn);
@@ -512,14 +557,7 @@ le_elector_destroy(le_elector *e)
 	pthread_mutex_destroy(&e->mu);
 	pthread_cond_destroy(&e->cv);
 	le_free_conn_params(e->conn_kw, e->conn_val);
-	free(e->sql_acquire);
-	free(e->sql_acquire_wait);
-	free(e->sig_acquire_wait);
-	free(e->sql_has_wait);
-	free(e->sql_renew);
-	free(e->sql_release);
-	free(e->sql_observe);
-	free(e->sql_watch);
+	free_sql(e);
 	free(e->conninfo);
 	free(e->lease_key);
 	free(e->metadata);

@@ -858,12 +858,15 @@ le_result_of_sqlstate(const char *s)
 
 /*
  * Find the schema of extension leader_election on connection c before
- * deadline.  LE_ERR_CONNECT or LE_ERR_NO_EXTENSION with a message on
- * failure.
+ * deadline; with expect, it must be that schema (the one a client found on
+ * its first connection and wrote its SQL texts for: functions of that name
+ * in another schema are not the extension's).  The schema goes to schema
+ * when that is not NULL.  LE_ERR_CONNECT, LE_ERR_TIMEOUT or
+ * LE_ERR_NO_EXTENSION with a message on failure.
  */
 le_result
-le_check_extension(PGconn *c, int64_t deadline, char *schema, size_t schemalen,
-				   char *err, size_t errlen)
+le_check_extension(PGconn *c, int64_t deadline, const char *expect, char *schema,
+				   size_t schemalen, char *err, size_t errlen)
 {
 	char		msg[512] = "";
 	bool		broken,
@@ -888,6 +891,17 @@ le_check_extension(PGconn *c, int64_t deadline, char *schema, size_t schemalen,
 		le_set_err(err, errlen,
 				   "extension \"leader_election\" is not installed in database \"%s\" (run CREATE EXTENSION leader_election)",
 				   db);
+		PQclear(r);
+		return LE_ERR_NO_EXTENSION;
+	}
+	if (expect != NULL && strcmp(PQgetvalue(r, 0, 0), expect) != 0)
+	{
+		char		now_in[256];
+
+		le_copy_msg(now_in, sizeof(now_in), PQgetvalue(r, 0, 0));
+		le_set_err(err, errlen,
+				   "extension \"leader_election\" is now in schema \"%s\", not in \"%s\" as when this client started (restart the client)",
+				   now_in, expect);
 		PQclear(r);
 		return LE_ERR_NO_EXTENSION;
 	}
@@ -934,7 +948,7 @@ le_connect(const char *conninfo, const char *appname, int64_t timeout_ms,
 		le_set_err(err, errlen, "could not connect to the server: %s", msg);
 		return LE_ERR_CONNECT;
 	}
-	rc = le_check_extension(c, deadline, schema, schemalen, err, errlen);
+	rc = le_check_extension(c, deadline, NULL, schema, schemalen, err, errlen);
 	if (rc != LE_OK)
 	{
 		PQfinish(c);
@@ -947,19 +961,24 @@ le_connect(const char *conninfo, const char *appname, int64_t timeout_ms,
 /*
  * Open a connection of an elector or group member before deadline (the
  * keyword arrays of le_build_conn_params; application name "pg_leader
- * <role>" unless the DSN names one), in non-blocking mode.  With schema,
- * the first connection's case, also find the extension and put its schema
- * there.  Later connections (reconnects, the renewal connection of each
- * period) skip that round trip: it would come out of the time a renewal
- * has, and the statements they run, qualified with the schema found first,
- * report a missing extension themselves (42883 or 3F000, i.e.
- * LE_ERR_NO_EXTENSION).  LE_ERR_TIMEOUT when the deadline passed, else as
- * le_connect.
+ * <role>" unless the DSN names one), in non-blocking mode, and look the
+ * extension up on it:
+ *   - schema not NULL (a first connection): its schema goes there;
+ *   - expect not NULL (a later one): it must still be in that schema, the
+ *     first connection's, which the client's SQL texts name.  After a DROP
+ *     EXTENSION, or on another server of a multi-host DSN, functions of the
+ *     same names made there by any role with CREATE on the schema would
+ *     otherwise run, as the client's role, and be believed;
+ *   - both NULL: no lookup.  Only for the renewal connection, made when a
+ *     period begins: a lookup would be a round trip out of the time before
+ *     the first renewal, and its one statement checks for itself that it
+ *     calls the extension's le_renew (build_sql in le_client.c).
+ * LE_ERR_TIMEOUT when the deadline passed, else as le_connect.
  */
 le_result
 le_open_conn_kw(const char *const *kw, const char *const *conn_val, const char *role,
-				int64_t deadline, PGconn **out, char *schema, size_t schemalen,
-				char *err, size_t errlen)
+				int64_t deadline, const char *expect, PGconn **out, char *schema,
+				size_t schemalen, char *err, size_t errlen)
 {
 	char		appname[64];
 	char		msg[512] = "";
@@ -981,9 +1000,9 @@ le_open_conn_kw(const char *const *kw, const char *const *conn_val, const char *
 		le_set_err(err, errlen, "could not connect to the server: %s", msg);
 		return timedout ? LE_ERR_TIMEOUT : LE_ERR_CONNECT;
 	}
-	if (schema != NULL)
+	if (schema != NULL || expect != NULL)
 	{
-		rc = le_check_extension(c, deadline, schema, schemalen, err, errlen);
+		rc = le_check_extension(c, deadline, expect, schema, schemalen, err, errlen);
 		if (rc != LE_OK)
 		{
 			PQfinish(c);
@@ -995,19 +1014,20 @@ le_open_conn_kw(const char *const *kw, const char *const *conn_val, const char *
 }
 
 /*
- * The first connection of an elector or group member, within timeout_ms,
- * and the schema of its extension quoted for SQL texts (into q, of qlen).
+ * The first connection of an elector or group member, within timeout_ms:
+ * the schema of its extension into schema (of schemalen; what later
+ * connections expect) and quoted for SQL texts into q (of qlen).
  * LE_ERR_CONNECT (a timeout too), LE_ERR_NO_EXTENSION or LE_ERR_SYSTEM
  * with a message in err.
  */
 le_result
 le_first_conn(const char *const *kw, const char *const *conn_val, const char *role,
-			  int64_t timeout_ms, PGconn **out, char *q, size_t qlen, char *err, size_t errlen)
+			  int64_t timeout_ms, PGconn **out, char *schema, size_t schemalen,
+			  char *q, size_t qlen, char *err, size_t errlen)
 {
-	char		schema[256];
 	char	   *quoted;
-	le_result	rc = le_open_conn_kw(kw, conn_val, role, le_monotonic_ms() + timeout_ms, out,
-									 schema, sizeof(schema), err, errlen);
+	le_result	rc = le_open_conn_kw(kw, conn_val, role, le_monotonic_ms() + timeout_ms, NULL,
+									 out, schema, schemalen, err, errlen);
 
 	if (rc != LE_OK)
 		return rc == LE_ERR_TIMEOUT ? LE_ERR_CONNECT : rc;
@@ -1025,10 +1045,14 @@ le_first_conn(const char *const *kw, const char *const *conn_val, const char *ro
 	return LE_OK;
 }
 
-/* Open one of the elector's connections (le_open_conn_kw). */
+/*
+ * Open one of the elector's later connections (le_open_conn_kw), looking
+ * the extension up unless check is false (the renewal connection only).
+ */
 le_result
-le_open_conn(le_elector *e, const char *role, int64_t deadline, PGconn **out,
+le_open_conn(le_elector *e, const char *role, bool check, int64_t deadline, PGconn **out,
 			 char *err, size_t errlen)
 {
-	return le_open_conn_kw(e->conn_kw, e->conn_val, role, deadline, out, NULL, 0, err, errlen);
+	return le_open_conn_kw(e->conn_kw, e->conn_val, role, deadline,
+						   check ? e->ext_schema : NULL, out, NULL, 0, err, errlen);
 }

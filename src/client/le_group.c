@@ -84,6 +84,7 @@ struct le_group_member
 	char		ttl_text[48];
 	const char **conn_kw;
 	const char **conn_val;
+	char		ext_schema[256];	/* the extension's schema on the first connection */
 	char	   *sql_heartbeat;
 	char	   *sql_release;
 	char	   *sql_leave;
@@ -537,10 +538,10 @@ ensure_conn(hbconn *hc)
 
 	if (hc->conn)
 		return true;
-	/* a connect takes a round trip at least (startup), often more (TLS, authentication) */
+	/* a connect takes two round trips at least (startup, extension check) */
 	rc = le_open_conn_kw(m->conn_kw, m->conn_val, "group",
 						 attempt_deadline(hc, m->cfg.connect_timeout_ms, 3 * hc->rtt),
-						 &hc->conn, NULL, 0, hc->msg, sizeof(hc->msg));
+						 m->ext_schema, &hc->conn, NULL, 0, hc->msg, sizeof(hc->msg));
 	if (rc == LE_OK)
 	{
 		group_notice(m, "group connection established");
@@ -1164,11 +1165,19 @@ le_group_member_create(const le_group_config *cfg, char *err, size_t errlen)
 	return m;
 }
 
-/* Build the SQL texts for the extension in schema q (quoted); false if out of memory. */
+/*
+ * Build the SQL texts for the extension in schema q (quoted), anew: a
+ * start after a failed one may have found another schema.  False if out of
+ * memory.
+ */
 static bool
 build_sql(le_group_member *m, const char *q)
 {
 	bool		ok;
+
+	free(m->sql_heartbeat);
+	free(m->sql_release);
+	free(m->sql_leave);
 
 	ok = le_sql_text(true, &m->sql_heartbeat,
 					 "SELECT h.partition, h.lease_key, h.fencing_token, "
@@ -1215,10 +1224,10 @@ le_group_member_start(le_group_member *m, char *err, size_t errlen)
 		return LE_ERR_CONFIG;
 	}
 	rc = le_first_conn(m->conn_kw, m->conn_val, "group", m->cfg.connect_timeout_ms, &conn,
-					   q, sizeof(q), err, errlen);
+					   m->ext_schema, sizeof(m->ext_schema), q, sizeof(q), err, errlen);
 	if (rc != LE_OK)
 		return rc;
-	if (m->sql_heartbeat == NULL && !build_sql(m, q))
+	if (!build_sql(m, q))
 	{
 		le_set_err(err, errlen, "out of memory");
 		PQfinish(conn);

@@ -100,11 +100,13 @@ struct le_elector
 	char		ttl_text[48];	/* ttl as an interval literal */
 	const char **conn_kw;		/* connection keywords (DSN + defaults) */
 	const char **conn_val;
+	char		ext_schema[256];	/* the extension's schema on the first connection */
 	char	   *sql_acquire;
 	char	   *sql_acquire_wait;	/* with a server-side wait (1.1) */
 	char	   *sql_has_wait;	/* is the 1.1 le_acquire installed? */
 	char	   *sig_acquire_wait;	/* its signature, for sql_has_wait */
-	char	   *sql_renew;
+	char	   *sql_renew;		/* only if le_renew is the extension's */
+	char	   *sig_renew;		/* its signature, for sql_renew */
 	char	   *sql_release;
 	char	   *sql_observe;
 	char	   *sql_watch;
@@ -210,13 +212,15 @@ extern int	le_wait_fd(int fd, bool for_write, int64_t deadline);
 extern PGconn *le_connect_params(const char *const *kw, const char *const *val,
 								 int64_t deadline, char *err, size_t errlen, bool *timedout);
 extern le_result le_open_conn_kw(const char *const *kw, const char *const *conn_val,
-								 const char *role, int64_t deadline, PGconn **out,
-								 char *schema, size_t schemalen, char *err, size_t errlen);
+								 const char *role, int64_t deadline, const char *expect,
+								 PGconn **out, char *schema, size_t schemalen, char *err,
+								 size_t errlen);
 extern le_result le_first_conn(const char *const *kw, const char *const *conn_val,
-							   const char *role, int64_t timeout_ms, PGconn **out, char *q,
-							   size_t qlen, char *err, size_t errlen);
-extern le_result le_check_extension(PGconn *c, int64_t deadline, char *schema,
-									size_t schemalen, char *err, size_t errlen);
+							   const char *role, int64_t timeout_ms, PGconn **out,
+							   char *schema, size_t schemalen, char *q, size_t qlen,
+							   char *err, size_t errlen);
+extern le_result le_check_extension(PGconn *c, int64_t deadline, const char *expect,
+									char *schema, size_t schemalen, char *err, size_t errlen);
 extern PGresult *le_exec_bounded(PGconn *c, const char *sql, int nparams,
 								 const char *const *values, int64_t deadline,
 								 char *err, size_t errlen, bool *broken, bool *timedout);
@@ -246,7 +250,7 @@ extern void *le_dispatch_main(void *arg);
 /* le_campaign.c, le_renew.c */
 extern void *le_campaign_main(void *arg);
 extern void *le_renew_main(void *arg);
-extern le_result le_open_conn(le_elector *e, const char *role, int64_t deadline, PGconn **out,
-							  char *err, size_t errlen);
+extern le_result le_open_conn(le_elector *e, const char *role, bool check, int64_t deadline,
+							  PGconn **out, char *err, size_t errlen);
 
 #endif							/* LE_INTERNAL_H */

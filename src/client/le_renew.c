@@ -59,7 +59,7 @@ renew_refresh_conn(renewer *rn, uint64_t period, int64_t deadline, int64_t now)
 	rn->conn = NULL;
 	/* not an attempt to renew yet: it may use all the time before renew_by */
 	now = le_monotonic_ms();
-	if (le_open_conn(e, "renew",
+	if (le_open_conn(e, "renew", false,
 					 le_attempt_deadline(e->cfg.renew_by_ms, now, deadline,
 										 e->cfg.connect_timeout_ms, deadline - e->cfg.renew_by_ms - now),
 					 &rn->conn, rn->msg, sizeof(rn->msg)) == LE_OK)
@@ -77,7 +77,7 @@ static void
 renew_once(renewer *rn, uint64_t period, int64_t deadline, const char *token_text)
 {
 	le_elector *e = rn->e;
-	const char *values[4];
+	const char *values[5];
 	int64_t		t_send;
 	PGresult   *r;
 	bool		broken,
@@ -94,8 +94,11 @@ renew_once(renewer *rn, uint64_t period, int64_t deadline, const char *token_tex
 	}
 	if (rn->conn == NULL)
 	{
-		/* a connect takes a round trip at least (startup), often more (TLS, authentication) */
-		rc = le_open_conn(e, "renew",
+		/*
+		 * A connect takes a round trip at least (startup), often more (TLS,
+		 * authentication); no extension lookup, sql_renew checks instead.
+		 */
+		rc = le_open_conn(e, "renew", false,
 						  le_attempt_deadline(e->cfg.renew_by_ms, le_monotonic_ms(), deadline,
 											  e->cfg.connect_timeout_ms, 3 * rn->rtt),
 						  &rn->conn, rn->msg, sizeof(rn->msg));
@@ -114,9 +117,10 @@ renew_once(renewer *rn, uint64_t period, int64_t deadline, const char *token_tex
 	values[1] = e->owner_id;
 	values[2] = token_text;
 	values[3] = e->ttl_text;
+	values[4] = e->sig_renew;
 	t_send = le_monotonic_ms();
 	rn->msg[0] = '\0';
-	r = le_exec_bounded(rn->conn, e->sql_renew, 4, values,
+	r = le_exec_bounded(rn->conn, e->sql_renew, 5, values,
 						le_attempt_deadline(e->cfg.renew_by_ms, t_send, deadline,
 											e->cfg.statement_timeout_ms, 2 * rn->rtt),
 						rn->msg, sizeof(rn->msg), &broken, &timedout);
@@ -137,6 +141,17 @@ renew_once(renewer *rn, uint64_t period, int64_t deadline, const char *token_tex
 		return;
 	}
 
+	if (r != NULL && PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 0)
+	{
+		/* sql_renew's check: that function is not the extension's */
+		snprintf(rn->msg, sizeof(rn->msg),
+				 "function %s is not part of extension \"leader_election\" (was the extension dropped?)",
+				 e->sig_renew);
+		le_record_error(e, LE_ERR_NO_EXTENSION, "", rn->msg);
+		PQclear(r);
+		le_period_end(e, period, LE_STOP_RENEW_FAILED, rn->msg);
+		return;
+	}
 	ec = le_failure_of(r, broken, timedout, &state, &rc);
 	le_record_error(e, rc, state, rn->msg);
 	if (ec == LE_EC_PERMANENT)
