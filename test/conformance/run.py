@@ -44,6 +44,9 @@ PROBE_ROLE = 'le_conformance'
 # scenarios whose probe may end without an "exit" event or with a code other
 # than 0 (PROTOCOL.md: the strongest mode of --ignore-cancel may end the process)
 EXIT_EXEMPT = {'ignore_cancel'}
+# the exit status with which a client's strongest mode ends the process of a task that
+# overran its period (Go: ExitProcess, Options.ExitCode); C and Python keep their process
+OVERRUN_EXIT = {'go': 70}
 # scenarios that need a probe option only some probes have (PROTOCOL.md)
 ONLY_FOR = {'stall_commit': ('c',)}
 CONNS_PER_REP = 9               # two probes of up to 4 connections, and the harness
@@ -251,21 +254,36 @@ class Rep:
         self.faults = []        # (kind, token of the leader, start, end, takeover required)
         self.effects = []       # per fault: True when leadership changed hands
         self.keeper = None      # the thread of keep_running, if any
+        self.restarts = []      # the probes keep_running replaced, and by which
         self.done = threading.Event()
 
     def keep_running(self, extra, limit=20):
-        """Until the scenario ends, start a probe anew (tag a1, a2, ...) whenever one ended by
-        itself, as a service manager would: in EXIT_EXEMPT scenarios a library may end the process
-        to stop work it cannot cancel, and a candidate must be left for the liveness check."""
+        """Until the scenario ends, start a probe anew (tag a1, a2, ...) whenever one was ended by
+        its library for an overrun (it led a period, then exited with OVERRUN_EXIT of its client
+        and printed no exit event), as a service manager would: a candidate must be left for the
+        liveness check.  Each restart is noted; a probe that ended otherwise is judged (judge)."""
+        code = OVERRUN_EXIT.get(self.run.client)
+
+        def overran(p):
+            return (code is not None and p.proc.poll() == code and not p.termed
+                    and p.of('leader') and not p.of('exit'))
+
         def loop():
             restarted, serial = set(), 0
             while not self.done.wait(0.05) and serial < limit:
                 for p in list(self.probes):
-                    if p.proc.poll() is not None and not p.termed and p not in restarted:
+                    if p not in restarted and overran(p):
                         restarted.add(p)
                         serial += 1
-                        self.probe('%s%d' % (p.tag[0], serial), extra=extra)
-        self.keeper = threading.Thread(target=loop, daemon=True)
+                        q = self.probe('%s%d' % (p.tag[0], serial), extra=extra)
+                        self.restarts.append('%s (exit %s) by %s' % (p.tag, code, q.tag))
+
+        def guarded():
+            try:
+                loop()
+            except Exception as ex:        # a probe that cannot start: the rep cannot be judged
+                self.problems.append('restarting an ended probe failed: %r' % ex)
+        self.keeper = threading.Thread(target=guarded, daemon=True)
         self.keeper.start()
 
     def end(self):
@@ -762,7 +780,8 @@ def judge(r):
             last_act[tok] = max(last_act.get(tok, 0), t)
         for e in p.of('garbage'):
             r.problems.append('%s printed a line that is not JSON: %r' % (p.tag, e['line'][:80]))
-        if p.early_rc is not None and r.scenario not in EXIT_EXEMPT:
+        overrun_exit = r.scenario in EXIT_EXEMPT and p.early_rc == OVERRUN_EXIT.get(r.run.client)
+        if p.early_rc is not None and not overrun_exit:
             r.problems.append('%s ended by itself (code %s) before the harness stopped it' % (p.tag, p.early_rc))
         elif r.scenario not in EXIT_EXEMPT and (p.rc != 0 or not p.of('exit')):
             r.problems.append('%s after SIGTERM: exit code %s, exit event %s (0 and one expected)'
@@ -884,6 +903,8 @@ def report(client, results, out):
     for name, reps in results:
         lines = ['- %s %s: %s' % (name, r.key, pr) for r in reps for pr in r.problems[:3]]
         lines += ['- note %s %s: %s' % (name, r.key, r.notes) for r in reps if getattr(r, 'notes', None)]
+        lines += ['- note %s %s: ended by an overrun, started anew: %s' % (name, r.key, ', '.join(r.restarts))
+                  for r in reps if r.restarts]
         for ln in lines[:12]:
             out.write(ln + '\n')
         if len(lines) > 12:
