@@ -82,7 +82,8 @@ server_wait_ms(const le_elector *e)
 /*
  * Does this connection's server have le_acquire's wait (extension 1.1)?
  * Asked once per connection; an error counts as no (the 1.0 way: polls
- * and NOTIFY).
+ * and NOTIFY).  A function of that signature that is not the extension's
+ * (one any role with CREATE on the schema could make beside 1.0) is no.
  */
 static bool
 has_server_wait(campaign *c)
@@ -155,9 +156,9 @@ release_token(campaign *c, int64_t token)
 	values[0] = e->lease_key;
 	values[1] = e->owner_id;
 	values[2] = token_text;
-	r = le_exec_bounded(c->conn, e->sql_release, 3, values,
-						le_monotonic_ms() + e->cfg.statement_timeout_ms,
-						msg, sizeof(msg), &broken, NULL);
+	r = le_exec_gated(c->conn, e->sig_release, e->sql_release, 3, values,
+					  le_monotonic_ms() + e->cfg.statement_timeout_ms,
+					  msg, sizeof(msg), &broken, NULL);
 	if (r == NULL || PQresultStatus(r) != PGRES_TUPLES_OK)
 		le_notice(e, "release of token %" PRId64 " failed: %s", token, msg);
 	PQclear(r);
@@ -324,9 +325,10 @@ campaign_once(campaign *c)
 	c->last_attempt = t_send;
 	c->yielding = false;
 	snprintf(wait_text, sizeof(wait_text), "%" PRId64 " milliseconds", wait_ms);
-	r = le_exec_bounded(c->conn, v11 ? e->sql_acquire_wait : e->sql_acquire, v11 ? 5 : 3, values,
-						t_send + wait_ms + e->cfg.statement_timeout_ms,
-						msg, sizeof(msg), &broken, &timedout);
+	r = le_exec_gated(c->conn, v11 ? e->sig_acquire_wait : e->sig_acquire,
+					  v11 ? e->sql_acquire_wait : e->sql_acquire, v11 ? 5 : 3, values,
+					  t_send + wait_ms + e->cfg.statement_timeout_ms,
+					  msg, sizeof(msg), &broken, &timedout);
 	c_acq = r ? col(r, "acquired") : -1;
 	c_tok = r ? col(r, "fencing_token") : -1;
 	c_holder = r ? col(r, "holder") : -1;
@@ -451,9 +453,9 @@ watch_lease(campaign *c)
 	bool		broken;
 	PGresult   *r;
 
-	r = le_exec_bounded(c->conn, e->sql_watch, 1, v1,
-						le_monotonic_ms() + e->cfg.statement_timeout_ms, msg, sizeof(msg),
-						&broken, NULL);
+	r = le_exec_gated(c->conn, e->sig_watch, e->sql_watch, 1, v1,
+					  le_monotonic_ms() + e->cfg.statement_timeout_ms, msg, sizeof(msg),
+					  &broken, NULL);
 	c->watching = r != NULL && PQresultStatus(r) == PGRES_TUPLES_OK;
 	if (!c->watching)
 		le_notice(e, "le_watch failed, releases may not be announced to us until it succeeds (polling every retry interval): %s",

@@ -130,17 +130,17 @@ le_elector_create(const le_config *cfg, char *err, size_t errlen)
 static void
 free_sql(le_elector *e)
 {
-	free(e->sql_acquire);
-	free(e->sql_acquire_wait);
-	free(e->sig_acquire_wait);
-	free(e->sql_has_wait);
-	free(e->sig_renew);
-	free(e->sql_renew);
-	free(e->sql_release);
-	free(e->sql_observe);
-	free(e->sql_watch);
-	e->sql_acquire = e->sql_acquire_wait = e->sig_acquire_wait = e->sql_has_wait = NULL;
-	e->sig_renew = e->sql_renew = e->sql_release = e->sql_observe = e->sql_watch = NULL;
+	char	  **texts[] = {
+		&e->sql_acquire, &e->sig_acquire, &e->sql_acquire_wait, &e->sig_acquire_wait,
+		&e->sql_has_wait, &e->sql_renew, &e->sig_renew, &e->sql_release, &e->sig_release,
+		&e->sql_observe, &e->sql_watch, &e->sig_watch
+	};
+
+	for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++)
+	{
+		free(*texts[i]);
+		*texts[i] = NULL;
+	}
 }
 
 /*
@@ -155,45 +155,42 @@ build_sql(le_elector *e, const char *q)
 
 	free_sql(e);
 
+	/*
+	 * Each call goes through le_exec_gated with its function's signature
+	 * (sig_...): only while that is a member of the extension.  The
+	 * renewal connection does without the extension lookup of the other
+	 * connections (le_open_conn_kw), and on any connection the extension
+	 * may have been dropped since, an overload of other argument types that
+	 * a call resolves to only then left behind.
+	 */
 	ok = le_sql_text(true, &e->sql_acquire,
 					 "SELECT a.*, " LE_ISO("a.expires_at") " AS expires_iso"
 					 " FROM %1$s.le_acquire($1, $2, $3::pg_catalog.interval) a", q);
+	ok = le_sql_text(ok, &e->sig_acquire,
+					 "%1$s.le_acquire(pg_catalog.text,pg_catalog.text,pg_catalog.interval)", q);
 	ok = le_sql_text(ok, &e->sql_acquire_wait,
 					 "SELECT a.*, " LE_ISO("a.expires_at") " AS expires_iso"
 					 " FROM %1$s.le_acquire($1, $2, $3::pg_catalog.interval, $4::pg_catalog.interval,"
 					 " $5::pg_catalog.jsonb) a", q);
-	ok = le_sql_text(ok, &e->sig_acquire_wait, "%1$s.le_acquire(text,text,interval,interval,jsonb)", q);
-	ok = ok && (e->sql_has_wait = strdup("SELECT pg_catalog.to_regprocedure($1) IS NOT NULL")) != NULL;
-	/*
-	 * The renewal connection skips the extension lookup (le_open_conn_kw),
-	 * so its statement calls le_renew only while the function of that
-	 * signature in the schema ($5, sig_renew) is a member of extension
-	 * leader_election; else it answers no row (42883 or 3F000 where there is
-	 * no such function or schema).  The arguments come through a subquery
-	 * the planner keeps (OFFSET 0), so that no function of that name is
-	 * evaluated while planning either, as one declared immutable with
-	 * constant arguments would be.
-	 */
+	ok = le_sql_text(ok, &e->sig_acquire_wait,
+					 "%1$s.le_acquire(pg_catalog.text,pg_catalog.text,pg_catalog.interval,"
+					 "pg_catalog.interval,pg_catalog.jsonb)", q);
+	/* a function of that signature that is not the extension's does not count */
+	ok = ok && (e->sql_has_wait = strdup("SELECT " LE_MEMBER("pg_catalog.to_regprocedure($1)"))) != NULL;
+	ok = le_sql_text(ok, &e->sql_renew,
+					 "SELECT " LE_ISO("%1$s.le_renew($1, $2, $3::pg_catalog.int8, $4::pg_catalog.interval)"),
+					 q);
 	ok = le_sql_text(ok, &e->sig_renew,
 					 "%1$s.le_renew(pg_catalog.text,pg_catalog.text,pg_catalog.int8,pg_catalog.interval)",
 					 q);
-	ok = le_sql_text(ok, &e->sql_renew,
-					 "SELECT " LE_ISO("%1$s.le_renew(a.k, a.o, a.t, a.d)")
-					 " FROM (SELECT $1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.int8,"
-					 " $4::pg_catalog.interval OFFSET 0) a(k, o, t, d)"
-					 " WHERE EXISTS (SELECT FROM pg_catalog.pg_depend p"
-					 " JOIN pg_catalog.pg_extension x ON x.oid OPERATOR(pg_catalog.=) p.refobjid"
-					 " WHERE p.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass"
-					 " AND p.objid OPERATOR(pg_catalog.=) $5::pg_catalog.regprocedure"
-					 " AND p.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass"
-					 " AND p.deptype OPERATOR(pg_catalog.=) 'e'"
-					 " AND x.extname OPERATOR(pg_catalog.=) 'leader_election')",
-					 q);
 	ok = le_sql_text(ok, &e->sql_release, "SELECT %1$s.le_release($1, $2, $3::pg_catalog.int8)", q);
+	ok = le_sql_text(ok, &e->sig_release,
+					 "%1$s.le_release(pg_catalog.text,pg_catalog.text,pg_catalog.int8)", q);
 	ok = le_sql_text(ok, &e->sql_observe,
 					 "SELECT holder, fencing_token, " LE_ISO("expires_at")
 					 " FROM %1$s.le_leases WHERE lease_key OPERATOR(pg_catalog.=) $1 AND is_valid", q);
 	ok = le_sql_text(ok, &e->sql_watch, "SELECT %1$s.le_watch($1)", q);
+	ok = le_sql_text(ok, &e->sig_watch, "%1$s.le_watch(pg_catalog.text)", q);
 	return ok;
 }
 
@@ -244,7 +241,8 @@ check_metadata(le_elector *e, PGconn *conn, char *err, size_t errlen)
 	PGresult   *r;
 	le_result	rc = LE_OK;
 
-	r = le_exec_bounded(conn, "SELECT pg_catalog.to_regprocedure($1) IS NOT NULL, $2::pg_catalog.jsonb IS NOT NULL",
+	r = le_exec_bounded(conn, "SELECT " LE_MEMBER("pg_catalog.to_regprocedure($1)")
+						", $2::pg_catalog.jsonb IS NOT NULL",
 						2, values, le_monotonic_ms() + e->cfg.statement_timeout_ms,
 						msg, sizeof(msg), &broken, &timedout);
 	if (r == NULL || PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)

@@ -704,6 +704,46 @@ le_connect_params(const char *const *kw, const char *const *val, int64_t deadlin
 }
 
 /*
+ * Send what is queued on c before deadline: 0 when sent, 1 when the
+ * deadline passed, -1 when the connection broke.
+ */
+static int
+flush_until(PGconn *c, int64_t deadline)
+{
+	int			rc;
+
+	while ((rc = PQflush(c)) == 1)
+	{
+		int			w = le_wait_fd(PQsocket(c), true, deadline);
+
+		if (w == 0)
+			return 1;
+		if (w < 0)
+			return -1;
+		/* the server may be sending (e.g. notices) while we write */
+		if (!PQconsumeInput(c))
+			return -1;
+	}
+	return rc < 0 ? -1 : 0;
+}
+
+/* Wait before deadline until PQgetResult would not block; as flush_until. */
+static int
+await_result(PGconn *c, int64_t deadline)
+{
+	while (PQisBusy(c))
+	{
+		int			w = le_wait_fd(PQsocket(c), false, deadline);
+
+		if (w == 0)
+			return 1;
+		if (w < 0 || !PQconsumeInput(c))
+			return -1;
+	}
+	return 0;
+}
+
+/*
  * Run one parameterised statement, waiting at most until deadline.  Returns
  * the result (check PQresultStatus) or NULL when the connection broke or
  * the deadline passed; then *broken is set (and *timedout for the
@@ -724,31 +764,12 @@ le_exec_bounded(PGconn *c, const char *sql, int nparams, const char *const *valu
 	*timedout = false;
 	if (!PQsendQueryParams(c, sql, nparams, NULL, values, NULL, NULL, 0))
 		goto broken;
-	while ((rc = PQflush(c)) == 1)
-	{
-		int			w = le_wait_fd(PQsocket(c), true, deadline);
-
-		if (w == 0)
-			goto timeout;
-		if (w < 0)
-			goto broken;
-		/* the server may be sending (e.g. notices) while we write */
-		if (!PQconsumeInput(c))
-			goto broken;
-	}
-	if (rc < 0)
-		goto broken;
+	if ((rc = flush_until(c, deadline)) != 0)
+		goto failed;
 	for (;;)
 	{
-		while (PQisBusy(c))
-		{
-			int			w = le_wait_fd(PQsocket(c), false, deadline);
-
-			if (w == 0)
-				goto timeout;
-			if (w < 0 || !PQconsumeInput(c))
-				goto broken;
-		}
+		if ((rc = await_result(c, deadline)) != 0)
+			goto failed;
 		r = PQgetResult(c);
 		if (r == NULL)
 			break;
@@ -762,20 +783,137 @@ le_exec_bounded(PGconn *c, const char *sql, int nparams, const char *const *valu
 			PQclear(r);
 	}
 	if (PQstatus(c) == CONNECTION_BAD)
-	{
-		PQclear(keep);
 		goto broken;
-	}
 	if (keep && PQresultStatus(keep) == PGRES_FATAL_ERROR)
 		le_copy_msg(err, errlen, PQresultErrorMessage(keep));
 	return keep;
 
-timeout:
-	le_set_err(err, errlen, "statement timed out");
+failed:
+	if (rc > 0)
+	{
+		le_set_err(err, errlen, "statement timed out");
+		*broken = true;
+		*timedout = true;
+		PQclear(keep);
+		return NULL;
+	}
+broken:
+	le_copy_msg(err, errlen, PQerrorMessage(c));
+	if (err && errlen && err[0] == '\0')
+		le_set_err(err, errlen, "connection lost");
 	*broken = true;
-	*timedout = true;
 	PQclear(keep);
 	return NULL;
+}
+
+/*
+ * The statement le_exec_gated sends first: an error unless the function of
+ * signature $1 is a member of extension leader_election, 42883 (or 3F000
+ * for a schema that is gone) as for a missing function.  The ELSE branch,
+ * a cast of text made from $1 (thus not folded while the statement is
+ * parsed) to a function in pg_catalog that does not exist, is evaluated
+ * only when the condition is false.
+ */
+#define GATE_SQL "SELECT CASE WHEN " LE_MEMBER("$1::pg_catalog.text::pg_catalog.regprocedure") \
+	" THEN NULL ELSE ('pg_catalog.le_not_of_extension_leader_election'" \
+	" OPERATOR(pg_catalog.||) pg_catalog.left($1::pg_catalog.text, 0)" \
+	" OPERATOR(pg_catalog.||) '()')::pg_catalog.regprocedure END"
+
+/*
+ * As le_exec_bounded, but sql (calling the function of signature sig, a
+ * regprocedure text) only if that function is a member of the extension
+ * now: in one pipeline, one round trip, GATE_SQL comes first, and when it
+ * fails the server skips sql without even parsing it, so that nothing of a
+ * function of that name that is not the extension's runs, not even while
+ * planning (a function in SQL is inlined then, and the constant parts of
+ * its body evaluated).  Then the gate's error is the result (42883 or
+ * 3F000, LE_ERR_NO_EXTENSION), with a message that says so.
+ */
+PGresult *
+le_exec_gated(PGconn *c, const char *sig, const char *sql, int nparams,
+			  const char *const *values, int64_t deadline, char *err, size_t errlen,
+			  bool *broken, bool *timedout)
+{
+	const char *gv[1] = {sig};
+	PGresult   *keep = NULL;
+	PGresult   *r;
+	bool		gate_failed = false;
+	int			query = 0;		/* 0: the gate's results, 1: sql's, 2: the sync */
+	int			rc;
+	bool		dummy;
+
+	if (timedout == NULL)
+		timedout = &dummy;
+	*broken = false;
+	*timedout = false;
+	if (!PQenterPipelineMode(c) ||
+		!PQsendQueryParams(c, GATE_SQL, 1, NULL, gv, NULL, NULL, 0) ||
+		!PQsendQueryParams(c, sql, nparams, NULL, values, NULL, NULL, 0) ||
+		!PQpipelineSync(c))
+		goto broken;
+	if ((rc = flush_until(c, deadline)) != 0)
+		goto failed;
+	for (;;)
+	{
+		ExecStatusType st;
+
+		if ((rc = await_result(c, deadline)) != 0)
+			goto failed;
+		if (PQstatus(c) == CONNECTION_BAD)
+			goto broken;
+		r = PQgetResult(c);
+		if (r == NULL)
+		{
+			/* the end of one query's results; no more than two */
+			if (++query > 2)
+				goto broken;
+			continue;
+		}
+		st = PQresultStatus(r);
+		if (st == PGRES_PIPELINE_SYNC)
+		{
+			PQclear(r);
+			break;
+		}
+		if (query == 0 && st == PGRES_FATAL_ERROR && keep == NULL)
+		{
+			gate_failed = true;
+			keep = r;
+		}
+		else if (query == 1 && !gate_failed && st != PGRES_PIPELINE_ABORTED &&
+				 (keep == NULL || PQresultStatus(keep) != PGRES_FATAL_ERROR))
+		{
+			/* sql's first error, else its last result */
+			PQclear(keep);
+			keep = r;
+		}
+		else
+			PQclear(r);
+	}
+	if (!PQexitPipelineMode(c))
+		goto broken;
+	if (keep && PQresultStatus(keep) == PGRES_FATAL_ERROR)
+	{
+		const char *state = le_sqlstate_of(keep);
+
+		if (gate_failed && (strcmp(state, "42883") == 0 || strcmp(state, "3F000") == 0))
+			le_set_err(err, errlen,
+					   "function %s is not part of extension \"leader_election\" (was the extension dropped?)",
+					   sig);
+		else
+			le_copy_msg(err, errlen, PQresultErrorMessage(keep));
+	}
+	return keep;
+
+failed:
+	if (rc > 0)
+	{
+		le_set_err(err, errlen, "statement timed out");
+		*broken = true;
+		*timedout = true;
+		PQclear(keep);
+		return NULL;
+	}
 broken:
 	le_copy_msg(err, errlen, PQerrorMessage(c));
 	if (err && errlen && err[0] == '\0')
@@ -971,8 +1109,8 @@ le_connect(const char *conninfo, const char *appname, int64_t timeout_ms,
  *     otherwise run, as the client's role, and be believed;
  *   - both NULL: no lookup.  Only for the renewal connection, made when a
  *     period begins: a lookup would be a round trip out of the time before
- *     the first renewal, and its one statement checks for itself that it
- *     calls the extension's le_renew (build_sql in le_client.c).
+ *     the first renewal, and le_exec_gated checks before each renewal that
+ *     le_renew is the extension's, as before every other call.
  * LE_ERR_TIMEOUT when the deadline passed, else as le_connect.
  */
 le_result

@@ -85,9 +85,13 @@ struct le_group_member
 	const char **conn_kw;
 	const char **conn_val;
 	char		ext_schema[256];	/* the extension's schema on the first connection */
+	/* each call's signature, for le_exec_gated */
 	char	   *sql_heartbeat;
+	char	   *sig_heartbeat;
 	char	   *sql_release;
+	char	   *sig_release;
 	char	   *sql_leave;
+	char	   *sig_leave;
 
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
@@ -635,9 +639,9 @@ heartbeat_once(hbconn *hc)
 	}
 	t_send = le_monotonic_ms();
 	hc->msg[0] = '\0';
-	r = le_exec_bounded(hc->conn, m->sql_heartbeat, 3, values,
-						attempt_deadline(hc, m->cfg.statement_timeout_ms, 2 * hc->rtt),
-						hc->msg, sizeof(hc->msg), &broken, &timedout);
+	r = le_exec_gated(hc->conn, m->sig_heartbeat, m->sql_heartbeat, 3, values,
+					  attempt_deadline(hc, m->cfg.statement_timeout_ms, 2 * hc->rtt),
+					  hc->msg, sizeof(hc->msg), &broken, &timedout);
 	if (r == NULL || PQresultStatus(r) != PGRES_TUPLES_OK)
 	{
 		heartbeat_failed(hc, r, broken, timedout);
@@ -692,7 +696,8 @@ heartbeat_once(hbconn *hc)
  * its result (or NULL); *broken tells whether the connection broke.
  */
 static PGresult *
-lease_call(hbconn *hc, const char *sql, int n, const char *const *values, bool *gone)
+lease_call(hbconn *hc, const char *sig, const char *sql, int n, const char *const *values,
+		   bool *gone)
 {
 	le_group_member *m = hc->m;
 	PGresult   *r = NULL;
@@ -703,9 +708,9 @@ lease_call(hbconn *hc, const char *sql, int n, const char *const *values, bool *
 	{
 		if (!ensure_conn(hc))
 			break;
-		r = le_exec_bounded(hc->conn, sql, n, values,
-							attempt_deadline(hc, m->cfg.statement_timeout_ms, 2 * hc->rtt),
-							hc->msg, sizeof(hc->msg), &broken, &timedout);
+		r = le_exec_gated(hc->conn, sig, sql, n, values,
+						  attempt_deadline(hc, m->cfg.statement_timeout_ms, 2 * hc->rtt),
+						  hc->msg, sizeof(hc->msg), &broken, &timedout);
 		if (broken)
 		{
 			PQclear(r);
@@ -735,7 +740,7 @@ release_once(hbconn *hc, const char *key, int64_t token)
 	bool		settled;
 
 	snprintf(token_text, sizeof(token_text), "%" PRId64, token);
-	r = lease_call(hc, m->sql_release, 3, values, &gone);
+	r = lease_call(hc, m->sig_release, m->sql_release, 3, values, &gone);
 	settled = r != NULL && (PQresultStatus(r) == PGRES_TUPLES_OK ||
 							le_classify(le_sqlstate_of(r)) == LE_EC_PERMANENT);
 	if (r == NULL || PQresultStatus(r) != PGRES_TUPLES_OK)
@@ -761,7 +766,7 @@ leave_once(hbconn *hc)
 	for (calls = 0; calls < LE_MAX_PARTITIONS / 1024 + 1; calls++)
 	{
 		bool		gone;
-		PGresult   *r = lease_call(hc, m->sql_leave, 2, values, &gone);
+		PGresult   *r = lease_call(hc, m->sig_leave, m->sql_leave, 2, values, &gone);
 		long		n;
 
 		if (r == NULL || PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
@@ -1076,6 +1081,22 @@ valid_group_name(const char *name)
 	return true;
 }
 
+/* Free the SQL texts (build_sql). */
+static void
+free_sql(le_group_member *m)
+{
+	char	  **texts[] = {
+		&m->sql_heartbeat, &m->sig_heartbeat, &m->sql_release, &m->sig_release,
+		&m->sql_leave, &m->sig_leave
+	};
+
+	for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++)
+	{
+		free(*texts[i]);
+		*texts[i] = NULL;
+	}
+}
+
 /* Free what create allocated (m may be half built). */
 static void
 free_member(le_group_member *m)
@@ -1088,9 +1109,7 @@ free_member(le_group_member *m)
 	free(m->conninfo);
 	free(m->group);
 	free(m->member_id);
-	free(m->sql_heartbeat);
-	free(m->sql_release);
-	free(m->sql_leave);
+	free_sql(m);
 	free(m->by_part);
 	free(m);
 }
@@ -1167,26 +1186,31 @@ le_group_member_create(const le_group_config *cfg, char *err, size_t errlen)
 
 /*
  * Build the SQL texts for the extension in schema q (quoted), anew: a
- * start after a failed one may have found another schema.  False if out of
- * memory.
+ * start after a failed one may have found another schema.  Each call goes
+ * through le_exec_gated with its function's signature (as an elector's,
+ * build_sql in le_client.c): extension 1.0 has no le_group_heartbeat, and
+ * any role with CREATE on the schema could make one beside it.  False if
+ * out of memory.
  */
 static bool
 build_sql(le_group_member *m, const char *q)
 {
 	bool		ok;
 
-	free(m->sql_heartbeat);
-	free(m->sql_release);
-	free(m->sql_leave);
-
+	free_sql(m);
 	ok = le_sql_text(true, &m->sql_heartbeat,
 					 "SELECT h.partition, h.lease_key, h.fencing_token, "
 					 LE_ISO("h.expires_at") " AS expires_iso, h.state, h.new_period"
 					 " FROM %1$s.le_group_heartbeat($1::pg_catalog.text, $2::pg_catalog.text,"
 					 " $3::pg_catalog.interval) h", q);
+	ok = le_sql_text(ok, &m->sig_heartbeat,
+					 "%1$s.le_group_heartbeat(pg_catalog.text,pg_catalog.text,pg_catalog.interval)", q);
 	ok = le_sql_text(ok, &m->sql_release, "SELECT %1$s.le_release($1, $2, $3::pg_catalog.int8)", q);
+	ok = le_sql_text(ok, &m->sig_release,
+					 "%1$s.le_release(pg_catalog.text,pg_catalog.text,pg_catalog.int8)", q);
 	ok = le_sql_text(ok, &m->sql_leave,
 					 "SELECT %1$s.le_group_leave($1::pg_catalog.text, $2::pg_catalog.text)", q);
+	ok = le_sql_text(ok, &m->sig_leave, "%1$s.le_group_leave(pg_catalog.text,pg_catalog.text)", q);
 	return ok;
 }
 

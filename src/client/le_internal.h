@@ -49,6 +49,19 @@
 #define LE_ISO(x) "pg_catalog.to_char(pg_catalog.timezone('UTC', " x "), " \
 	"'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
 
+/*
+ * Condition: the function whose OID expression oid is (a regprocedure) is
+ * a member of extension leader_election.  pg_catalog objects only, each
+ * named with its schema, so that no role's objects take part.
+ */
+#define LE_MEMBER(oid) "EXISTS (SELECT FROM pg_catalog.pg_depend p" \
+	" JOIN pg_catalog.pg_extension x ON x.oid OPERATOR(pg_catalog.=) p.refobjid" \
+	" WHERE p.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass" \
+	" AND p.objid OPERATOR(pg_catalog.=) " oid \
+	" AND p.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass" \
+	" AND p.deptype OPERATOR(pg_catalog.=) 'e'" \
+	" AND x.extname OPERATOR(pg_catalog.=) 'leader_election')"
+
 /* Kinds of callback events. */
 typedef enum le_event_kind
 {
@@ -101,15 +114,19 @@ struct le_elector
 	const char **conn_kw;		/* connection keywords (DSN + defaults) */
 	const char **conn_val;
 	char		ext_schema[256];	/* the extension's schema on the first connection */
+	/* each call's signature, for le_exec_gated (and sql_has_wait) */
 	char	   *sql_acquire;
+	char	   *sig_acquire;
 	char	   *sql_acquire_wait;	/* with a server-side wait (1.1) */
-	char	   *sql_has_wait;	/* is the 1.1 le_acquire installed? */
-	char	   *sig_acquire_wait;	/* its signature, for sql_has_wait */
-	char	   *sql_renew;		/* only if le_renew is the extension's */
-	char	   *sig_renew;		/* its signature, for sql_renew */
+	char	   *sig_acquire_wait;
+	char	   *sql_has_wait;	/* is the 1.1 le_acquire the extension's? */
+	char	   *sql_renew;
+	char	   *sig_renew;
 	char	   *sql_release;
+	char	   *sig_release;
 	char	   *sql_observe;
 	char	   *sql_watch;
+	char	   *sig_watch;
 
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
@@ -224,6 +241,9 @@ extern le_result le_check_extension(PGconn *c, int64_t deadline, const char *exp
 extern PGresult *le_exec_bounded(PGconn *c, const char *sql, int nparams,
 								 const char *const *values, int64_t deadline,
 								 char *err, size_t errlen, bool *broken, bool *timedout);
+extern PGresult *le_exec_gated(PGconn *c, const char *sig, const char *sql, int nparams,
+							   const char *const *values, int64_t deadline, char *err,
+							   size_t errlen, bool *broken, bool *timedout);
 extern const char *le_sqlstate_of(const PGresult *r);
 extern le_errclass le_classify(const char *sqlstate);
 extern le_result le_result_of_sqlstate(const char *sqlstate);

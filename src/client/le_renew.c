@@ -77,7 +77,7 @@ static void
 renew_once(renewer *rn, uint64_t period, int64_t deadline, const char *token_text)
 {
 	le_elector *e = rn->e;
-	const char *values[5];
+	const char *values[4];
 	int64_t		t_send;
 	PGresult   *r;
 	bool		broken,
@@ -96,7 +96,8 @@ renew_once(renewer *rn, uint64_t period, int64_t deadline, const char *token_tex
 	{
 		/*
 		 * A connect takes a round trip at least (startup), often more (TLS,
-		 * authentication); no extension lookup, sql_renew checks instead.
+		 * authentication); no extension lookup, the gate of le_exec_gated
+		 * checks instead.
 		 */
 		rc = le_open_conn(e, "renew", false,
 						  le_attempt_deadline(e->cfg.renew_by_ms, le_monotonic_ms(), deadline,
@@ -117,13 +118,12 @@ renew_once(renewer *rn, uint64_t period, int64_t deadline, const char *token_tex
 	values[1] = e->owner_id;
 	values[2] = token_text;
 	values[3] = e->ttl_text;
-	values[4] = e->sig_renew;
 	t_send = le_monotonic_ms();
 	rn->msg[0] = '\0';
-	r = le_exec_bounded(rn->conn, e->sql_renew, 5, values,
-						le_attempt_deadline(e->cfg.renew_by_ms, t_send, deadline,
-											e->cfg.statement_timeout_ms, 2 * rn->rtt),
-						rn->msg, sizeof(rn->msg), &broken, &timedout);
+	r = le_exec_gated(rn->conn, e->sig_renew, e->sql_renew, 4, values,
+					  le_attempt_deadline(e->cfg.renew_by_ms, t_send, deadline,
+										  e->cfg.statement_timeout_ms, 2 * rn->rtt),
+					  rn->msg, sizeof(rn->msg), &broken, &timedout);
 
 	if (r != NULL && PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
 	{
@@ -141,17 +141,6 @@ renew_once(renewer *rn, uint64_t period, int64_t deadline, const char *token_tex
 		return;
 	}
 
-	if (r != NULL && PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 0)
-	{
-		/* sql_renew's check: that function is not the extension's */
-		snprintf(rn->msg, sizeof(rn->msg),
-				 "function %s is not part of extension \"leader_election\" (was the extension dropped?)",
-				 e->sig_renew);
-		le_record_error(e, LE_ERR_NO_EXTENSION, "", rn->msg);
-		PQclear(r);
-		le_period_end(e, period, LE_STOP_RENEW_FAILED, rn->msg);
-		return;
-	}
 	ec = le_failure_of(r, broken, timedout, &state, &rc);
 	le_record_error(e, rc, state, rn->msg);
 	if (ec == LE_EC_PERMANENT)

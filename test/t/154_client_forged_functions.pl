@@ -66,17 +66,20 @@ sub swap_extension
 
 sub reset_extension
 {
-	my ($schema) = @_;
+	my ($schema, $version) = @_;
+	my $v = $version ? " VERSION '$version'" : '';
 	$node->safe_psql('postgres', q{
 		SET client_min_messages = warning;
 		DROP EXTENSION IF EXISTS leader_election CASCADE;
-		DROP FUNCTION IF EXISTS public.le_acquire(text, text, interval), public.le_renew(text, text, bigint, interval),
-			public.le_release(text, text, bigint), public.le_group_heartbeat(text, text, interval),
-			s1.le_acquire(text, text, interval), s1.le_renew(text, text, bigint, interval),
-			s1.le_release(text, text, bigint), s1.le_group_heartbeat(text, text, interval);
+		DO $$DECLARE f regprocedure;
+		BEGIN
+			FOR f IN SELECT oid FROM pg_proc WHERE proowner = 'mallory'::regrole LOOP
+				EXECUTE 'DROP FUNCTION ' || f;
+			END LOOP;
+		END$$;
 		DROP SCHEMA IF EXISTS s2 CASCADE;
 		TRUNCATE pwned;}
-		  . "CREATE EXTENSION leader_election SCHEMA $schema;");
+		  . "CREATE EXTENSION leader_election SCHEMA $schema$v;");
 }
 
 sub pwned
@@ -139,8 +142,8 @@ sub exits_within
 }
 
 # --- a leader's renewal connection alone reconnects, to a look-alike le_renew ---
-# It skips the extension lookup; its statement checks that le_renew is the
-# extension's.  The volatile look-alike records a call; the immutable one
+# It skips the extension lookup; a statement before each renewal checks that
+# le_renew is the extension's.  The volatile look-alike records a call; the immutable one
 # fails with division by zero if evaluated at all, even while planning.
 for my $kind ('volatile', 'immutable')
 {
@@ -159,7 +162,7 @@ for my $kind ('volatile', 'immutable')
 		RESET ROLE;});
 	ok(exits_within($c, 15), "renewal, $kind look-alike: the leader stops");
 	is(reap($c), 79, "renewal, $kind look-alike: with status 79 (leadership lost)");
-	ok(log_has($c, qr/reason=renew_failed: function "public"\.le_renew\(\S+\) is not part of extension/),
+	ok(log_has($c, qr/reason=renew_failed: (?:SQLSTATE 42883: )?function "public"\.le_renew\(\S+\) is not part of extension/),
 		"renewal, $kind look-alike: its period ended, the look-alike refused");
 	is(pwned(), '', "renewal, $kind look-alike: not called");
 }
@@ -176,6 +179,124 @@ for my $kind ('volatile', 'immutable')
 	is(reap($c), 78, 'group: with status 78');
 	ok(log_has($c, qr/not installed/), 'group: the log says the extension is not installed');
 	is(pwned(), '', 'group: no look-alike was called');
+}
+
+# --- what is evaluated while planning ---
+# A look-alike le_renew written in SQL is inlined into the statement that
+# calls it while that is planned, and the constant parts of its body are
+# evaluated then: here an immutable function that calls a volatile one
+# recording the call, as the client's role.  No check in the statement
+# itself can come first.  On a new renewal connection (the look-alike made
+# after the DROP), and on one that stays connected (an overload of other
+# argument types, made while the extension is there, that the call
+# resolves to once the extension is dropped).
+sub planned_forge
+{
+	my ($args) = @_;
+	return qq{
+	SET ROLE mallory;
+	CREATE FUNCTION public.le_record() RETURNS void LANGUAGE plpgsql
+	AS \$\$BEGIN INSERT INTO public.pwned SELECT 'while planning', current_user; END\$\$;
+	CREATE FUNCTION public.le_planned() RETURNS interval LANGUAGE plpgsql IMMUTABLE
+	AS \$\$BEGIN PERFORM public.le_record(); RETURN interval '1 hour'; END\$\$;
+	CREATE FUNCTION public.le_renew($args) RETURNS timestamptz
+	LANGUAGE sql AS \$\$ SELECT pg_catalog.to_timestamp(0) + public.le_planned() \$\$;
+	RESET ROLE;};
+}
+
+{
+	reset_extension('public');
+	my $c = start_candidate(dir => $dir, name => 'planned_new', dsn => $dsn, key => 'k_planned_new',
+		opts => [ '--ttl', '3s' ],
+		command => [ 'sh', '-c', "echo started >> $dir/ran.planned_new; exec sleep 120" ]);
+	ok(wait_for(sub { -e "$dir/ran.planned_new" }, 20), 'planned, new renewal connection: the leader runs its command');
+	swap_extension(apps => 'pg_leader renew', forge => planned_forge('text, text, bigint, interval'));
+	ok(exits_within($c, 15), 'planned, new renewal connection: the leader stops');
+	is(reap($c), 79, 'planned, new renewal connection: with status 79');
+	is(pwned(), '', 'planned, new renewal connection: nothing of the look-alike ran');
+}
+
+{
+	reset_extension('public');
+	$node->safe_psql('postgres', planned_forge('varchar, varchar, bigint, interval'));
+	my $c = start_candidate(dir => $dir, name => 'planned_kept', dsn => $dsn, key => 'k_planned_kept',
+		opts => [ '--ttl', '3s' ],
+		command => [ 'sh', '-c', "echo started >> $dir/ran.planned_kept; exec sleep 120" ]);
+	ok(wait_for(sub { -e "$dir/ran.planned_kept" }, 20), 'planned, connected: the leader runs its command');
+	is(pwned(), '', 'planned, connected: the overload is not called while the extension is there');
+	swap_extension(apps => 'none', forge => '');
+	ok(exits_within($c, 15), 'planned, connected: the leader stops');
+	is(reap($c), 79, 'planned, connected: with status 79');
+	is(pwned(), '', 'planned, connected: nothing of the overload ran');
+}
+
+# --- a follower that stays connected: an overload made while the extension is there ---
+# It does not match the call while the extension's le_acquire does; once
+# that is dropped it does, on the connection the follower already has.
+{
+	reset_extension('public');
+	$node->safe_psql('postgres', "SELECT le_acquire('k_kept', 'other', '60s')");
+	$node->safe_psql('postgres', q{
+	SET ROLE mallory;
+	CREATE FUNCTION public.le_acquire(varchar, varchar, interval, interval, jsonb, OUT acquired boolean,
+		OUT fencing_token bigint, OUT holder text, OUT expires_at timestamptz, OUT new_period boolean)
+	LANGUAGE sql AS $$ INSERT INTO public.pwned SELECT 'le_acquire', current_user;
+		SELECT true, 424242::bigint, $2::text, pg_catalog.now() + $3, true $$;
+	RESET ROLE;});
+	my $c = start_candidate(dir => $dir, name => 'kept', dsn => $dsn, key => 'k_kept',
+		opts => [ '--ttl', '3s', '--retry', '300ms' ],
+		command => [ 'sh', '-c', "echo COMMAND RUNS >> $dir/ran.kept" ]);
+	ok(wait_for(sub { log_has($c, qr/campaigning/) }, 20), 'connected: a follower waits');
+	sleep 1;
+	is(pwned(), '', 'connected: the overload is not called while the extension is there');
+	swap_extension(apps => 'none', forge => '');
+	ok(exits_within($c, 15), 'connected: the follower exits');
+	is(reap($c), 78, 'connected: with status 78');
+	ok(!-e "$dir/ran.kept", 'connected: the command never ran');
+	is(pwned(), '', 'connected: the overload was not called');
+}
+
+# --- extension 1.0: look-alikes of functions only 1.1 has ---
+# A role with CREATE on the schema can make le_acquire with 1.1's
+# signature, or le_group_heartbeat, while the extension is there at 1.0.
+{
+	reset_extension('public', '1.0');
+	$node->safe_psql('postgres', "SELECT le_acquire('k_10', 'other', '60s')");
+	$node->safe_psql('postgres', q{
+	SET ROLE mallory;
+	CREATE FUNCTION public.le_acquire(text, text, interval, interval, jsonb, OUT acquired boolean,
+		OUT fencing_token bigint, OUT holder text, OUT expires_at timestamptz, OUT new_period boolean)
+	LANGUAGE sql AS $$ INSERT INTO public.pwned SELECT 'le_acquire', current_user;
+		SELECT true, 424242::bigint, $2, pg_catalog.now() + $3, true $$;
+	RESET ROLE;});
+	my $c = start_candidate(dir => $dir, name => 'v10', dsn => $dsn, key => 'k_10',
+		opts => [ '--ttl', '3s', '--retry', '300ms' ],
+		command => [ 'sh', '-c', "echo COMMAND RUNS >> $dir/ran.v10" ]);
+	ok(wait_for(sub { log_has($c, qr/campaigning/) }, 20), '1.0: a follower waits');
+	sleep 2;
+	ok(alive($c->{pid}), '1.0: the follower still waits');
+	ok(!-e "$dir/ran.v10", '1.0: the command never ran');
+	is(pwned(), '', '1.0: the look-alike of 1.1\'s le_acquire was not called');
+	kill 'TERM', $c->{pid};
+	ok(exits_within($c, 15), '1.0: the follower exits on SIGTERM');
+}
+
+{
+	reset_extension('public', '1.0');
+	$node->safe_psql('postgres', q{
+	SET ROLE mallory;
+	CREATE FUNCTION public.le_group_heartbeat(text, text, interval)
+	RETURNS TABLE(partition integer, lease_key text, fencing_token bigint, expires_at timestamptz,
+		state text, new_period boolean)
+	LANGUAGE sql AS $$ INSERT INTO public.pwned SELECT 'le_group_heartbeat', current_user;
+		SELECT 0, 'p0', 424242::bigint, pg_catalog.now() + $3, 'held', true $$;
+	RESET ROLE;});
+	my $c = start_group_member(dir => $dir, name => 'member10', dsn => $dsn, group => 'g',
+		opts => [ '--ttl', '3s' ], command => [ 'sh', '-c', "echo started >> $dir/ran.member10; exec sleep 120" ]);
+	ok(exits_within($c, 15), 'group, 1.0: the member exits');
+	is(reap($c), 78, 'group, 1.0: with status 78');
+	ok(!-e "$dir/ran.member10", 'group, 1.0: no command ran');
+	is(pwned(), '', 'group, 1.0: the look-alike le_group_heartbeat was not called');
 }
 
 stop_all();
