@@ -42,11 +42,15 @@ SCENARIOS = ['sigstop', 'short_stop', 'frozen_renewal', 'hung_renewals', 'restar
              'forged_notify', 'same_owner', 'handoff', 'stall', 'stall_commit', 'ignore_cancel']
 PROBE_ROLE = 'le_conformance'
 # scenarios whose probe may end without an "exit" event or with a code other
-# than 0 (PROTOCOL.md: the strongest mode of --ignore-cancel may end the process)
+# than 0 (PROTOCOL.md: the strongest mode of --ignore-cancel may end the process),
+# but only as OVERRUN_EXIT and TERM_EXIT say
 EXIT_EXEMPT = {'ignore_cancel'}
 # the exit status with which a client's strongest mode ends the process of a task that
 # overran its period (Go: ExitProcess, Options.ExitCode); C and Python keep their process
 OVERRUN_EXIT = {'go': 70}
+# the exit status, without an exit event, of a probe that SIGTERM ended in the strongest mode
+# when not 0 (C: the probe is then pg_leader run, which ends with 128 + SIGTERM)
+TERM_EXIT = {'c': 143}
 # scenarios that need a probe option only some probes have (PROTOCOL.md)
 ONLY_FOR = {'stall_commit': ('c',)}
 CONNS_PER_REP = 9               # two probes of up to 4 connections, and the harness
@@ -229,6 +233,22 @@ class Probe:
                 f.write(json.dumps(ev) + '\n')
 
 
+def overrun_end(r, p, rc):
+    """Did probe p of rep r end with status rc as its library's strongest mode ends a task that
+    overran its period (PROTOCOL.md, Exit)?  Only in an EXIT_EXEMPT scenario, with its client's
+    OVERRUN_EXIT, after it led a period and without an exit event."""
+    code = OVERRUN_EXIT.get(r.run.client)
+    return (r.scenario in EXIT_EXEMPT and code is not None and rc == code
+            and bool(p.of('leader')) and not p.of('exit'))
+
+
+def term_end(r, p, rc):
+    """Did probe p of rep r end after the harness's SIGTERM as its client's strongest mode ends
+    (TERM_EXIT), in an EXIT_EXEMPT scenario?"""
+    code = TERM_EXIT.get(r.run.client)
+    return r.scenario in EXIT_EXEMPT and code is not None and rc == code and not p.of('exit')
+
+
 def first_leader(probes, timeout):
     """The probe that reports a period first (within timeout s), or None."""
     end = time.time() + timeout
@@ -258,25 +278,19 @@ class Rep:
         self.done = threading.Event()
 
     def keep_running(self, extra, limit=20):
-        """Until the scenario ends, start a probe anew (tag a1, a2, ...) whenever one was ended by
-        its library for an overrun (it led a period, then exited with OVERRUN_EXIT of its client
-        and printed no exit event), as a service manager would: a candidate must be left for the
-        liveness check.  Each restart is noted; a probe that ended otherwise is judged (judge)."""
-        code = OVERRUN_EXIT.get(self.run.client)
-
-        def overran(p):
-            return (code is not None and p.proc.poll() == code and not p.termed
-                    and p.of('leader') and not p.of('exit'))
-
+        """Until the scenario ends, start a probe anew (tag a1, a2, ...) whenever its library ended it
+        for an overrun (overrun_end), as a service manager would: a candidate must be left for the
+        liveness check.  Each restart is noted; judge checks every end again, with all its events."""
         def loop():
             restarted, serial = set(), 0
             while not self.done.wait(0.05) and serial < limit:
                 for p in list(self.probes):
-                    if p not in restarted and overran(p):
+                    rc = p.proc.poll()
+                    if p not in restarted and not p.termed and overrun_end(self, p, rc):
                         restarted.add(p)
                         serial += 1
                         q = self.probe('%s%d' % (p.tag[0], serial), extra=extra)
-                        self.restarts.append('%s (exit %s) by %s' % (p.tag, code, q.tag))
+                        self.restarts.append('%s (exit %s) by %s' % (p.tag, rc, q.tag))
 
         def guarded():
             try:
@@ -780,10 +794,12 @@ def judge(r):
             last_act[tok] = max(last_act.get(tok, 0), t)
         for e in p.of('garbage'):
             r.problems.append('%s printed a line that is not JSON: %r' % (p.tag, e['line'][:80]))
-        overrun_exit = r.scenario in EXIT_EXEMPT and p.early_rc == OVERRUN_EXIT.get(r.run.client)
-        if p.early_rc is not None and not overrun_exit:
-            r.problems.append('%s ended by itself (code %s) before the harness stopped it' % (p.tag, p.early_rc))
-        elif r.scenario not in EXIT_EXEMPT and (p.rc != 0 or not p.of('exit')):
+        # the events are all read by now (Probe.stop): overrun_end decides on the whole stream
+        if p.early_rc is not None:
+            if not overrun_end(r, p, p.early_rc):
+                r.problems.append('%s ended by itself (code %s) before the harness stopped it'
+                                  % (p.tag, p.early_rc))
+        elif (p.rc != 0 or not p.of('exit')) and not overrun_end(r, p, p.rc) and not term_end(r, p, p.rc):
             r.problems.append('%s after SIGTERM: exit code %s, exit event %s (0 and one expected)'
                               % (p.tag, p.rc, 'printed' if p.of('exit') else 'missing'))
     for tok, who in actors.items():

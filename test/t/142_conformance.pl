@@ -56,7 +56,11 @@ my %mutant = (
 	ignore_deadline => 'sigstop,hung_renewals,same_owner',
 	'cache_leader_ms=600' => 'hung_renewals',
 	crash_on_write_error => 'terminate,stall',
-	no_exec => 'sigstop,handoff');
+	no_exec => 'sigstop,handoff,ignore_cancel');
+# a broken Go probe, where Go is there: one that ends with the library's overrun status at once
+my $go = `sh -c 'command -v go'`;
+$mutant{early_overrun_exit} = 'ignore_cancel' if $go;
+my %client = (early_overrun_exit => 'go');
 # the cache outlives the library's end of the period in about 3 of 4
 # repetitions: 8 of them make a miss of all unlikely
 my %reps = ('cache_leader_ms=600' => [ '--reps', '8' ]);
@@ -65,7 +69,7 @@ for my $m (sort keys %mutant)
 {
 	local $ENV{LE_PROBE_BREAK} = $m;
 	$mout{$m} = '';
-	$h{$m} = IPC::Run::start([ @run, '--client', 'c', @{ $reps{$m} // ['--quick'] }, '--parallel',
+	$h{$m} = IPC::Run::start([ @run, '--client', $client{$m} // 'c', @{ $reps{$m} // ['--quick'] }, '--parallel',
 			'--scenarios', $mutant{$m} ],
 		'>', \$mout{$m}, '2>&1');
 }
@@ -90,6 +94,13 @@ is($rc{crash_on_write_error}, 1, 'a probe that crashes at a failed write fails t
 like($mout{crash_on_write_error}, qr/ended by itself/, 'the failure names the early end');
 is($rc{no_exec}, 1, 'a launcher that does not exec its probe fails the suite');
 like($mout{no_exec}, qr/after SIGTERM: exit code/, 'the failure names the exit code');
+like($mout{no_exec}, qr/^\| ignore_cancel \| FAIL /m, 'ignore_cancel checks the exit after SIGTERM too');
+SKIP:
+{
+	skip 'no Go toolchain', 2 unless $go;
+	is($rc{early_overrun_exit}, 1, 'a Go probe that ends with the overrun status without leading fails the suite');
+	like($mout{early_overrun_exit}, qr/b ended by itself \(code 70\)/, 'the failure names the early end');
+}
 
 $node->stop;
 done_testing();
