@@ -31,8 +31,14 @@
 /* Class field of our fence lock tags, so they never equal a user's advisory lock. */
 #define LE_LOCKTAG_CLASS		0x4C45
 
-/* How many times, 1 ms apart, le_fence_lock_try_briefly tries. */
+/*
+ * How many times, 1 ms apart, le_fence_lock_try_briefly tries while a
+ * running transaction holds the lock, and while only transactions past
+ * their end do (they are giving their locks back; on a busy host one may
+ * be off the CPU in the middle of that for much longer than 20 ms).
+ */
 #define LE_FENCE_TRY_BRIEF_MS	20
+#define LE_FENCE_TRY_ENDED_MS	1000
 
 /*
  * The lock tag of a lease's fence lock: advisory lock method, the lease id
@@ -89,51 +95,57 @@ le_fence_lock_try(int64 lease_id, LOCKMODE mode)
 }
 
 /*
- * Is the fence lock of a lease held, in a mode conflicting with mode, by a
- * running transaction that waits for a lock itself?  Such a holder (a
- * competitor that took the fence lock and queued for the lease row the
- * caller holds) keeps the fence lock until the caller's transaction ends,
- * so trying again cannot help.  Any other holder may be giving its locks
- * back right now: a transaction past its end (no longer named by
- * GetLockConflicts), a subtransaction rolling back (ROLLBACK TO SAVEPOINT,
- * an exception block: its transaction still runs), a fenced writer
- * committing.  Whether a holder waits is read without its lock partition's
- * lock: a hint for how long to try, never what the lock decides.
+ * Who holds the fence lock of a lease in a mode conflicting with mode: the
+ * number of running transactions among them, and in *waiting whether one
+ * of those waits for a lock itself.  Such a holder (a competitor that took
+ * the fence lock and queued for the lease row the caller holds) keeps the
+ * fence lock until the caller's transaction ends, so trying again cannot
+ * help.  A transaction past its end is not counted (GetLockConflicts names
+ * none: its virtual transaction id is gone before its locks): it only gives
+ * its locks back.  Any other holder may be doing so right now too: a
+ * subtransaction rolling back (ROLLBACK TO SAVEPOINT, an exception block:
+ * its transaction still runs), a fenced writer committing.  Read without
+ * the lock partition's lock: a hint for how long to try, never what the
+ * lock decides.
  */
-static bool
-le_fence_lock_held_waiting(int64 lease_id, LOCKMODE mode)
+static int
+le_fence_lock_holders(int64 lease_id, LOCKMODE mode, bool *waiting)
 {
 	LOCKTAG		tag;
 	VirtualTransactionId *vxids;
-	bool		waiting = false;
+	int			running = 0;
 
+	*waiting = false;
 	le_fence_lock_tag(&tag, lease_id);
 	vxids = GetLockConflicts(&tag, mode, NULL);
-	for (int i = 0; VirtualTransactionIdIsValid(vxids[i]) && !waiting; i++)
+	for (int i = 0; VirtualTransactionIdIsValid(vxids[i]); i++)
 	{
 		PGPROC	   *proc = le_vxid_proc(vxids[i]);
 
+		running++;
 		/* NULL for a prepared transaction: it waits for nothing */
-		waiting = proc != NULL && proc->lxid == vxids[i].localTransactionId &&
-			proc->waitLock != NULL;
+		if (proc != NULL && proc->lxid == vxids[i].localTransactionId && proc->waitLock != NULL)
+			*waiting = true;
 	}
 	pfree(vxids);
-	return waiting;
+	return running;
 }
 
 /*
- * le_fence_lock_try, tried again for a short while: up to
- * LE_FENCE_TRY_BRIEF_MS attempts 1 ms apart, while no holder of the lock
- * waits for a lock itself.  For a caller that holds the lease's row lock
- * and would otherwise refuse or fail: a transaction that frees a lease
- * releases its row lock and its fence lock one after the other at commit
- * (or a subtransaction at its rollback), and a caller woken by the first
- * finds the second still held for a moment.  Never waits in the lock
- * manager, so it keeps the lock order (no deadlock); a competitor that
- * took the lock and waits for the row this caller holds gets the refusal
- * at once (150_fence_retry_live_holder.pl), a savepoint rolling back the
- * tries (149_rejoin_after_release.pl), a fenced writer that keeps the
- * lock longer the refusal after them.
+ * le_fence_lock_try, tried again for a short while: 1 ms apart, while no
+ * holder of the lock waits for a lock itself, up to LE_FENCE_TRY_BRIEF_MS
+ * attempts while a running transaction holds it, up to
+ * LE_FENCE_TRY_ENDED_MS while only transactions past their end do.  For a
+ * caller that holds the lease's row lock and would otherwise refuse or
+ * fail: a transaction that frees a lease releases its row lock and its
+ * fence lock one after the other at commit (or a subtransaction at its
+ * rollback), and a caller woken by the first finds the second still held
+ * for a moment.  Never waits in the lock manager, so it keeps the lock
+ * order (no deadlock); a competitor that took the lock and waits for the
+ * row this caller holds gets the refusal at once
+ * (150_fence_retry_live_holder.pl), a committed or rolled-back freeing
+ * transaction the tries (149_rejoin_after_release.pl), a fenced writer
+ * that keeps the lock longer the refusal after them.
  */
 bool
 le_fence_lock_try_briefly(int64 lease_id, LOCKMODE mode)
@@ -142,7 +154,10 @@ le_fence_lock_try_briefly(int64 lease_id, LOCKMODE mode)
 
 	for (i = 1; !le_fence_lock_try(lease_id, mode); i++)
 	{
-		if (i >= LE_FENCE_TRY_BRIEF_MS || le_fence_lock_held_waiting(lease_id, mode))
+		bool		waiting;
+		int			running = le_fence_lock_holders(lease_id, mode, &waiting);
+
+		if (waiting || i >= (running > 0 ? LE_FENCE_TRY_BRIEF_MS : LE_FENCE_TRY_ENDED_MS))
 			return false;
 		pg_usleep(1000L);
 		CHECK_FOR_INTERRUPTS();

@@ -8,6 +8,9 @@
 # take the lease anew, never get 55P03 ("membership is busy") or a refusal
 # of a lease nobody holds.  Two ways to free it:
 #   commit    the freeing transaction commits (1,000 times);
+#   slow commit  the same with 200,000 locks (30 times): giving them back
+#             takes longer than a running holder is waited for, so the
+#             waiter must see that the holder's transaction has ended;
 #   savepoint a subtransaction frees it, holds the row past the lease's
 #             expiry and rolls back (an exception block) in a transaction
 #             that goes on, so the locks go while its transaction still
@@ -26,7 +29,8 @@ use Test::More;
 
 my $loops = 1000;
 my $rounds = 20;
-my $node = le_node('rejoin_after_release');
+my $slow_loops = 30;
+my $node = le_node('rejoin_after_release', conf => 'max_locks_per_transaction = 2500');
 $node->safe_psql('postgres', q{
 	SELECT le_group_create('g', 3);
 	CREATE TABLE outcome (kind text, n int);
@@ -38,18 +42,18 @@ $node->safe_psql('postgres', q{
 		END IF;
 		RETURN (SELECT fencing_token FROM le_acquire('k', 'a', ttl));
 	END $$;
-	-- Leave, or release k under token t (none if NULL), and take 2,000 locks.
-	CREATE FUNCTION free(kind text, t bigint) RETURNS void LANGUAGE plpgsql AS $$
+	-- Leave, or release k under token t (none if NULL), and take nlocks locks.
+	CREATE FUNCTION free(kind text, t bigint, nlocks int DEFAULT 2000) RETURNS void LANGUAGE plpgsql AS $$
 	BEGIN
 		IF kind = 'group' THEN
 			PERFORM le_group_leave('g', 'a');
 		ELSIF t IS NOT NULL THEN
 			PERFORM le_release('k', 'a', t);
 		END IF;
-		PERFORM pg_advisory_xact_lock(x) FROM generate_series(1, 2000) AS x;
+		PERFORM pg_advisory_xact_lock(x) FROM generate_series(1, nlocks) AS x;
 	END $$;
-	-- Join, then leave in a transaction that also holds 2,000 locks.
-	CREATE PROCEDURE leaver(kind text, n int) LANGUAGE plpgsql AS $$
+	-- Join, then leave in a transaction that also holds nlocks locks.
+	CREATE PROCEDURE leaver(kind text, n int, nlocks int DEFAULT 2000) LANGUAGE plpgsql AS $$
 	DECLARE t bigint;
 	BEGIN
 		FOR i IN 1..n LOOP
@@ -58,7 +62,7 @@ $node->safe_psql('postgres', q{
 			EXCEPTION WHEN lock_not_available THEN t := NULL;
 			END;
 			COMMIT;
-			PERFORM free(kind, t);
+			PERFORM free(kind, t, nlocks);
 			PERFORM pg_sleep(0.0005);
 			COMMIT;
 			PERFORM pg_sleep(0.003);
@@ -127,6 +131,7 @@ sub run
 for my $kind ('group', 'lease')
 {
 	run('commit', $kind, "leaver('$kind', $loops)", '1 hour', 0, $loops);
+	run('slow commit', $kind, "leaver('$kind', $slow_loops, 200000)", '1 hour', 0, $slow_loops);
 	run('savepoint', $kind, "savepoint_leaver('$kind', $rounds)", '300 ms', 0.01, 'NULL');
 }
 
