@@ -75,12 +75,13 @@ chmod 644 "$log"
 
 # TAP files run three at a time (most of their time is spent waiting for
 # leases to expire), the longest first so that no slot idles at the end;
-# the few whose checks measure a client against a short ttl on a slow link
-# run alone afterwards (tap_files alone|parallel).
+# the few whose checks measure a client against a short ttl on a slow link,
+# and one that keeps both cores busy taking and freeing 200,000 locks, run
+# alone afterwards (tap_files alone|parallel).
 tap_jobs=${LE_TAP_JOBS:-3}
 tap_long="080_chaos_short 148_groups_fault_short 050_random_schedule 070_sweep 018_stalled_holder
           010_crash_restart 115_client_sanitizers 060_model_check 035_fence_rewrite_race"
-tap_alone="117_client_signal_timing 130_client_slow_renewal"
+tap_alone="117_client_signal_timing 130_client_slow_renewal 149_rejoin_after_release"
 tap_files() {
     local f n list=""
     if [ "$1" = alone ]; then
