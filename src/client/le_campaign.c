@@ -298,6 +298,24 @@ owner_conflict(campaign *c, int64_t token, bool lost_answer)
 	return true;
 }
 
+/*
+ * After the 1.0 le_acquire was not found (42883) or not the extension's on
+ * a connection that found 1.0: did an ALTER EXTENSION UPDATE to 1.1 drop
+ * it for the one with a wait?  Asked again, once; then the next attempt,
+ * which calls that one (checked like any other call), is due at once.
+ * False: the extension is missing.
+ */
+static bool
+updated_to_1_1(campaign *c)
+{
+	c->server_wait = -1;
+	if (!has_server_wait(c))
+		return false;
+	le_notice(c->e, "le_acquire(text, text, interval) is gone (extension updated to 1.1?); calling the 1.1 le_acquire");
+	c->next_attempt = le_monotonic_ms();
+	return true;
+}
+
 /* One le_acquire call; sets c->next_attempt. */
 static void
 campaign_once(campaign *c)
@@ -341,6 +359,11 @@ campaign_once(campaign *c)
 		le_result	rc;
 		le_errclass ec = le_failure_of(r, broken, timedout, &state, &rc);
 
+		if (!v11 && rc == LE_ERR_NO_EXTENSION && !broken && !timedout && updated_to_1_1(c))
+		{
+			PQclear(r);
+			return;
+		}
 		if (broken || timedout)
 			c->unsettled = true;
 		le_record_error(e, rc, state, msg);
