@@ -744,6 +744,29 @@ await_result(PGconn *c, int64_t deadline)
 }
 
 /*
+ * The end of le_exec_bounded or le_exec_gated when the deadline passed
+ * (timedout) or the connection broke: the message in err, keep cleared,
+ * both marked broken (the caller replaces the connection).  NULL.
+ */
+static PGresult *
+exec_failed(PGconn *c, bool timedout_now, PGresult *keep, char *err, size_t errlen,
+			bool *broken, bool *timedout)
+{
+	if (timedout_now)
+		le_set_err(err, errlen, "statement timed out");
+	else
+	{
+		le_copy_msg(err, errlen, PQerrorMessage(c));
+		if (err && errlen && err[0] == '\0')
+			le_set_err(err, errlen, "connection lost");
+	}
+	*broken = true;
+	*timedout = timedout_now;
+	PQclear(keep);
+	return NULL;
+}
+
+/*
  * Run one parameterised statement, waiting at most until deadline.  Returns
  * the result (check PQresultStatus) or NULL when the connection broke or
  * the deadline passed; then *broken is set (and *timedout for the
@@ -789,21 +812,9 @@ le_exec_bounded(PGconn *c, const char *sql, int nparams, const char *const *valu
 	return keep;
 
 failed:
-	if (rc > 0)
-	{
-		le_set_err(err, errlen, "statement timed out");
-		*broken = true;
-		*timedout = true;
-		PQclear(keep);
-		return NULL;
-	}
+	return exec_failed(c, rc > 0, keep, err, errlen, broken, timedout);
 broken:
-	le_copy_msg(err, errlen, PQerrorMessage(c));
-	if (err && errlen && err[0] == '\0')
-		le_set_err(err, errlen, "connection lost");
-	*broken = true;
-	PQclear(keep);
-	return NULL;
+	return exec_failed(c, false, keep, err, errlen, broken, timedout);
 }
 
 /*
@@ -906,21 +917,9 @@ le_exec_gated(PGconn *c, const char *sig, const char *sql, int nparams,
 	return keep;
 
 failed:
-	if (rc > 0)
-	{
-		le_set_err(err, errlen, "statement timed out");
-		*broken = true;
-		*timedout = true;
-		PQclear(keep);
-		return NULL;
-	}
+	return exec_failed(c, rc > 0, keep, err, errlen, broken, timedout);
 broken:
-	le_copy_msg(err, errlen, PQerrorMessage(c));
-	if (err && errlen && err[0] == '\0')
-		le_set_err(err, errlen, "connection lost");
-	*broken = true;
-	PQclear(keep);
-	return NULL;
+	return exec_failed(c, false, keep, err, errlen, broken, timedout);
 }
 
 /* Public wrapper of le_exec_bounded with a relative timeout (see le_client.h). */
