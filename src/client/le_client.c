@@ -183,9 +183,7 @@ build_sql(le_elector *e, const char *q)
 	ok = le_sql_text(ok, &e->sig_renew,
 					 "%1$s.le_renew(pg_catalog.text,pg_catalog.text,pg_catalog.int8,pg_catalog.interval)",
 					 q);
-	ok = le_sql_text(ok, &e->sql_release, "SELECT %1$s.le_release($1, $2, $3::pg_catalog.int8)", q);
-	ok = le_sql_text(ok, &e->sig_release,
-					 "%1$s.le_release(pg_catalog.text,pg_catalog.text,pg_catalog.int8)", q);
+	ok = le_sql_release(ok, &e->sql_release, &e->sig_release, q);
 	ok = le_sql_text(ok, &e->sql_observe,
 					 "SELECT holder, fencing_token, " LE_ISO("expires_at")
 					 " FROM %1$s.le_leases WHERE lease_key OPERATOR(pg_catalog.=) $1 AND is_valid", q);

@@ -1205,9 +1205,7 @@ build_sql(le_group_member *m, const char *q)
 					 " $3::pg_catalog.interval) h", q);
 	ok = le_sql_text(ok, &m->sig_heartbeat,
 					 "%1$s.le_group_heartbeat(pg_catalog.text,pg_catalog.text,pg_catalog.interval)", q);
-	ok = le_sql_text(ok, &m->sql_release, "SELECT %1$s.le_release($1, $2, $3::pg_catalog.int8)", q);
-	ok = le_sql_text(ok, &m->sig_release,
-					 "%1$s.le_release(pg_catalog.text,pg_catalog.text,pg_catalog.int8)", q);
+	ok = le_sql_release(ok, &m->sql_release, &m->sig_release, q);
 	ok = le_sql_text(ok, &m->sql_leave,
 					 "SELECT %1$s.le_group_leave($1::pg_catalog.text, $2::pg_catalog.text)", q);
 	ok = le_sql_text(ok, &m->sig_leave, "%1$s.le_group_leave(pg_catalog.text,pg_catalog.text)", q);

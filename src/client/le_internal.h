@@ -204,6 +204,7 @@ extern void le_timer_wake(int wake_fd);
 extern void le_timer_sleep(int timer_fd, int wake_fd, int64_t at);
 extern void le_default_id(char *buf, size_t len);
 extern void le_sync_init(pthread_mutex_t *mu, pthread_cond_t *cv);
+extern bool le_sql_release(bool ok, char **sql, char **sig, const char *q);
 extern bool le_sql_text(bool ok, char **dst, const char *fmt, const char *q)
 			__attribute__((format(printf, 3, 0)));
 extern bool le_stop_claim(bool started, bool *stopped, bool have_dispatch, pthread_t dispatcher);

@@ -564,6 +564,18 @@ le_timer_sleep(int timer_fd, int wake_fd, int64_t at)
 }
 
 /*
+ * The release call of the extension in schema q (quoted), le_release($1
+ * key, $2 owner id, $3 token), and its signature for le_exec_gated: the
+ * elector's and the group member's alike.  False if out of memory.
+ */
+bool
+le_sql_release(bool ok, char **sql, char **sig, const char *q)
+{
+	ok = le_sql_text(ok, sql, "SELECT %1$s.le_release($1, $2, $3::pg_catalog.int8)", q);
+	return le_sql_text(ok, sig, "%1$s.le_release(pg_catalog.text,pg_catalog.text,pg_catalog.int8)", q);
+}
+
+/*
  * *dst = the SQL text fmt with every "%1$s" the quoted schema q; true, or
  * false (and *dst NULL) when out of memory.  ok false: do nothing.
  */
